@@ -1,0 +1,217 @@
+"""Machine descriptions: YAML files where every number carries a unit and a source.
+
+A parameter is ``{value, unit, source}`` or ``{value, unit, assumption}``: exactly one of
+``source`` (seed and section) and ``assumption`` (why the number is plausible). Units are
+checked against the unit each parameter is defined in, so a file cannot silently mix GB/s and
+B/cycle. The loader converts the file into the plain ``Machine`` dataclass the core uses, and
+keeps the validated description for export.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from autotune.io.errors import InputError, first_validation_error
+from autotune.ir.machine import Level, Machine
+
+
+class Parameter(BaseModel):
+    """One number (or per-precision table) with its unit and provenance."""
+
+    model_config = ConfigDict(extra="forbid")
+    value: float | int | dict[str, float | int]
+    unit: str
+    source: str | None = None
+    assumption: str | None = None
+
+    @model_validator(mode="after")
+    def _provenance(self) -> Parameter:
+        if (self.source is None) == (self.assumption is None):
+            raise ValueError("give exactly one of 'source' (seed + section) or 'assumption'")
+        return self
+
+
+class LevelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    fanout: Parameter
+    uplink_bandwidth: Parameter
+    latency: Parameter
+
+
+class MachineSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    summary: str = ""
+    parameters: dict[str, Parameter]
+    hierarchy: list[LevelSpec]
+    energy: dict[str, Parameter] = {}
+
+
+#: parameter name -> (unit it must be given in, required)
+UNITS: dict[str, tuple[str, bool]] = {
+    "clock": ("Hz", True),
+    "cores_per_cluster": ("cores", True),
+    "macs_per_cycle_per_core": ("MAC/cycle", True),
+    "fpu_utilization": ("fraction", True),
+    "l1_size": ("B", True),
+    "l1_banks": ("banks", True),
+    "l1_bank_width": ("B", True),
+    "dma_width": ("B/cycle", True),
+    "dma_read_engines": ("engines", True),
+    "dma_write_engines": ("engines", True),
+    "dma_setup": ("cycles", True),
+    "hbm_bandwidth": ("GB/s", True),
+    "hbm_latency": ("cycles", True),
+    "l2_size": ("B", True),
+}
+LEVEL_UNITS = {"uplink_bandwidth": "B/cycle", "latency": "cycles"}
+ENERGY_UNIT = "pJ"
+
+
+def _scalar(path: str, key: str, param: Parameter) -> float:
+    if isinstance(param.value, dict):
+        raise InputError(path, "expected a single number, not a table", field=key)
+    return param.value
+
+
+def _positive_int(path: str, key: str, param: Parameter) -> int:
+    value = _scalar(path, key, param)
+    if value != int(value) or value < 1:
+        raise InputError(path, f"must be a positive integer, got {value!r}", field=key)
+    return int(value)
+
+
+def build_machine(spec: MachineSpec, path: str) -> Machine:
+    """Check units and ranges and convert a validated spec into a ``Machine``."""
+    params = spec.parameters
+    for key, (unit, required) in UNITS.items():
+        if key not in params:
+            if required:
+                raise InputError(path, "required parameter is missing", field=key)
+            continue
+        if params[key].unit != unit:
+            raise InputError(path, f"unit must be {unit!r}, got {params[key].unit!r}", field=key)
+    unknown = sorted(set(params) - set(UNITS))
+    if unknown:
+        raise InputError(path, "unknown parameter", field=unknown[0])
+    clock = _scalar(path, "clock", params["clock"])
+    if clock <= 0:
+        raise InputError(path, "must be positive", field="clock")
+    macs = params["macs_per_cycle_per_core"].value
+    if not isinstance(macs, dict) or not macs:
+        raise InputError(path, "expected a table {precision: MAC/cycle}",
+                         field="macs_per_cycle_per_core")
+    for precision, rate in macs.items():
+        if precision not in ("fp64", "fp32", "fp16") or rate != int(rate) or rate < 1:
+            raise InputError(path, f"bad entry {precision}: {rate}",
+                             field="macs_per_cycle_per_core")
+    utilization = _scalar(path, "fpu_utilization", params["fpu_utilization"])
+    if not 0 < utilization <= 1:
+        raise InputError(path, "must be in (0, 1]", field="fpu_utilization")
+    if not spec.hierarchy:
+        raise InputError(path, "needs at least one level", field="hierarchy")
+    levels = []
+    for i, lv in enumerate(spec.hierarchy):
+        for key, unit in LEVEL_UNITS.items():
+            if getattr(lv, key).unit != unit:
+                raise InputError(path, f"unit must be {unit!r}", field=f"hierarchy.{i}.{key}")
+        bandwidth = _scalar(path, f"hierarchy.{i}.uplink_bandwidth", lv.uplink_bandwidth)
+        if bandwidth <= 0:
+            raise InputError(path, "must be positive", field=f"hierarchy.{i}.uplink_bandwidth")
+        levels.append(Level(
+            name=lv.name,
+            fanout=_positive_int(path, f"hierarchy.{i}.fanout", lv.fanout),
+            uplink_bytes_per_cycle=float(bandwidth),
+            latency_cycles=_positive_int(path, f"hierarchy.{i}.latency", lv.latency),
+        ))
+    energy = {}
+    for key, param in spec.energy.items():
+        if param.unit != ENERGY_UNIT:
+            raise InputError(path, f"unit must be {ENERGY_UNIT!r}", field=f"energy.{key}")
+        energy[key] = float(_scalar(path, f"energy.{key}", param))
+    hbm_gbs = _scalar(path, "hbm_bandwidth", params["hbm_bandwidth"])
+    if hbm_gbs <= 0:
+        raise InputError(path, "must be positive", field="hbm_bandwidth")
+    return Machine(
+        name=spec.name,
+        clock_hz=float(clock),
+        cores_per_cluster=_positive_int(path, "cores_per_cluster", params["cores_per_cluster"]),
+        macs_per_cycle_per_core={k: int(v) for k, v in sorted(macs.items())},
+        fpu_utilization=float(utilization),
+        l1_bytes=_positive_int(path, "l1_size", params["l1_size"]),
+        l1_banks=_positive_int(path, "l1_banks", params["l1_banks"]),
+        l1_bank_bytes=_positive_int(path, "l1_bank_width", params["l1_bank_width"]),
+        dma_bytes_per_cycle=_positive_int(path, "dma_width", params["dma_width"]),
+        dma_read_engines=_positive_int(path, "dma_read_engines", params["dma_read_engines"]),
+        dma_write_engines=_positive_int(path, "dma_write_engines", params["dma_write_engines"]),
+        dma_setup_cycles=int(_scalar(path, "dma_setup", params["dma_setup"])),
+        hbm_bytes_per_cycle=hbm_gbs * 1e9 / clock,
+        hbm_latency_cycles=_positive_int(path, "hbm_latency", params["hbm_latency"]),
+        l2_bytes=_positive_int(path, "l2_size", params["l2_size"]),
+        levels=tuple(levels),
+        energy_pj=energy,
+        description=spec.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def parse_machine(text: str, path: str) -> Machine:
+    """Parse machine YAML text (``path`` is only used in error messages)."""
+    try:
+        raw: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(path, f"not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, "expected a mapping with 'name', 'parameters' and 'hierarchy'")
+    try:
+        spec = MachineSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise first_validation_error(path, exc) from None
+    return build_machine(spec, path)
+
+
+def preset_names() -> tuple[str, ...]:
+    """Names of the bundled presets (``autotune/machines/*.yaml``)."""
+    folder = resources.files("autotune") / "machines"
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")))
+
+
+@cache
+def load_preset(name: str) -> Machine:
+    """A bundled machine by name."""
+    if name not in preset_names():
+        raise InputError(None, f"unknown machine preset {name!r} "
+                               f"(presets: {', '.join(preset_names())})", field="machine")
+    resource = resources.files("autotune") / "machines" / f"{name}.yaml"
+    return parse_machine(resource.read_text(encoding="utf-8"), f"<preset {name}>")
+
+
+def load_machine_file(path: Path) -> Machine:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, f"cannot read machine file: {exc.strerror}") from None
+    return parse_machine(text, str(path))
+
+
+def resolve_machine(name_or_path: str | Path | Machine | None) -> Machine:
+    """A ``Machine`` from a preset name, a YAML path, an instance, or None (the default)."""
+    if isinstance(name_or_path, Machine):
+        return name_or_path
+    if name_or_path is None:
+        return load_preset("manticore")
+    text = str(name_or_path)
+    if text in preset_names():
+        return load_preset(text)
+    if text.endswith((".yaml", ".yml")) or Path(text).exists():
+        return load_machine_file(Path(text))
+    raise InputError(None, f"unknown machine {text!r}: not a preset "
+                           f"({', '.join(preset_names())}) nor a YAML file", field="machine")

@@ -1,0 +1,125 @@
+"""The machine a layer is mapped onto, as plain numbers.
+
+Every number comes from a preset YAML file (``autotune/machines/*.yaml``) where it carries its
+unit and its source; this module holds no machine figures of its own. ``Machine.preset`` and
+``Machine.from_file`` delegate the parsing to ``autotune.io.machine_yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the quadrant tree: ``fanout`` children share one uplink.
+
+    ``uplink_bytes_per_cycle`` is the bandwidth of the link from one node of this level to
+    its parent; ``latency_cycles`` is the round-trip latency of a DMA transfer between two
+    clusters whose lowest common ancestor is a node of this level.
+    """
+
+    name: str
+    fanout: int
+    uplink_bytes_per_cycle: float
+    latency_cycles: int
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A cluster-based many-core: clusters with L1 scratchpads, DMA, a quadrant tree, HBM."""
+
+    name: str
+    clock_hz: float
+    cores_per_cluster: int
+    macs_per_cycle_per_core: dict[str, int]
+    fpu_utilization: float
+    l1_bytes: int
+    l1_banks: int
+    l1_bank_bytes: int
+    dma_bytes_per_cycle: int
+    dma_read_engines: int
+    dma_write_engines: int
+    dma_setup_cycles: int
+    hbm_bytes_per_cycle: float
+    hbm_latency_cycles: int
+    l2_bytes: int
+    levels: tuple[Level, ...]
+    energy_pj: dict[str, float] = field(default_factory=dict)
+    description: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # -- derived figures -------------------------------------------------------------------
+    @property
+    def clusters(self) -> int:
+        """Clusters in the machine: the product of the quadrant tree's fanouts."""
+        n = 1
+        for level in self.levels:
+            n *= level.fanout
+        return n
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.macs_per_cycle_per_core
+
+    def cluster_macs_per_cycle(self, precision: str) -> int:
+        """Peak MACs per cycle of one cluster (all cores, no utilisation loss)."""
+        self.check_precision(precision)
+        return self.cores_per_cluster * self.macs_per_cycle_per_core[precision]
+
+    def peak_macs_per_cycle(self, precision: str) -> int:
+        return self.clusters * self.cluster_macs_per_cycle(precision)
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak flop/s (one MAC = two flops, report Sec. 1.2.2)."""
+        return 2.0 * self.peak_macs_per_cycle(precision) * self.clock_hz
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_bytes_per_cycle * self.clock_hz
+
+    def check_precision(self, precision: str) -> None:
+        if precision not in self.macs_per_cycle_per_core:
+            known = ", ".join(sorted(self.macs_per_cycle_per_core))
+            raise ValueError(f"machine {self.name!r} does not compute {precision!r} "
+                             f"(it supports: {known})")
+
+    def share_group_level(self, share_group: int) -> Level:
+        """The quadrant level whose subtree holds exactly ``share_group`` clusters."""
+        n = 1
+        for level in self.levels:
+            n *= level.fanout
+            if n == share_group:
+                return level
+        sizes = ", ".join(str(s) for s in self.share_group_sizes())
+        raise ValueError(f"share group {share_group} is not a quadrant size of {self.name!r} "
+                         f"(sizes: 1, {sizes})")
+
+    def share_group_sizes(self) -> tuple[int, ...]:
+        """Cluster counts of the quadrant subtrees below the root: e.g. (4, 16, 64)."""
+        sizes, n = [], 1
+        for level in self.levels[:-1]:
+            n *= level.fanout
+            sizes.append(n)
+        return tuple(sizes)
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str = "manticore") -> Machine:
+        """A bundled machine description by name, e.g. ``Machine.preset("manticore")``."""
+        from autotune.io.machine_yaml import load_preset
+
+        return load_preset(name)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Machine:
+        """A machine description from a YAML file in the preset format."""
+        from autotune.io.machine_yaml import load_machine_file
+
+        return load_machine_file(Path(path))
+
+    @classmethod
+    def presets(cls) -> tuple[str, ...]:
+        from autotune.io.machine_yaml import preset_names
+
+        return preset_names()

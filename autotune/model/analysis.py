@@ -1,0 +1,125 @@
+"""``analyze``: every analytical figure of one layer under one mapping on one machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.precision import word_bytes as precision_word_bytes
+from autotune.model.footprint import Footprint, footprint
+from autotune.model.latency import LatencyEstimate, estimate, task_macs
+from autotune.model.traffic import Traffic, traffic
+from autotune.tiling import TaskGrid, task_grid, used_extent
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Analytical cost of a mapped layer (whole batch, all clusters).
+
+    ``ccr`` is MACs per off-chip word counting loads and stores, as the report's Eq. 1/2 and 8
+    do; ``ccr_loads`` counts loads only, as Eq. 11 and 14 do ("the bulk of accesses ... are
+    the loads"). ``flop_per_byte`` is the roofline's operational intensity (2 flop per MAC).
+    """
+
+    layer: str
+    algorithm: str
+    report_algorithm: int | None
+    precision: str
+    batch: int
+    macs: int
+    tasks: int
+    task_macs_max: int
+    waves: int
+    l1_bytes: int
+    buffer_bytes: dict[str, int]
+    buffer_tile_words: dict[str, int]
+    offchip_load_words: int
+    offchip_store_words: int
+    input_load_words: int
+    filter_load_words: int
+    intercluster_words: int
+    word_bytes: int
+    cycles: int
+    compute_cycles: float
+    memory_cycles: float
+    reduction_cycles: float
+    bound: str
+    fits: bool
+    reason: str | None
+
+    @property
+    def offchip_words(self) -> int:
+        return self.offchip_load_words + self.offchip_store_words
+
+    @property
+    def offchip_bytes(self) -> int:
+        return self.offchip_words * self.word_bytes
+
+    @property
+    def intercluster_bytes(self) -> int:
+        return self.intercluster_words * self.word_bytes
+
+    @property
+    def ccr(self) -> float:
+        """MAC per off-chip word, loads and stores (report Eq. 1/2, 8)."""
+        return self.macs / self.offchip_words
+
+    @property
+    def ccr_loads(self) -> float:
+        """MAC per off-chip word loaded (report Eq. 11, 14)."""
+        return self.macs / self.offchip_load_words
+
+    @property
+    def flop_per_byte(self) -> float:
+        return 2 * self.macs / self.offchip_bytes
+
+
+def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
+            batch: int = 1) -> Analysis:
+    """Analytical cost of running ``layer`` for ``batch`` images under ``mapping``.
+
+    Raises ``autotune.tiling.MappingError`` when the mapping does not apply to the layer
+    (e.g. ``input_parallel`` on a convolution); a mapping that applies but overflows L1
+    returns ``fits=False`` with the reason.
+
+    Example:
+        >>> from autotune import Layer, Machine, Mapping, analyze
+        >>> conv = Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1)
+        >>> a = analyze(conv, Mapping.from_report(2, delta_o=24), Machine.preset("manticore"))
+        >>> round(a.ccr, 1), a.fits
+        (141.8, True)
+    """
+    machine.check_precision(precision)
+    wb = precision_word_bytes(precision)
+    grid = task_grid(layer, mapping, batch)
+    return analyze_grid(grid, machine, precision, wb)
+
+
+def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:
+    fp: Footprint = footprint(grid, machine, wb)
+    moved: Traffic = traffic(grid, machine.clusters)
+    est: LatencyEstimate = estimate(grid, fp, moved, machine, precision, wb)
+    layer, mapping = grid.layer, grid.mapping
+    macs = task_macs(grid)
+    return Analysis(
+        layer=layer.name, algorithm=mapping.algorithm,
+        report_algorithm=mapping.report_algorithm_for(layer.c_out),
+        precision=precision, batch=grid.batch,
+        macs=int(macs.sum()), tasks=grid.n_tasks, task_macs_max=int(macs.max()),
+        waves=est.waves, l1_bytes=fp.l1_bytes, buffer_bytes=dict(fp.allocated_bytes),
+        buffer_tile_words=dict(fp.tile_words),
+        offchip_load_words=moved.load_words, offchip_store_words=moved.store_words,
+        input_load_words=moved.input_load_words, filter_load_words=moved.filter_load_words,
+        intercluster_words=moved.intercluster_words, word_bytes=wb,
+        cycles=est.cycles, compute_cycles=est.compute_cycles, memory_cycles=est.memory_cycles,
+        reduction_cycles=est.reduction_cycles, bound=est.bound, fits=fp.fits, reason=fp.reason,
+    )
+
+
+def compulsory_words(layer: Layer, batch: int = 1) -> tuple[int, int]:
+    """(load, store) words any mapping moves at least: every used input, weight, output once."""
+    rows = used_extent(layer.h_out, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h)
+    cols = used_extent(layer.w_out, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w)
+    return batch * rows * cols * layer.c_in + layer.weight_words, batch * layer.output_words

@@ -1,0 +1,274 @@
+"""The one definition of how a mapping cuts a layer into tasks, tiles and steps.
+
+Every later stage (cost model, simulator, executor) reads the task structure from here, so
+they agree on what a mapping *means*; they differ only in how they cost or run it.
+
+A task of ``output_stack`` / ``output_stack_shared`` (report Alg. 1–3) computes one stack of
+output depth slices for one spatial tile and one batch tile, stepping through the input depth
+slices the stack needs, ``tile.in_c`` slices per step. A task of ``input_parallel`` (Alg. 4/5)
+consumes ``tile.in_c`` input depth slices for one stack of output slices and one batch tile,
+accumulating a private partial output; the tasks of one (stack, batch tile) *phase* are
+reduced by a tree reduction before the next phase starts (the outer loop of Alg. 5).
+
+Axes are described by small integer arrays (one entry per chunk), so totals are separable
+sums and per-task arrays are outer products: both cheap with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from autotune.ir.layer import Layer
+from autotune.ir.mapping import Mapping
+
+
+class MappingError(ValueError):
+    """The mapping does not apply to the layer (not a capacity problem: see ``fits``)."""
+
+
+@dataclass(frozen=True)
+class SpatialAxis:
+    """Output tiles along one spatial axis and the input extent each one loads.
+
+    ``out_start/out_size``: output rows (or columns) of each tile. ``in_start/in_size``: the
+    input rows the tile needs, clipped to the unpadded input (zero padding is not loaded;
+    the kernel skips taps outside the input). The unclipped extent is
+    ``(out_size - 1) * stride + kernel`` starting at ``out_start * stride - pad``.
+    """
+
+    out_start: np.ndarray
+    out_size: np.ndarray
+    in_start: np.ndarray
+    in_size: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.out_size)
+
+
+def spatial_axis(n_out: int, tile: int | None, n_in: int, kernel: int, stride: int,
+                 pad: int) -> SpatialAxis:
+    """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo."""
+    size = n_out if tile is None else min(tile, n_out)
+    starts = np.arange(0, n_out, size, dtype=np.int64)
+    sizes = np.minimum(size, n_out - starts)
+    lo = starts * stride - pad
+    hi = lo + (sizes - 1) * stride + kernel
+    lo_c = np.clip(lo, 0, n_in)
+    hi_c = np.clip(hi, 0, n_in)
+    return SpatialAxis(starts, sizes, lo_c, hi_c - lo_c)
+
+
+def used_extent(n_out: int, n_in: int, kernel: int, stride: int, pad: int) -> int:
+    """Input rows (or columns) some output actually reads: the compulsory extent."""
+    taps = (np.arange(n_out)[:, None] * stride - pad + np.arange(kernel)[None, :]).ravel()
+    taps = taps[(taps >= 0) & (taps < n_in)]
+    return int(np.unique(taps).size)
+
+
+def chunks(total: int, size: int) -> np.ndarray:
+    """Sizes of ``ceil(total/size)`` consecutive chunks of ``size`` (the last one ragged)."""
+    size = min(size, total)
+    n = -(-total // size)
+    out = np.full(n, size, dtype=np.int64)
+    out[-1] = total - size * (n - 1)
+    return out
+
+
+@dataclass(frozen=True)
+class Stacks:
+    """Stacks of output depth slices and the input depth slices each stack reads.
+
+    ``out_start/out_size``: output channels of each stack; ``in_start/in_size``: the
+    contiguous input channels the stack's groups span. A stack lies within one group when
+    ``delta_o <= C_out/groups`` (the group's outputs are cut into ceil((C_out/g)/delta_o)
+    stacks), or covers ``delta_o / (C_out/groups)`` whole groups otherwise.
+    """
+
+    out_start: np.ndarray
+    out_size: np.ndarray
+    in_start: np.ndarray
+    in_size: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.out_size)
+
+
+def output_stacks(layer: Layer, delta_o: int) -> Stacks:
+    cpg_out, cpg_in, groups = layer.cout_per_group, layer.cin_per_group, layer.groups
+    if delta_o <= cpg_out:
+        per_group = chunks(cpg_out, delta_o)
+        starts_in_group = np.concatenate([[0], np.cumsum(per_group)[:-1]])
+        g = np.repeat(np.arange(groups, dtype=np.int64), len(per_group))
+        out_size = np.tile(per_group, groups)
+        out_start = g * cpg_out + np.tile(starts_in_group, groups)
+        return Stacks(out_start, out_size, g * cpg_in, np.full_like(g, cpg_in))
+    if delta_o > layer.c_out:
+        raise MappingError(f"delta_o {delta_o} exceeds the layer's {layer.c_out} output channels")
+    if delta_o % cpg_out:
+        raise MappingError(f"delta_o {delta_o} spans groups: it must divide the "
+                           f"{cpg_out} output channels of a group or be a multiple of them")
+    groups_per_stack = chunks(groups, delta_o // cpg_out)
+    g0 = np.concatenate([[0], np.cumsum(groups_per_stack)[:-1]])
+    return Stacks(g0 * cpg_out, groups_per_stack * cpg_out, g0 * cpg_in, groups_per_stack * cpg_in)
+
+
+@dataclass(frozen=True)
+class TaskGrid:
+    """The tasks a mapping cuts a layer into, for a batch of ``batch`` images.
+
+    Task order (the schedule's order; task ``t`` runs on cluster ``slot(t) mod C`` in wave
+    ``slot(t) // C``): batch tile, then row tile, then column tile, then stack (fastest).
+    ``output_stack_shared`` packs the stacks of each spatial/batch tile into share groups of
+    ``share_group`` consecutive stacks that occupy ``share_group`` aligned cluster slots
+    (a quadrant), leaving slots idle when the stacks do not fill the last group.
+    ``input_parallel`` runs one phase per (batch tile, stack); within a phase task ``k``
+    takes input slices ``[k*in_c, (k+1)*in_c)`` and runs on cluster ``k mod C``.
+    """
+
+    layer: Layer
+    mapping: Mapping
+    batch: int
+    stacks: Stacks
+    rows: SpatialAxis
+    cols: SpatialAxis
+    batch_tiles: np.ndarray
+    in_steps: np.ndarray  # input_parallel: input slices per task of a phase
+
+    @property
+    def algorithm(self) -> str:
+        return self.mapping.algorithm
+
+    # -- counts ----------------------------------------------------------------------------
+    @property
+    def n_spatial(self) -> int:
+        return self.rows.count * self.cols.count
+
+    @property
+    def n_tasks(self) -> int:
+        if self.algorithm == "input_parallel":
+            return len(self.batch_tiles) * self.stacks.count * len(self.in_steps)
+        return len(self.batch_tiles) * self.n_spatial * self.stacks.count
+
+    @property
+    def n_phases(self) -> int:
+        """Sequential phases separated by a reduction (input_parallel) or 1."""
+        if self.algorithm == "input_parallel":
+            return len(self.batch_tiles) * self.stacks.count
+        return 1
+
+    @property
+    def share_groups_per_tile(self) -> int:
+        """Share groups per spatial/batch tile (``output_stack_shared``), else stacks."""
+        g = self.mapping.share_group
+        return -(-self.stacks.count // g)
+
+    # -- per-task arrays (task order above) ------------------------------------------------
+    @cached_property
+    def _index(self) -> tuple[np.ndarray, ...]:
+        """Per task: (batch tile, row tile, col tile, stack, input step) indices."""
+        nb, ns = len(self.batch_tiles), self.stacks.count
+        if self.algorithm == "input_parallel":
+            nk = len(self.in_steps)
+            b, s, k = np.meshgrid(np.arange(nb), np.arange(ns), np.arange(nk), indexing="ij")
+            zero = np.zeros(b.size, dtype=np.int64)
+            return b.ravel(), zero, zero, s.ravel(), k.ravel()
+        nr, nc = self.rows.count, self.cols.count
+        b, r, c, s = np.meshgrid(np.arange(nb), np.arange(nr), np.arange(nc), np.arange(ns),
+                                 indexing="ij")
+        return b.ravel(), r.ravel(), c.ravel(), s.ravel(), np.zeros(b.size, dtype=np.int64)
+
+    @cached_property
+    def task_images(self) -> np.ndarray:
+        return self.batch_tiles[self._index[0]]
+
+    @cached_property
+    def task_out_channels(self) -> np.ndarray:
+        return self.stacks.out_size[self._index[3]]
+
+    @cached_property
+    def task_in_channels(self) -> np.ndarray:
+        """Input depth slices a task loads (all of its stack's for output_stack)."""
+        if self.algorithm == "input_parallel":
+            return self.in_steps[self._index[4]]
+        return self.stacks.in_size[self._index[3]]
+
+    @cached_property
+    def task_out_pixels(self) -> np.ndarray:
+        _, r, c, _, _ = self._index
+        return self.rows.out_size[r] * self.cols.out_size[c]
+
+    @cached_property
+    def task_in_pixels(self) -> np.ndarray:
+        """Input pixels per loaded depth slice (the tile's input patch, halo included)."""
+        _, r, c, _, _ = self._index
+        return self.rows.in_size[r] * self.cols.in_size[c]
+
+    @cached_property
+    def task_phase(self) -> np.ndarray:
+        b, _, _, s, _ = self._index
+        if self.algorithm == "input_parallel":
+            return b * self.stacks.count + s
+        return np.zeros(b.size, dtype=np.int64)
+
+    @cached_property
+    def task_slot(self) -> np.ndarray:
+        """Cluster slot of each task within its phase (cluster = slot mod C)."""
+        b, r, c, s, k = self._index
+        if self.algorithm == "input_parallel":
+            return k
+        if self.algorithm == "output_stack_shared":
+            g = self.mapping.share_group
+            per_tile = self.share_groups_per_tile * g
+            tile = (b * self.rows.count + r) * self.cols.count + c
+            return tile * per_tile + s
+        return np.arange(b.size, dtype=np.int64)
+
+    def share_members(self) -> np.ndarray:
+        """Per task: how many tasks of its share group (including itself) read its input."""
+        if self.algorithm != "output_stack_shared":
+            return np.ones(self.n_tasks, dtype=np.int64)
+        g = self.mapping.share_group
+        s = self._index[3]
+        n = self.stacks.count
+        group = s // g
+        return np.minimum(g, n - group * g)
+
+
+def task_grid(layer: Layer, mapping: Mapping, batch: int) -> TaskGrid:
+    """Cut ``layer`` (for ``batch`` images) into the tasks ``mapping`` describes.
+
+    Raises ``MappingError`` when the mapping does not apply to the layer.
+    """
+    if batch < 1:
+        raise MappingError(f"batch must be >= 1, got {batch}")
+    tile = mapping.tile
+    if mapping.algorithm == "input_parallel":
+        if layer.kind != "fc":
+            raise MappingError("input_parallel (Alg. 4/5) maps fully-connected layers only")
+        if tile.out_h not in (None, 1) or tile.out_w not in (None, 1):
+            raise MappingError("an fc layer has a 1x1 output: no spatial tiles")
+        if tile.in_c > layer.c_in:
+            raise MappingError(f"tile.in_c {tile.in_c} exceeds the {layer.c_in} input channels")
+        in_steps = chunks(layer.c_in, tile.in_c)
+    else:
+        in_steps = np.ones(1, dtype=np.int64)
+        if mapping.algorithm == "output_stack_shared" and layer.groups > 1:
+            raise MappingError("output_stack_shared (Alg. 3) needs groups = 1: stacks of "
+                               "different groups read different input slices")
+    if mapping.batch_tile > batch:
+        raise MappingError(f"batch_tile {mapping.batch_tile} exceeds the batch of {batch}")
+    stacks = output_stacks(layer, mapping.delta_o)
+    if mapping.algorithm != "input_parallel" and tile.in_c > int(stacks.in_size.max()):
+        raise MappingError(f"tile.in_c {tile.in_c} exceeds the {int(stacks.in_size.max())} "
+                           f"input slices a stack reads")
+    rows = spatial_axis(layer.h_out, tile.out_h, layer.h_in, layer.kernel_h, layer.stride_h,
+                        layer.pad_h)
+    cols = spatial_axis(layer.w_out, tile.out_w, layer.w_in, layer.kernel_w, layer.stride_w,
+                        layer.pad_w)
+    return TaskGrid(layer, mapping, batch, stacks, rows, cols, chunks(batch, mapping.batch_tile),
+                    in_steps)

@@ -1,0 +1,67 @@
+"""Hypothesis strategies for layers and mappings (shared by the property tests)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from autotune import Buffers, Layer, Mapping, Tile
+from autotune.search.space import algorithms_for, delta_o_values
+
+
+@st.composite
+def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
+    groups = draw(st.sampled_from([1, 1, 1, 2, 4, "depthwise"]))
+    if groups == "depthwise":
+        c = draw(st.integers(1, max_c))
+        c_in = c_out = groups = c
+    else:
+        c_in = groups * draw(st.integers(1, max_c // groups))
+        c_out = groups * draw(st.integers(1, max_c // groups))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
+    h = draw(st.integers(max(1, kh - 2 * ph), max_hw))
+    w = draw(st.integers(max(1, kw - 2 * pw), max_hw))
+    return Layer("conv", "conv", h, w, c_in, c_out, kh, kw, draw(st.integers(1, 3)),
+                 draw(st.integers(1, 3)), ph, pw, groups)
+
+
+@st.composite
+def fc_layers(draw, max_c: int = 300) -> Layer:
+    h = draw(st.integers(1, 7))
+    w = draw(st.integers(1, 7))
+    return Layer.fc("fc", h, w, draw(st.integers(1, max_c)), draw(st.integers(1, max_c)))
+
+
+def layers() -> st.SearchStrategy[Layer]:
+    return st.one_of(conv_layers(), fc_layers())
+
+
+@st.composite
+def mappings(draw, layer: Layer, batch: int) -> Mapping:
+    algorithm = draw(st.sampled_from(algorithms_for(layer)))
+    delta_o = draw(st.sampled_from(delta_o_values(layer)))
+    depth = st.sampled_from([1, 2])
+    buffers = Buffers(input_depth=draw(depth), filter_depth=draw(depth),
+                      output_depth=draw(depth))
+    batch_tile = draw(st.integers(1, batch))
+    if algorithm == "input_parallel":
+        tile = Tile(in_c=draw(st.integers(1, layer.c_in)))
+        return Mapping(algorithm, delta_o=delta_o, batch_tile=batch_tile, tile=tile,
+                       buffers=buffers)
+    max_in_c = layer.cin_per_group * max(1, delta_o // layer.cout_per_group)
+    tile = Tile(out_h=draw(st.none() | st.integers(1, layer.h_out)),
+                out_w=draw(st.none() | st.integers(1, layer.w_out)),
+                in_c=draw(st.integers(1, min(max_in_c, layer.c_in))))
+    share_group = 1
+    if algorithm == "output_stack_shared":
+        share_group = draw(st.sampled_from([4, 16, 64]))
+    return Mapping(algorithm, delta_o=delta_o, batch_tile=batch_tile,
+                   share_group=share_group, tile=tile, buffers=buffers)
+
+
+@st.composite
+def mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
+    layer = draw(layers())
+    batch = draw(st.integers(1, 4))
+    mapping = draw(mappings(layer, batch))
+    return layer, mapping, batch, draw(st.sampled_from(["fp32", "fp64"]))
