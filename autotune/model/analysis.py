@@ -8,9 +8,10 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes as precision_word_bytes
-from autotune.model.footprint import Footprint, footprint
-from autotune.model.latency import LatencyEstimate, estimate, task_macs
-from autotune.model.traffic import Traffic, traffic
+from autotune.model.footprint import buffer_override, footprint_from
+from autotune.model.formulas import consts, evaluate
+from autotune.model.ops import NumpyOps, as_int
+from autotune.model.quantities import grid_quantities
 from autotune.tiling import TaskGrid, task_grid, used_extent
 
 
@@ -44,7 +45,8 @@ class Analysis:
     cycles: int
     compute_cycles: float
     memory_cycles: float
-    reduction_cycles: float
+    reduction_cycles: int
+    energy_pj: float
     bound: str
     fits: bool
     reason: str | None
@@ -93,28 +95,36 @@ def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "
     """
     machine.check_precision(precision)
     wb = precision_word_bytes(precision)
-    grid = task_grid(layer, mapping, batch)
-    return analyze_grid(grid, machine, precision, wb)
+    return analyze_grid(task_grid(layer, mapping, batch), machine, precision, wb)
 
 
 def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:
-    fp: Footprint = footprint(grid, machine, wb)
-    moved: Traffic = traffic(grid, machine.clusters)
-    est: LatencyEstimate = estimate(grid, fp, moved, machine, precision, wb)
     layer, mapping = grid.layer, grid.mapping
-    macs = task_macs(grid)
+    k = consts(layer, machine, precision, wb, grid.batch)
+    v = evaluate(NumpyOps(), grid_quantities(grid), k, buffer_override(grid))
+    fp = footprint_from(v, grid, machine, wb)
+    macs = grid.batch * layer.macs
+    compute_ideal = macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
+    memory_ideal = as_int(v["offchip_bytes"]) / machine.hbm_bytes_per_cycle
+    cycles = as_int(v["cycles"])
+    if max(compute_ideal, memory_ideal) < 0.5 * cycles:
+        bound = "latency"
+    else:
+        bound = "compute" if compute_ideal >= memory_ideal else "memory"
     return Analysis(
         layer=layer.name, algorithm=mapping.algorithm,
         report_algorithm=mapping.report_algorithm_for(layer.c_out),
-        precision=precision, batch=grid.batch,
-        macs=int(macs.sum()), tasks=grid.n_tasks, task_macs_max=int(macs.max()),
-        waves=est.waves, l1_bytes=fp.l1_bytes, buffer_bytes=dict(fp.allocated_bytes),
+        precision=precision, batch=grid.batch, macs=macs, tasks=grid.n_tasks,
+        task_macs_max=as_int(v["macs_task"]), waves=as_int(v["waves"]),
+        l1_bytes=fp.l1_bytes, buffer_bytes=dict(fp.allocated_bytes),
         buffer_tile_words=dict(fp.tile_words),
-        offchip_load_words=moved.load_words, offchip_store_words=moved.store_words,
-        input_load_words=moved.input_load_words, filter_load_words=moved.filter_load_words,
-        intercluster_words=moved.intercluster_words, word_bytes=wb,
-        cycles=est.cycles, compute_cycles=est.compute_cycles, memory_cycles=est.memory_cycles,
-        reduction_cycles=est.reduction_cycles, bound=est.bound, fits=fp.fits, reason=fp.reason,
+        offchip_load_words=as_int(v["input_load"]) + as_int(v["filter_load"]),
+        offchip_store_words=as_int(v["store"]), input_load_words=as_int(v["input_load"]),
+        filter_load_words=as_int(v["filter_load"]),
+        intercluster_words=as_int(v["intercluster"]), word_bytes=wb, cycles=cycles,
+        compute_cycles=compute_ideal, memory_cycles=memory_ideal,
+        reduction_cycles=as_int(v["reduce"]), energy_pj=as_int(v["energy"]) / 1000,
+        bound=bound, fits=fp.fits, reason=fp.reason,
     )
 
 

@@ -3,7 +3,8 @@
 The report's space complexities (Sec. 2.1.2, 2.2.2, 2.3.2, 3.1.2, 3.2.2) are the minimum
 words per cluster: one output stack, one input depth slice (or batch of slices), one filter
 slice, plus a forwarding buffer for Alg. 3. Here the same buffers are sized from the task
-structure, so spatial tiles, multi-slice steps and batch tiles change them.
+structure, so spatial tiles, multi-slice steps and batch tiles change them. The sizes come
+from the cost formula (``formulas.evaluate``), the single definition of the model.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.ir.machine import Machine
-from autotune.ir.mapping import Buffers
+from autotune.model.formulas import consts, evaluate
+from autotune.model.ops import NumpyOps, as_int
+from autotune.model.quantities import grid_quantities
 from autotune.tiling import TaskGrid
 
 OPERANDS = ("input", "filter", "output", "share")
@@ -32,60 +35,44 @@ class Footprint:
         return self.depth[operand] * self.tile_words[operand] * word_bytes
 
 
-def tile_words(grid: TaskGrid) -> dict[str, int]:
-    """Words of one tile of each operand, for the largest task of the grid."""
-    layer, tile = grid.layer, grid.mapping.tile
-    images = int(grid.batch_tiles.max())
-    stack = int(grid.stacks.out_size.max())
-    if grid.algorithm == "input_parallel":
-        slices = int(grid.in_steps.max())
-        spatial = layer.h_in * layer.w_in
-        return {"input": images * slices * spatial, "filter": slices * spatial,
-                "output": stack * images, "share": 0}
-    in_patch = int(grid.rows.in_size.max()) * int(grid.cols.in_size.max())
-    out_patch = int(grid.rows.out_size.max()) * int(grid.cols.out_size.max())
-    input_tile = images * tile.in_c * in_patch
-    return {
-        "input": input_tile,
-        "filter": min(tile.in_c, layer.cin_per_group) * layer.kernel_h * layer.kernel_w,
-        "output": stack * out_patch * images,
-        "share": input_tile if grid.algorithm == "output_stack_shared" else 0,
-    }
+def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
+    b = grid.mapping.buffers
+    return {"input": b.input_bytes, "filter": b.filter_bytes, "output": b.output_bytes,
+            "share": b.share_bytes}
 
 
-def _align(n: int, unit: int) -> int:
-    return -(-n // unit) * unit
+def footprint_from(values: dict, grid: TaskGrid, machine: Machine, word_bytes: int) -> Footprint:
+    """Build the ``Footprint`` from an evaluated formula (explicit buffers must hold depth tiles)."""
+    b = grid.mapping.buffers
+    depth = {"input": b.input_depth, "filter": b.filter_depth, "output": b.output_depth,
+             "share": 1}
+    words = {op: as_int(values[f"tile_{op}"]) for op in OPERANDS}
+    allocated = {op: as_int(values[f"alloc_{op}"]) if words[op] else 0 for op in OPERANDS}
+    given = buffer_override(grid)
+    reason = None
+    for op in OPERANDS:
+        need = depth[op] * words[op] * word_bytes
+        if words[op] and given[op] is not None and given[op] < need:
+            reason = (f"{op} buffer of {given[op]} B is smaller than {depth[op]} x "
+                      f"{words[op] * word_bytes} B tiles")
+            break
+    total = sum(allocated.values())
+    if reason is None and total > machine.l1_bytes:
+        parts = ", ".join(f"{op} {allocated[op]}" for op in OPERANDS if allocated[op])
+        reason = f"buffers need {total} B > {machine.l1_bytes} B of L1 ({parts})"
+    return Footprint(words, depth, allocated, total, reason is None, reason)
 
 
-def footprint(grid: TaskGrid, machine: Machine, word_bytes: int) -> Footprint:
+def footprint(grid: TaskGrid, machine: Machine, word_bytes: int,
+              precision: str | None = None) -> Footprint:
     """Allocate every buffer the mapping declares and check the sum against L1.
 
     A buffer with explicit bytes must hold ``depth`` tiles; one without is allocated exactly
     ``depth`` tiles. Every buffer is rounded up to the L1 bank width so that it starts on a
     bank word. The forwarding buffer of Alg. 3 is single (Sec. 2.3.2: one input slice).
     """
-    words = tile_words(grid)
-    buffers: Buffers = grid.mapping.buffers
-    depth = {"input": buffers.input_depth, "filter": buffers.filter_depth,
-             "output": buffers.output_depth, "share": 1}
-    given = {"input": buffers.input_bytes, "filter": buffers.filter_bytes,
-             "output": buffers.output_bytes, "share": buffers.share_bytes}
-    allocated: dict[str, int] = {}
-    reason = None
-    for op in OPERANDS:
-        need = depth[op] * words[op] * word_bytes
-        if words[op] == 0:
-            allocated[op] = 0
-            continue
-        if given[op] is None:
-            allocated[op] = _align(need, machine.l1_bank_bytes)
-        else:
-            allocated[op] = _align(given[op], machine.l1_bank_bytes)
-            if given[op] < need and reason is None:
-                reason = (f"{op} buffer of {given[op]} B is smaller than {depth[op]} x "
-                          f"{words[op] * word_bytes} B tiles")
-    total = sum(allocated.values())
-    if reason is None and total > machine.l1_bytes:
-        parts = ", ".join(f"{op} {allocated[op]}" for op in OPERANDS if allocated[op])
-        reason = f"buffers need {total} B > {machine.l1_bytes} B of L1 ({parts})"
-    return Footprint(words, depth, allocated, total, reason is None, reason)
+    if precision is None:
+        precision = next(iter(machine.macs_per_cycle_per_core))
+    k = consts(grid.layer, machine, precision, word_bytes, grid.batch)
+    values = evaluate(NumpyOps(), grid_quantities(grid), k, buffer_override(grid))
+    return footprint_from(values, grid, machine, word_bytes)

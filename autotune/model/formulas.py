@@ -1,0 +1,237 @@
+"""The analytical cost model as one closed-form formula over a mapping's quantities.
+
+Written once against the ``ops`` interface (``model/ops.py``) so that ``analyze`` (Python
+ints), exhaustive search (numpy arrays over all candidates) and the integer program (CP-SAT
+constraints) evaluate *the same* model. Inputs are the quantities ``tiling.TaskGrid`` defines
+(stack counts and sizes, tile extents, batch tiles); outputs are footprint, traffic and cycles.
+
+Algorithms: 0 = ``output_stack`` (Alg. 1/2), 1 = ``output_stack_shared`` (Alg. 3),
+2 = ``input_parallel`` (Alg. 4/5).
+
+Latency (cycles), per phase (``input_parallel`` runs one phase per stack and batch tile,
+Alg. 5's outer loop; the others run one):
+
+    phase  = waves x task + phase_extra           waves = ceil(slots / C)
+    task   = L + max(compute, dma_double) + dma_single + store
+    total  = max(phases x phase + tail, offchip_bytes / HBM bandwidth)
+
+``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
+as its largest task: remainders cost a whole wave, as on the machine. ``compute`` runs at the
+cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
+DMA port, its fair share of HBM and of each uplink above it when ``active`` clusters stream
+(``rho``), and Little's law for what its double buffers keep in flight (report Sec. 2.1.2:
+256 cycles x 64 B/cycle = 16 KiB in flight). Single-buffered streams serialise with compute and
+pay the round-trip latency ``L`` per load; each transfer pays the DMA set-up. A task pays ``L``
+to start and, unless its output is double buffered, ``L`` plus the transfer to store.
+``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+
+OUTPUT_STACK, SHARED, INPUT_PARALLEL = 0, 1, 2
+ALGORITHM_CODES = {"output_stack": OUTPUT_STACK, "output_stack_shared": SHARED,
+                   "input_parallel": INPUT_PARALLEL}
+#: Fixed-point scale for rates: times are ceil(bytes * SCALE / (bytes per cycle * SCALE)).
+SCALE = 1000
+
+#: The per-mapping quantities the formula reads (see ``quantities.py``).
+QUANTITIES = ("alg", "n_s", "s_max", "s_in_sum", "in_max", "n_sp", "out_px_max", "in_px_max",
+              "in_px_sum", "n_b", "b_max", "tc", "tc_f", "nk", "g", "d_in", "d_f", "d_out")
+
+
+@dataclass(frozen=True)
+class Consts:
+    """Integer constants of one layer on one machine at one precision and batch."""
+
+    batch: int
+    c_in: int
+    c_out: int
+    hw: int                 # input pixels per depth slice
+    kf: int                 # MACs per output word: cin_per_group * kernel_h * kernel_w
+    kernel: int             # kernel_h * kernel_w
+    weights: int            # filter words
+    outputs: int            # output words per image
+    word: int               # bytes per word
+    clusters: int
+    latency: int            # round trip to main memory, cycles
+    dma: int                # DMA bytes per cycle
+    setup: int              # cycles per DMA transfer
+    bank: int               # L1 bank width, bytes (allocation granularity)
+    l1: int                 # L1 bytes
+    mac_rate: int           # cluster MACs per cycle x utilisation x SCALE
+    hbm: int                # HBM bytes per cycle x SCALE
+    rho: np.ndarray         # [active - 1] -> cycles per byte x SCALE for one cluster
+    red_latency: np.ndarray  # [active - 1] -> sum over levels of steps x latency
+    red_steps: tuple[np.ndarray, ...]  # per level: [active - 1] -> reduction steps
+    red_link: tuple[int, ...]          # per level: link bytes per cycle x SCALE
+    e_mac: int = 0          # energy per MAC, fJ
+    e_hbm: int = 0          # energy per off-chip byte, fJ
+    e_noc: int = 0          # energy per inter-cluster byte, fJ
+
+
+def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int) -> Consts:
+    """The constants the formula needs, all integers (rates in fixed point)."""
+    c = machine.clusters
+    active = np.arange(1, c + 1, dtype=np.float64)
+    inverse = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
+    inverse = np.maximum(inverse, active / machine.hbm_bytes_per_cycle)
+    below = 1
+    for level in machine.levels:
+        below *= level.fanout
+        inverse = np.maximum(inverse, np.minimum(active, below) / level.uplink_bytes_per_cycle)
+    rho = np.ceil(inverse * SCALE - 1e-9).astype(np.int64)
+    steps, links, latency_sum = [], [], np.zeros(c, dtype=np.int64)
+    nodes = np.arange(1, c + 1, dtype=np.int64)
+    for level in machine.levels:
+        width = np.minimum(level.fanout, nodes)
+        level_steps = np.where(nodes > 1, np.ceil(np.log2(np.maximum(width, 1))), 0).astype(
+            np.int64)
+        steps.append(level_steps)
+        links.append(int(round(min(machine.dma_bytes_per_cycle, level.uplink_bytes_per_cycle)
+                               * SCALE)))
+        latency_sum += level_steps * level.latency_cycles
+        nodes = -(-nodes // level.fanout)
+    energy = machine.energy_pj
+    return Consts(
+        batch=batch, c_in=layer.c_in, c_out=layer.c_out, hw=layer.h_in * layer.w_in,
+        kf=layer.cin_per_group * layer.kernel_h * layer.kernel_w,
+        kernel=layer.kernel_h * layer.kernel_w, weights=layer.weight_words,
+        outputs=layer.output_words, word=word, clusters=c,
+        latency=machine.hbm_latency_cycles, dma=machine.dma_bytes_per_cycle,
+        setup=machine.dma_setup_cycles, bank=machine.l1_bank_bytes, l1=machine.l1_bytes,
+        mac_rate=int(round(machine.cluster_macs_per_cycle(precision)
+                           * machine.fpu_utilization * SCALE)),
+        hbm=int(round(machine.hbm_bytes_per_cycle * SCALE)),
+        rho=rho, red_latency=latency_sum, red_steps=tuple(steps), red_link=tuple(links),
+        e_mac=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
+        e_hbm=int(round(energy.get("hbm_byte", 0.0) * 1000)),
+        e_noc=int(round(energy.get("noc_byte", 0.0) * 1000)),
+    )
+
+
+def evaluate(ops: Any, q: dict[str, Any], k: Consts,
+             alloc_override: dict[str, int | None] | None = None) -> dict[str, Any]:
+    """Footprint, traffic and cycles of the mapping(s) whose quantities are ``q``.
+
+    ``alloc_override`` (scalar evaluation only) gives explicit buffer bytes, as the report's
+    fixed 16 KiB buffers; otherwise each buffer is ``depth x tile`` rounded up to the bank.
+    """
+    mul, cdiv, mx, choose = ops.mul, ops.cdiv, ops.max, ops.choose
+    alg, w, big_l = q["alg"], k.word, k.latency
+    b, s, tc, n_s = q["b_max"], q["s_max"], q["tc"], q["n_s"]
+    out = {}
+
+    # -- tiles of the largest task, in words (report Sec. 2.1.2-3.2.2) -------------------------
+    conv_in_tile = mul(mul(b, tc), q["in_px_max"])
+    conv_out_tile = mul(mul(s, b), q["out_px_max"])
+    ip_in_tile = mul(b, tc) * k.hw
+    tile = {
+        "input": choose(alg, [conv_in_tile, conv_in_tile, ip_in_tile]),
+        # one filter slice per output channel and step (the report streams F[:, :, d_i, d_o])
+        "filter": choose(alg, [q["tc_f"] * k.kernel, q["tc_f"] * k.kernel, tc * k.hw]),
+        "output": choose(alg, [conv_out_tile, conv_out_tile, mul(s, b)]),
+        "share": choose(alg, [0, conv_in_tile, 0]),
+    }
+    depth = {"input": q["d_in"], "filter": q["d_f"], "output": q["d_out"], "share": 1}
+    alloc = {}
+    for op in ("input", "filter", "output", "share"):
+        given = None if alloc_override is None else alloc_override.get(op)
+        need = mul(depth[op], tile[op]) * w
+        alloc[op] = cdiv(need, k.bank) * k.bank if given is None else cdiv(given, k.bank) * k.bank
+        out[f"need_{op}"] = need
+    out.update({f"tile_{op}": tile[op] for op in tile})
+    out.update({f"alloc_{op}": alloc[op] for op in alloc})
+    out["l1"] = alloc["input"] + alloc["filter"] + alloc["output"] + alloc["share"]
+
+    # -- the largest task: MACs and words it moves ------------------------------------------
+    conv_macs = conv_out_tile * k.kf
+    ip_macs = mul(mul(b, tc), s) * k.hw
+    macs_task = choose(alg, [conv_macs, conv_macs, ip_macs])
+    conv_in_words = mul(mul(b, q["in_max"]), q["in_px_max"])
+    members = choose(alg, [1, ops.min(q["g"], n_s), 1])  # tasks of a share group
+    in_words = choose(alg, [conv_in_words, conv_in_words, ip_in_tile])
+    offchip_in = choose(alg, [in_words, cdiv(in_words, members), in_words])
+    forwarded = in_words - offchip_in
+    filter_words = choose(alg, [s * k.kf, s * k.kf, mul(s, tc) * k.hw])
+    store_words = choose(alg, [conv_out_tile, conv_out_tile, 0])
+    steps = choose(alg, [cdiv(q["in_max"], tc), cdiv(q["in_max"], tc), 1])
+
+    # -- schedule: slots per phase, waves, phases ---------------------------------------------
+    tiles_b_sp = mul(q["n_b"], q["n_sp"])
+    groups = cdiv(n_s, q["g"])
+    slots = choose(alg, [mul(tiles_b_sp, n_s), mul(tiles_b_sp, mul(groups, q["g"])), q["nk"]])
+    waves = cdiv(slots, k.clusters)
+    active = ops.min(slots, k.clusters)
+    phases = choose(alg, [1, 1, mul(q["n_b"], n_s)])
+    rho = ops.lookup(active - 1, k.rho)
+
+    def stream(nbytes: Any) -> Any:
+        """Cycles to move ``nbytes`` at this cluster's share of the bandwidth."""
+        return cdiv(mul(nbytes, rho), SCALE)
+
+    in_bytes, filter_bytes = offchip_in * w, filter_words * w
+    in_double = q["d_in"] - 1          # 1 if double buffered
+    f_double = q["d_f"] - 1
+    double_bytes = mul(in_double, in_bytes) + mul(f_double, filter_bytes)
+    single_bytes = (in_bytes - mul(in_double, in_bytes)) + (filter_bytes
+                                                            - mul(f_double, filter_bytes))
+    # Little's law: a double buffer keeps (allocated - one tile) bytes in flight.
+    in_flight = (mul(in_double, alloc["input"] - tile["input"] * w)
+                 + mul(f_double, alloc["filter"] - tile["filter"] * w))
+    little = cdiv(mul(double_bytes, big_l), ops.max(in_flight, 1))
+    filter_loads = mul(steps, s)
+    transfers = steps + filter_loads + choose(alg, [1, 1, 0])
+    dma_double = (mx(stream(double_bytes), little) + cdiv(forwarded * w, k.dma)
+                  + transfers * k.setup)
+    single_loads = (steps - mul(in_double, steps)) + (filter_loads - mul(f_double, filter_loads))
+    dma_single = stream(single_bytes) + single_loads * big_l
+    compute = cdiv(macs_task * SCALE, k.mac_rate)
+    store_bytes = store_words * w
+    out_single = 2 - q["d_out"]        # 1 if the store is exposed
+    store_time = stream(store_bytes) + big_l
+    store = mul(out_single, choose(alg, [store_time, store_time, 0]))
+    task = big_l + mx(compute, dma_double) + dma_single + store
+
+    # -- input_parallel: tree reduction of the private stacks (Sec. 3.1.3) + one store --------
+    stack_bytes = mul(s, b) * w
+    reduce = ops.lookup(active - 1, k.red_latency) + big_l + cdiv(stack_bytes, k.dma)
+    for level_steps, link in zip(k.red_steps, k.red_link, strict=True):
+        if int(np.max(level_steps)) > 0:
+            reduce = reduce + mul(ops.lookup(active - 1, level_steps),
+                                  cdiv(stack_bytes * SCALE, link))
+    phase_extra = choose(alg, [0, 0, reduce])
+    tail = mul(q["d_out"] - 1, choose(alg, [stream(store_bytes), stream(store_bytes), 0]))
+    total = mul(phases, mul(waves, task) + phase_extra) + tail
+
+    # -- traffic (Eq. 7, 9, 10, 12/13 generalised) ---------------------------------------------
+    px = q["in_px_sum"]
+    input_load = choose(alg, [mul(q["s_in_sum"], px) * k.batch,
+                              mul(groups, px) * (k.batch * k.c_in),
+                              n_s * (k.batch * k.c_in * k.hw)])
+    filter_load = choose(alg, [tiles_b_sp * k.weights, tiles_b_sp * k.weights,
+                               q["n_b"] * k.weights])
+    store_total = k.batch * k.outputs
+    intercluster = choose(alg, [0, mul(n_s - groups, px) * (k.batch * k.c_in),
+                                (active - 1) * (k.c_out * k.batch)])
+    offchip_bytes = (input_load + filter_load + store_total) * w
+    memory_floor = cdiv(offchip_bytes * SCALE, k.hbm)
+    # Energy (fJ): MACs are fixed by the layer; mappings differ in the bytes they move.
+    energy = (k.batch * k.outputs * k.kf * k.e_mac + offchip_bytes * k.e_hbm
+              + intercluster * (w * k.e_noc))
+    out.update(
+        macs_task=macs_task, slots=slots, waves=mul(phases, waves), phases=phases,
+        active=active, task=task, compute=compute, dma_double=dma_double,
+        dma_single=dma_single, reduce=mul(phases, phase_extra),
+        input_load=input_load, filter_load=filter_load, store=store_total,
+        intercluster=intercluster, offchip_bytes=offchip_bytes, memory_floor=memory_floor,
+        cycles=mx(total, memory_floor), energy=energy,
+    )
+    return out
