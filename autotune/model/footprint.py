@@ -42,7 +42,7 @@ def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
 
 
 def footprint_from(values: dict, grid: TaskGrid, machine: Machine, word_bytes: int) -> Footprint:
-    """Build the ``Footprint`` from an evaluated formula (explicit buffers must hold depth tiles)."""
+    """The ``Footprint`` from an evaluated formula (explicit buffers must hold depth tiles)."""
     b = grid.mapping.buffers
     depth = {"input": b.input_depth, "filter": b.filter_depth, "output": b.output_depth,
              "share": 1}

@@ -9,13 +9,23 @@ nothing a latency or traffic objective could want, and has only about 2·sqrt(n)
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import KIB, Buffers, Mapping, Tile
 from autotune.ir.precision import word_bytes
 from autotune.model.footprint import footprint
-from autotune.tiling import MappingError, task_grid
+from autotune.model.formulas import ALGORITHM_CODES
+from autotune.model.quantities import (
+    batch_quantities,
+    in_step_quantities,
+    spatial_quantities,
+    stack_quantities,
+)
+from autotune.tiling import MappingError, output_stacks, spatial_axis, task_grid
 
 
 def chunk_sizes(n: int) -> list[int]:
@@ -119,3 +129,107 @@ def iter_report_mappings(layer: Layer, batch: int = 1) -> Iterator[Mapping]:
             if n == 5:
                 params["batch_tile"] = batch
             yield Mapping.from_report(n, **params)
+
+
+# -- the candidate space the integer program and exhaustive search range over -----------------
+
+#: Most column tiles considered: column splits only help a row of a very wide layer fit;
+#: beyond this many the halo overhead outweighs anything a row split cannot give.
+MAX_COLUMN_TILES = 8
+#: Input slices per step (or per task, for input_parallel): powers of two up to this.
+MAX_IN_C_LOG2 = 12
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Per-variable candidate values of one layer and the quantities each implies.
+
+    Variables (each an index into its value list): ``alg``, ``delta_o``, ``spatial`` (a pair
+    ``(out_h, out_w)``), ``batch_tile``, ``in_c``, ``share`` (share group size; 1 unless the
+    algorithm is ``output_stack_shared``) and the depths ``d_in``, ``d_f``, ``d_out``. The
+    tables give the formula's quantities (``model/quantities.py``) for each value; they are
+    built by calling ``tiling`` for each value, so they are exactly the quantities of the
+    decoded mapping.
+    """
+
+    layer: Layer
+    batch: int
+    algorithms: tuple[str, ...]
+    delta_o: tuple[int, ...]
+    spatial: tuple[tuple[int | None, int | None], ...]
+    batch_tile: tuple[int, ...]
+    in_c: tuple[int, ...]
+    share: tuple[int, ...]
+    depths: tuple[int, ...]
+    tables: dict[str, np.ndarray]
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {"alg": len(self.algorithms), "delta_o": len(self.delta_o),
+                "spatial": len(self.spatial), "batch_tile": len(self.batch_tile),
+                "in_c": len(self.in_c), "share": len(self.share), "d_in": len(self.depths),
+                "d_f": len(self.depths), "d_out": len(self.depths)}
+
+    def decode(self, index: dict[str, int]) -> Mapping:
+        """The mapping a candidate (one index per variable) stands for."""
+        algorithm = self.algorithms[index["alg"]]
+        out_h, out_w = self.spatial[index["spatial"]]
+        return Mapping(
+            algorithm, delta_o=self.delta_o[index["delta_o"]],
+            batch_tile=self.batch_tile[index["batch_tile"]],
+            share_group=self.share[index["share"]],
+            tile=Tile(out_h=out_h, out_w=out_w, in_c=self.in_c[index["in_c"]]),
+            buffers=Buffers(input_depth=self.depths[index["d_in"]],
+                            filter_depth=self.depths[index["d_f"]],
+                            output_depth=self.depths[index["d_out"]]))
+
+
+def spatial_values(layer: Layer) -> list[tuple[int | None, int | None]]:
+    rows = chunk_sizes(layer.h_out)
+    cols = [c for c in chunk_sizes(layer.w_out) if -(-layer.w_out // c) <= MAX_COLUMN_TILES]
+    return [(None if r == layer.h_out else r, None if c == layer.w_out else c)
+            for r in rows for c in cols]
+
+
+def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
+    """The candidate values of every mapping variable for ``layer`` and their quantities."""
+    algorithms = tuple(algorithms_for(layer))
+    deltas = delta_o_values(layer)
+    spatial = spatial_values(layer)
+    batch_tiles = chunk_sizes(batch)
+    max_in = max(layer.c_in, 1)
+    in_cs = [1 << i for i in range(MAX_IN_C_LOG2 + 1) if (1 << i) <= max_in]
+    share = (1,) + (machine.share_group_sizes() if "output_stack_shared" in algorithms else ())
+    tables: dict[str, list[int]] = {}
+
+    def add(values: dict[str, int]) -> None:
+        for key, value in values.items():
+            tables.setdefault(key, []).append(value)
+
+    for d in deltas:
+        add(stack_quantities(output_stacks(layer, d)))
+    for out_h, out_w in spatial:
+        rows = spatial_axis(layer.h_out, out_h, layer.h_in, layer.kernel_h, layer.stride_h,
+                            layer.pad_h)
+        cols = spatial_axis(layer.w_out, out_w, layer.w_in, layer.kernel_w, layer.stride_w,
+                            layer.pad_w)
+        add(spatial_quantities(rows, cols))
+    for bt in batch_tiles:
+        add(batch_quantities(batch, bt))
+    for c in in_cs:
+        add(in_step_quantities(layer, c))
+    tables["g"] = list(share)
+    tables["depth"] = [1, 2]
+    tables["alg"] = [ALGORITHM_CODES[a] for a in algorithms]
+    return SearchSpace(layer, batch, algorithms, tuple(deltas), tuple(spatial),
+                       tuple(batch_tiles), tuple(in_cs), share, (1, 2),
+                       {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()})
+
+
+#: Which table each formula quantity is read from, by variable.
+QUANTITY_SOURCE = {
+    "n_s": "delta_o", "s_max": "delta_o", "s_in_sum": "delta_o", "in_max": "delta_o",
+    "n_sp": "spatial", "out_px_max": "spatial", "in_px_max": "spatial", "in_px_sum": "spatial",
+    "n_b": "batch_tile", "b_max": "batch_tile", "tc": "in_c", "tc_f": "in_c", "nk": "in_c",
+    "g": "share", "alg": "alg",
+}

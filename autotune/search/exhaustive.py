@@ -1,0 +1,105 @@
+"""Exhaustive search: evaluate the cost formula on every candidate mapping with numpy.
+
+A real search mode (``--search exhaustive``), and the reference the integer program is
+checked against: both evaluate ``model.formulas.evaluate`` over the same ``SearchSpace`` and
+break ties in the same order (objective, tie-break outputs, then enumeration order).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.ir.machine import Machine
+from autotune.ir.precision import word_bytes
+from autotune.model.formulas import SHARED, consts, evaluate
+from autotune.model.ops import NumpyOps
+from autotune.search.objective import ORDER, VARIABLES, check_objective
+from autotune.search.space import QUANTITY_SOURCE, SearchSpace
+
+#: Candidates evaluated per numpy batch (bounds memory: ~100 int64 temporaries of this size).
+CHUNK = 1 << 18
+
+
+@dataclass(frozen=True)
+class Best:
+    """The winning candidate: one index per variable and its formula outputs."""
+
+    index: dict[str, int]
+    values: dict[str, int]
+    candidates: int          # structurally legal candidates examined
+    feasible: int            # of which fit L1
+    min_l1: int              # smallest footprint among legal candidates (bytes)
+    wall_s: float
+
+
+def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray]:
+    """Index values each variable ranges over for one algorithm (share only for Alg. 3)."""
+    sizes = space.sizes
+    shared = space.tables["alg"][alg_index] == SHARED
+    ranges = {v: np.arange(sizes[v]) for v in VARIABLES}
+    ranges["alg"] = np.array([alg_index])
+    ranges["share"] = np.arange(1, sizes["share"]) if shared else np.array([0])
+    return ranges
+
+
+def quantities(space: SearchSpace, idx: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The formula's quantities for candidates given as index arrays."""
+    q = {name: space.tables[name][idx[var]] for name, var in QUANTITY_SOURCE.items()}
+    for name, var in (("d_in", "d_in"), ("d_f", "d_f"), ("d_out", "d_out")):
+        q[name] = space.tables["depth"][idx[var]]
+    return q
+
+
+def search(space: SearchSpace, machine: Machine, precision: str,
+           objective: str = "latency") -> Best | None:
+    """The best candidate under ``objective`` (None if nothing fits; see ``min_l1``)."""
+    check_objective(objective)
+    start = time.perf_counter()
+    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
+    order = ORDER[objective]
+    best_key: tuple | None = None
+    best: tuple[dict[str, int], dict[str, int]] | None = None
+    candidates = feasible = 0
+    min_l1 = np.iinfo(np.int64).max
+    for a in range(len(space.algorithms)):
+        ranges = _variable_values(space, a)
+        inner = [v for v in VARIABLES if v not in ("alg", "delta_o")]
+        inner_shape = [len(ranges[v]) for v in inner]
+        per_delta = int(np.prod(inner_shape))
+        step = max(1, CHUNK // per_delta)
+        for d0 in range(0, len(ranges["delta_o"]), step):
+            deltas = ranges["delta_o"][d0:d0 + step]
+            grids = np.meshgrid(deltas, *[ranges[v] for v in inner], indexing="ij")
+            idx = {"alg": np.full(grids[0].size, a), "delta_o": grids[0].ravel()}
+            idx.update({v: g.ravel() for v, g in zip(inner, grids[1:], strict=True)})
+            q = quantities(space, idx)
+            legal = np.ones(grids[0].size, dtype=bool)
+            if space.algorithms[a] != "input_parallel":
+                legal &= q["tc"] <= q["in_max"]  # a step cannot exceed the slices a stack reads
+            values = evaluate(NumpyOps(), q, k)
+            l1 = np.broadcast_to(values["l1"], legal.shape)
+            fit = legal & (l1 <= k.l1)
+            candidates += int(legal.sum())
+            feasible += int(fit.sum())
+            if legal.any():
+                min_l1 = min(min_l1, int(l1[legal].min()))
+            if not fit.any():
+                continue
+            cols = [np.broadcast_to(values[key], legal.shape)[fit] for key in order]
+            # np.lexsort sorts by the last key first; the position breaks remaining ties.
+            positions = np.flatnonzero(fit)
+            winner = np.lexsort((positions, *reversed(cols)))[0]
+            key = tuple(int(c[winner]) for c in cols)
+            if best_key is None or key < best_key:
+                pos = positions[winner]
+                best_key = key
+                best = ({v: int(idx[v][pos]) for v in VARIABLES},
+                        {name: int(np.broadcast_to(val, legal.shape)[pos])
+                         for name, val in values.items()})
+    wall = time.perf_counter() - start
+    if best is None:
+        return Best({}, {}, candidates, 0, int(min_l1), wall) if candidates else None
+    return Best(best[0], best[1], candidates, feasible, int(min_l1), wall)
