@@ -1,0 +1,188 @@
+"""The integer program of one layer: CP-SAT over the mapping variables, proven optimal.
+
+Decision variables are indices into the ``SearchSpace`` value lists (algorithm one-hot via
+its index, delta_o, spatial tile, batch tile, input slices per step, share group, and the
+buffering depth of each streamed operand); the buffer bytes follow from them exactly
+(``depth x tile``, bank-aligned) and are constrained against L1. The cost is the very formula
+``analyze`` evaluates (``model.formulas``), built into constraints by ``CpSatOps``: tables
+become element constraints, products multiplication equalities, ceilings division
+equalities. No relaxation: the optimum is the best mapping of the analytical model.
+
+Ties are broken lexicographically by re-solving with each earlier objective fixed: the
+objective, the tie-break outputs (``search.objective.ORDER``) and finally the candidate's
+rank in enumeration order, which makes the answer unique and equal to exhaustive search's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from autotune.ir.machine import Machine
+from autotune.ir.precision import word_bytes
+from autotune.model.formulas import INPUT_PARALLEL, SHARED, consts, evaluate
+from autotune.search.ilp.ops import CpSatOps, Expr
+from autotune.search.objective import ORDER, VARIABLES, check_objective
+from autotune.search.space import QUANTITY_SOURCE, SearchSpace
+
+
+@dataclass
+class IlpResult:
+    index: dict[str, int] | None
+    values: dict[str, int]
+    status: str                 # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN
+    objective: int | None
+    bound: int | None
+    wall_s: float
+    candidates: int
+    min_l1: int | None = None
+    stages: list[str] = field(default_factory=list)
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None:
+            return None
+        return 0.0 if self.objective == 0 else (self.objective - self.bound) / self.objective
+
+
+def count_candidates(space: SearchSpace) -> int:
+    """Structurally legal candidates (the size of the space exhaustive search walks)."""
+    sizes = space.sizes
+    rest = sizes["spatial"] * sizes["batch_tile"] * 8  # three depths of two values each
+    in_max = space.tables["in_max"][:, None]
+    tc = space.tables["tc"][None, :]
+    total = 0
+    for code in space.tables["alg"]:
+        pairs = (len(space.delta_o) * len(space.in_c) if code == INPUT_PARALLEL
+                 else int((tc <= in_max).sum()))
+        share = sizes["share"] - 1 if code == SHARED else 1
+        total += pairs * rest * share
+    return total
+
+
+@dataclass
+class Built:
+    cpm: cp_model.CpModel
+    index: dict[str, Any]       # variable name -> Expr or constant
+    values: dict[str, Any]      # formula outputs
+    rank: Any
+
+
+def build(space: SearchSpace, machine: Machine, precision: str) -> Built:
+    cpm = cp_model.CpModel()
+    ops = CpSatOps(cpm)
+    name = space.layer.name
+    sizes = space.sizes
+    index: dict[str, Any] = {}
+    for v in VARIABLES:
+        n = sizes[v]
+        index[v] = 0 if n == 1 else Expr(cpm.new_int_var(0, n - 1, f"{v}[{name}]"), 0, n - 1)
+    codes = [int(c) for c in space.tables["alg"]]
+    alg = ops.lookup(index["alg"], np.asarray(codes)) if isinstance(index["alg"], Expr) \
+        else codes[0]
+    # Only Alg. 3 has a share group; every other algorithm uses index 0 (group of 1).
+    if isinstance(index["share"], Expr):
+        if isinstance(alg, Expr):
+            is_shared = ops.literal_equals(alg, SHARED)
+            cpm.add(index["share"].expr >= 1).only_enforce_if(is_shared)
+            cpm.add(index["share"].expr == 0).only_enforce_if(~is_shared)
+        elif alg == SHARED:
+            cpm.add(index["share"].expr >= 1)
+        else:
+            cpm.add(index["share"].expr == 0)
+    q = {qname: ops.lookup(index[var], space.tables[qname])
+         for qname, var in QUANTITY_SOURCE.items() if qname != "alg"}
+    q["alg"] = alg
+    for qname in ("d_in", "d_f", "d_out"):
+        q[qname] = index[qname] + 1 if isinstance(index[qname], Expr) else 1 + index[qname]
+    # A step reads at most the input slices its stack has (convolution algorithms).
+    tc, in_max = q["tc"], q["in_max"]
+    if (isinstance(tc, Expr) or isinstance(in_max, Expr)) and alg != INPUT_PARALLEL:
+        constraint = cpm.add(_expr(tc) <= _expr(in_max))
+        if isinstance(alg, Expr):
+            constraint.only_enforce_if(~ops.literal_equals(alg, INPUT_PARALLEL))
+    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
+    values = evaluate(ops, q, k)
+    l1 = values["l1"]
+    if isinstance(l1, Expr):
+        cpm.add(l1.expr <= k.l1).with_name("l1_capacity")
+    rank: Any = 0
+    stride = 1
+    for v in reversed(VARIABLES):
+        rank = rank + index[v] * stride
+        stride *= sizes[v]
+    return Built(cpm, index, values, rank)
+
+
+def _expr(x: Any) -> Any:
+    return x.expr if isinstance(x, Expr) else x
+
+
+def solve(space: SearchSpace, machine: Machine, precision: str, objective: str = "latency",
+          *, time_limit: float | None = 60.0, workers: int = 1, seed: int = 0) -> IlpResult:
+    """Solve the layer's integer program; lexicographic stages make the answer unique."""
+    check_objective(objective)
+    start = time.perf_counter()
+    built = build(space, machine, precision)
+    cpm = built.cpm
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = time_limit
+    candidates = count_candidates(space)
+    stages = [*ORDER[objective], "rank"]
+    first_objective = first_bound = None
+    status_name = "OPTIMAL"
+    for stage in stages:
+        target = built.rank if stage == "rank" else built.values[stage]
+        if isinstance(target, int):
+            continue  # constant: nothing to decide
+        cpm.minimize(_expr(target))
+        status = solver.solve(cpm)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            name = solver.status_name(status)
+            if stage == stages[0]:
+                return IlpResult(None, {}, name, None, None, time.perf_counter() - start,
+                                 candidates, _smallest_footprint(built, solver), stages)
+            break
+        value = int(round(solver.objective_value))
+        if first_objective is None:
+            first_objective, first_bound = value, int(round(solver.best_objective_bound))
+        if status != cp_model.OPTIMAL:
+            status_name = "FEASIBLE"
+            break
+        cpm.add(_expr(target) == value)
+        cpm.clear_hints()
+        for v in VARIABLES:
+            if isinstance(built.index[v], Expr):
+                cpm.add_hint(built.index[v].expr, solver.value(built.index[v].expr))
+    index = {v: (int(solver.value(built.index[v].expr)) if isinstance(built.index[v], Expr)
+                 else int(built.index[v])) for v in VARIABLES}
+    values = {key: (int(solver.value(val.expr)) if isinstance(val, Expr) else int(val))
+              for key, val in built.values.items()}
+    return IlpResult(index, values, status_name, first_objective, first_bound,
+                     time.perf_counter() - start, candidates, None, stages)
+
+
+def _smallest_footprint(built: Built, solver: cp_model.CpSolver) -> int | None:
+    """When nothing fits: the smallest L1 footprint any candidate needs (for the error)."""
+    cpm = built.cpm
+    l1 = built.values["l1"]
+    if not isinstance(l1, Expr):
+        return int(l1)
+    # Drop the capacity constraint (the last one added on l1) by solving a copy without it.
+    relaxed = cp_model.CpModel()
+    relaxed.proto.CopyFrom(cpm.proto)
+    for i in range(len(relaxed.proto.constraints) - 1, -1, -1):
+        ct = relaxed.proto.constraints[i]
+        if ct.WhichOneof("constraint") == "linear" and ct.name == "l1_capacity":
+            del relaxed.proto.constraints[i]
+    relaxed.clear_objective()
+    relaxed.minimize(l1.expr)
+    status = solver.solve(relaxed)
+    return int(solver.objective_value) if status == cp_model.OPTIMAL else None
