@@ -1,0 +1,114 @@
+"""The integer program's optimum is the exhaustive optimum of the same cost model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune import Layer, Network, analyze
+from autotune.search.exhaustive import search as exhaustive_search
+from autotune.search.ilp.model import count_candidates, solve
+from autotune.search.solve import InfeasibleError, solve_layer, solve_network
+from autotune.search.space import search_space
+from tests.strategies import conv_layers, fc_layers
+
+
+def small_layers():
+    # tiny, non-square, strided, grouped and fc layers, plus a few large ones
+    return st.one_of(conv_layers(max_hw=24, max_c=48), fc_layers(max_c=256),
+                     st.sampled_from([
+                         Layer("big", "conv", 56, 56, 64, 64, 3, 3, pad_h=1, pad_w=1),
+                         Layer.fc("huge_fc", 7, 7, 512, 4096),
+                         Layer("wide", "conv", 13, 208, 8, 16, 3, 3, 2, 2, 1, 1),
+                     ]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layer=small_layers(), batch=st.sampled_from([1, 1, 2, 3]),
+       precision=st.sampled_from(["fp32", "fp64"]),
+       objective=st.sampled_from(["latency", "latency", "traffic", "energy"]))
+def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objective):
+    space = search_space(layer, manticore, batch)
+    best = exhaustive_search(space, manticore, precision, objective)
+    result = solve(space, manticore, precision, objective)
+    assert result.status == "OPTIMAL"
+    assert result.candidates == best.candidates
+    assert result.index == best.index          # same mapping: same lexicographic tie-breaks
+    for key in ("cycles", "offchip_bytes", "l1", "energy"):
+        assert result.values[key] == best.values[key]
+    # the decoded mapping, analysed on its own, has exactly those costs
+    a = analyze(layer, space.decode(best.index), manticore, precision, batch)
+    assert a.fits and a.cycles == best.values["cycles"]
+    assert a.offchip_bytes == best.values["offchip_bytes"]
+
+
+def test_optimum_beats_every_report_mapping(manticore):
+    layer = Layer("typical", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1)
+    best = solve_layer(layer, manticore, "fp32")
+    from autotune.search.space import iter_report_mappings
+
+    for mapping in iter_report_mappings(layer):
+        a = analyze(layer, mapping, manticore, "fp32")
+        if a.fits:
+            assert best.analysis.cycles <= a.cycles
+
+
+def test_same_input_same_result(manticore):
+    layer = Layer("c", "conv", 28, 28, 128, 128, 3, 3, pad_h=1, pad_w=1)
+    first = solve_layer(layer, manticore, "fp32", seed=3)
+    second = solve_layer(layer, manticore, "fp32", seed=3)
+    assert first.mapping == second.mapping
+    assert first.search.status == "OPTIMAL" and first.search.gap == 0.0
+
+
+@pytest.mark.parametrize("search", ["ilp", "exhaustive"])
+def test_infeasible_layer_names_layer_and_smallest_footprint(manticore, search):
+    tiny = dataclasses.replace(manticore, l1_bytes=64)
+    layer = Layer("needs_more", "conv", 8, 8, 4, 4, 3, 3, pad_h=1, pad_w=1)
+    with pytest.raises(InfeasibleError) as info:
+        solve_layer(layer, tiny, "fp32", search=search)
+    message = str(info.value)
+    assert "'needs_more'" in message and "64 B" in message
+    smallest = info.value.smallest
+    assert smallest is not None and smallest > 64
+    assert f"{smallest} B" in message
+
+
+def test_report_fields(manticore):
+    sol = solve_layer(Layer.fc("fc", 1, 1, 256, 100), manticore, "fp32", search="exhaustive")
+    r = sol.search
+    assert r.mode == "exhaustive" and r.status == "OPTIMAL" and r.wall_s >= 0
+    assert r.candidates == count_candidates(search_space(sol.layer, manticore, 1))
+    assert r.value == sol.analysis.cycles
+
+
+def test_traffic_objective_moves_no_more_bytes(manticore):
+    layer = Layer("c", "conv", 14, 14, 256, 256, 3, 3, pad_h=1, pad_w=1)
+    fast = solve_layer(layer, manticore, "fp32", objective="latency")
+    lean = solve_layer(layer, manticore, "fp32", objective="traffic")
+    assert lean.analysis.offchip_bytes <= fast.analysis.offchip_bytes
+    assert lean.analysis.cycles >= fast.analysis.cycles
+
+
+def test_network_solves_identical_shapes_once(manticore):
+    a = Layer("a", "conv", 14, 14, 32, 32, 3, 3, pad_h=1, pad_w=1)
+    b = dataclasses.replace(a, name="b")
+    net = Network("n", (a, b, Layer.fc("fc", 1, 1, 32, 10)))
+    seen = []
+    sols = solve_network(net, manticore, processes=1, progress=seen.append)
+    assert [s.layer.name for s in sols] == ["a", "b", "fc"]
+    assert seen == ["a", "fc"]
+    assert sols[1].search.shared_with == "a" and sols[1].mapping == sols[0].mapping
+    assert sols[1].analysis.layer == "b"
+
+
+def test_network_results_do_not_depend_on_processes(manticore):
+    layers = tuple(Layer(f"c{i}", "conv", 10 + i, 10, 16, 16 * (i + 1), 3, 3, pad_h=1, pad_w=1)
+                   for i in range(3))
+    net = Network("n", layers)
+    serial = solve_network(net, manticore, processes=1)
+    parallel = solve_network(net, manticore, processes=2)
+    assert [s.mapping for s in serial] == [s.mapping for s in parallel]
