@@ -178,11 +178,10 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         return cdiv(mul(nbytes, rho), SCALE)
 
     in_bytes, filter_bytes = offchip_in * w, filter_words * w
-    in_double = q["d_in"] - 1          # 1 if double buffered
-    f_double = q["d_f"] - 1
+    in_double, in_single = q["d_in"] - 1, 2 - q["d_in"]      # 0/1 flags
+    f_double, f_single = q["d_f"] - 1, 2 - q["d_f"]
     double_bytes = mul(in_double, in_bytes) + mul(f_double, filter_bytes)
-    single_bytes = (in_bytes - mul(in_double, in_bytes)) + (filter_bytes
-                                                            - mul(f_double, filter_bytes))
+    single_bytes = mul(in_single, in_bytes) + mul(f_single, filter_bytes)
     # Little's law: a double buffer keeps (allocated - one tile) bytes in flight.
     in_flight = (mul(in_double, alloc["input"] - tile["input"] * w)
                  + mul(f_double, alloc["filter"] - tile["filter"] * w))
@@ -191,7 +190,7 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     transfers = steps + filter_loads + choose(alg, [1, 1, 0])
     dma_double = (mx(stream(double_bytes), little) + cdiv(forwarded * w, k.dma)
                   + transfers * k.setup)
-    single_loads = (steps - mul(in_double, steps)) + (filter_loads - mul(f_double, filter_loads))
+    single_loads = mul(in_single, steps) + mul(f_single, filter_loads)
     dma_single = stream(single_bytes) + single_loads * big_l
     compute = cdiv(macs_task * SCALE, k.mac_rate)
     store_bytes = store_words * w

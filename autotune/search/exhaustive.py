@@ -16,6 +16,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.precision import word_bytes
 from autotune.model.formulas import SHARED, consts, evaluate
 from autotune.model.ops import NumpyOps
+from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import QUANTITY_SOURCE, SearchSpace
 
@@ -80,6 +81,9 @@ def search(space: SearchSpace, machine: Machine, precision: str,
             if space.algorithms[a] != "input_parallel":
                 legal &= q["tc"] <= q["in_max"]  # a step cannot exceed the slices a stack reads
             values = evaluate(NumpyOps(), q, k)
+            for name in ("cycles", "energy", "offchip_bytes"):
+                if np.max(values[name]) >= LIMIT:  # the integer program clamps there
+                    raise OverflowError(f"layer {space.layer.name!r}: {name} reaches {LIMIT}")
             l1 = np.broadcast_to(values["l1"], legal.shape)
             fit = legal & (l1 <= k.l1)
             candidates += int(legal.sum())

@@ -15,8 +15,11 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-#: CP-SAT works on 64-bit integers; keep every bound well inside.
-LIMIT = 1 << 61
+#: CP-SAT works on 64-bit integers. Interval bounds of products compound (the largest phase
+#: count times the largest task time of *different* candidates), so bounds are clamped here;
+#: every value a real candidate takes is far below (exhaustive search asserts it), so the
+#: clamp removes no candidate.
+LIMIT = 1 << 60
 
 
 @dataclass
@@ -59,9 +62,7 @@ class CpSatOps:
 
     # -- helpers -------------------------------------------------------------------------
     def var(self, lo: int, hi: int, name: str = "t") -> Expr:
-        lo, hi = int(lo), int(hi)
-        if hi > LIMIT or lo < -LIMIT:
-            raise OverflowError(f"bounds [{lo}, {hi}] of {name} exceed CP-SAT's range")
+        lo, hi = max(int(lo), -LIMIT), min(int(hi), LIMIT)
         self.count += 1
         return Expr(self.cpm.new_int_var(lo, hi, f"{name}{self.count}"), lo, hi)
 
