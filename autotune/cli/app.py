@@ -123,6 +123,87 @@ def machines() -> None:
         stdout.print(f"{name}: {resolve_machine(name).description.get('summary', '')}")
 
 
+def _tile_text(mapping) -> str:
+    t = mapping.tile
+    h = "all" if t.out_h is None else str(t.out_h)
+    w = "all" if t.out_w is None else str(t.out_w)
+    return f"{h}×{w}×{t.in_c}"
+
+
+@app.command()
+def tune(
+    network: Annotated[Path, typer.Argument(help="network.yaml to tune")],
+    machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
+    = None,
+    batch: Annotated[int | None, typer.Option(min=1, help="images per inference "
+                                                         "(default: the file's)")] = None,
+    objective: Annotated[str, typer.Option(help="latency | traffic | energy")] = "latency",
+    search: Annotated[str, typer.Option(help="ilp (CP-SAT) | exhaustive")] = "ilp",
+    time_limit: Annotated[float, typer.Option(help="CP-SAT seconds per layer")] = 60.0,
+    workers: Annotated[int, typer.Option(min=1, help="CP-SAT workers per layer "
+                                                     "(1 is deterministic)")] = 1,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+) -> None:
+    """Choose the best mapping of every layer and print the schedule table."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from autotune.search.solve import SEARCH_MODES, InfeasibleError, solve_network
+
+    if objective not in ("latency", "traffic", "energy"):
+        fail(f"option '--objective': unknown objective {objective!r} "
+             f"(choose latency, traffic, energy)")
+    if search not in SEARCH_MODES:
+        fail(f"option '--search': unknown search mode {search!r} (choose ilp, exhaustive)")
+    if precision is not None and precision not in ("fp64", "fp32", "fp16"):
+        fail(f"option '--precision': unknown precision {precision!r}")
+    try:
+        net = load_network(network)
+        mach = resolve_machine(machine)
+        prec = precision or net.precision
+        mach.check_precision(prec)
+    except (InputError, ValueError) as exc:
+        fail(str(exc))
+    n_batch = batch or net.batch
+    shapes = len({layer.shape_key() for layer in net.layers})
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TextColumn("{task.fields[layer]}"),
+                  console=stderr, transient=True) as bar:
+        task = bar.add_task(f"{search} {net.name}", total=shapes, layer="")
+        try:
+            sols = solve_network(net, mach, precision=prec, batch=n_batch,
+                                 objective=objective, search=search, time_limit=time_limit,
+                                 workers=workers, seed=seed,
+                                 progress=lambda name: bar.update(task, advance=1, layer=name))
+        except InfeasibleError as exc:
+            fail(f"{network}: {exc}")
+    peak = mach.peak_macs_per_cycle(prec)
+    table = Table(title=f"{net.name}: batch {n_batch}, {prec}, objective {objective}, "
+                        f"machine {mach.name}", title_justify="left")
+    for col in ("layer", "algorithm", "ΔO", "batch tile", "share", "tile h×w×c", "L1",
+                "cycles", "% peak", "bound", "search"):
+        table.add_column(col, justify="left" if col in ("layer", "algorithm", "bound",
+                                                        "search") else "right")
+    for sol in sols:
+        a, m = sol.analysis, sol.mapping
+        status = sol.search.status if sol.search.shared_with is None else \
+            f"= {sol.search.shared_with}"
+        table.add_row(sol.layer.name, m.algorithm, str(m.delta_o), str(m.batch_tile),
+                      str(m.share_group), _tile_text(m), _bytes(a.l1_bytes), f"{a.cycles:,}",
+                      f"{100 * a.macs / (a.cycles * peak):.1f}", a.bound, status)
+    stdout.print(table)
+    cycles = sum(s.analysis.cycles for s in sols)
+    seconds = cycles / mach.clock_hz
+    macs = sum(s.analysis.macs for s in sols)
+    offchip = sum(s.analysis.offchip_bytes for s in sols)
+    stdout.print(
+        f"total: {cycles:,} cycles = {seconds * 1e3:.3f} ms per batch, "
+        f"{n_batch / seconds:,.1f} images/s, {2 * macs / seconds / 1e12:.2f} Tflop/s "
+        f"({100 * macs / (cycles * peak):.1f} % of peak), off-chip {_bytes(offchip)}; "
+        f"search {sum(s.search.wall_s for s in sols if s.search.shared_with is None):.1f} s "
+        f"over {shapes} distinct shapes")
+
+
 def main() -> None:
     """Console entry point: run the app, mapping unexpected errors to exit code 1."""
     try:

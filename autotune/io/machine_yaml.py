@@ -178,6 +178,9 @@ def parse_machine(text: str, path: str) -> Machine:
     return build_machine(spec, path)
 
 
+PRESET_DIR = Path(str(resources.files("autotune") / "machines"))
+
+
 def preset_names() -> tuple[str, ...]:
     """Names of the bundled presets (``autotune/machines/*.yaml``)."""
     folder = resources.files("autotune") / "machines"

@@ -50,3 +50,39 @@ def test_machines_lists_presets():
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and "autotune" in result.output
+
+
+def test_tune_prints_schedule_table(tmp_path):
+    net = tmp_path / "n.yaml"
+    net.write_text("network: small\nlayers:\n"
+                   "  - {name: c1, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, "
+                   "padding: 1}\n"
+                   "  - {name: c2, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, "
+                   "padding: 1}\n"
+                   "  - {name: fc, kind: fc, in: [4, 4, 16], out_channels: 10}\n")
+    result = runner.invoke(app, ["tune", str(net), "--search", "exhaustive"])
+    assert result.exit_code == 0, result.output
+    for text in ("c1", "c2", "= c1", "fc", "OPTIMAL", "images/s", "% of peak"):
+        assert text in result.output
+
+
+def test_tune_bad_option_exits_2(tmp_path):
+    result = runner.invoke(app, ["tune", str(EXAMPLES / "alexnet.yaml"), "--search", "magic"])
+    assert result.exit_code == 2 and "--search" in result.output
+
+
+def test_tune_infeasible_exits_2(tmp_path):
+    import yaml
+
+    from autotune.io.machine_yaml import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "manticore.yaml").read_text())
+    raw["parameters"]["l1_size"]["value"] = 64
+    machine = tmp_path / "tiny.yaml"
+    machine.write_text(yaml.safe_dump(raw))
+    net = tmp_path / "n.yaml"
+    net.write_text("network: n\nlayers:\n  - {name: big, kind: conv, in: [8, 8, 8], "
+                   "out_channels: 8, kernel: 3}\n")
+    result = runner.invoke(app, ["tune", str(net), "--machine", str(machine)])
+    assert result.exit_code == 2
+    assert "'big'" in result.output and "smallest footprint" in result.output
