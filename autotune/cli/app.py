@@ -186,8 +186,10 @@ def tune(
                                                         "search") else "right")
     for sol in sols:
         a, m = sol.analysis, sol.mapping
-        status = sol.search.status if sol.search.shared_with is None else \
-            f"= {sol.search.shared_with}"
+        r = sol.search
+        status = (f"{r.status} {r.wall_s:.1f}s {r.candidates / 1e3:.0f}k"
+                  + (f" gap {r.gap:.1%}" if r.gap else "")
+                  if r.shared_with is None else f"= {r.shared_with}")
         table.add_row(sol.layer.name, m.algorithm, str(m.delta_o), str(m.batch_tile),
                       str(m.share_group), _tile_text(m), _bytes(a.l1_bytes), f"{a.cycles:,}",
                       f"{100 * a.macs / (a.cycles * peak):.1f}", a.bound, status)

@@ -112,3 +112,15 @@ def test_network_results_do_not_depend_on_processes(manticore):
     serial = solve_network(net, manticore, processes=1)
     parallel = solve_network(net, manticore, processes=2)
     assert [s.mapping for s in serial] == [s.mapping for s in parallel]
+
+
+def test_energy_objective_uses_the_machine_energies(manticore):
+    assert manticore.energy_pj["hbm_byte"] > manticore.energy_pj["noc_byte"] > 0
+    layer = Layer("c", "conv", 28, 28, 128, 128, 3, 3, pad_h=1, pad_w=1)
+    fast = solve_layer(layer, manticore, "fp32", objective="latency")
+    frugal = solve_layer(layer, manticore, "fp32", objective="energy")
+    assert frugal.analysis.energy_pj <= fast.analysis.energy_pj
+    e = manticore.energy_pj
+    expected = (layer.macs * e["mac_fp32"] + frugal.analysis.offchip_bytes * e["hbm_byte"]
+                + frugal.analysis.intercluster_bytes * e["noc_byte"])
+    assert frugal.analysis.energy_pj == pytest.approx(expected, rel=1e-9)
