@@ -161,6 +161,15 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
     )
 
 
+def machine_from_description(description: dict[str, Any], path: str) -> Machine:
+    """Rebuild a ``Machine`` from the description a schedule file embeds."""
+    try:
+        spec = MachineSpec.model_validate(description)
+    except ValidationError as exc:
+        raise first_validation_error(path, exc) from None
+    return build_machine(spec, path)
+
+
 def parse_machine(text: str, path: str) -> Machine:
     """Parse machine YAML text (``path`` is only used in error messages)."""
     try:

@@ -57,12 +57,26 @@ def quantities(space: SearchSpace, idx: dict[str, np.ndarray]) -> dict[str, np.n
 def search(space: SearchSpace, machine: Machine, precision: str,
            objective: str = "latency") -> Best | None:
     """The best candidate under ``objective`` (None if nothing fits; see ``min_l1``)."""
+    ranked = ranking(space, machine, precision, objective, 1)
+    return ranked[0] if ranked else None
+
+
+def top_k(space: SearchSpace, machine: Machine, precision: str, objective: str,
+          k: int) -> list[dict[str, int]]:
+    """Indices of the ``k`` best fitting candidates, best first (same order as ``search``)."""
+    ranked = ranking(space, machine, precision, objective, k)
+    return [b.index for b in ranked if b.index]
+
+
+def ranking(space: SearchSpace, machine: Machine, precision: str, objective: str,
+            count: int) -> list[Best]:
+    """The ``count`` best candidates (one ``Best`` each; an infeasible layer gives one ``Best``
+    with an empty index and the smallest footprint; an empty space gives [])."""
     check_objective(objective)
     start = time.perf_counter()
     k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
     order = ORDER[objective]
-    best_key: tuple | None = None
-    best: tuple[dict[str, int], dict[str, int]] | None = None
+    kept: list[tuple[tuple, dict[str, int], dict[str, int]]] = []
     candidates = feasible = 0
     min_l1 = np.iinfo(np.int64).max
     for a in range(len(space.algorithms)):
@@ -95,15 +109,15 @@ def search(space: SearchSpace, machine: Machine, precision: str,
             cols = [np.broadcast_to(values[key], legal.shape)[fit] for key in order]
             # np.lexsort sorts by the last key first; the position breaks remaining ties.
             positions = np.flatnonzero(fit)
-            winner = np.lexsort((positions, *reversed(cols)))[0]
-            key = tuple(int(c[winner]) for c in cols)
-            if best_key is None or key < best_key:
+            for winner in np.lexsort((positions, *reversed(cols)))[:count]:
                 pos = positions[winner]
-                best_key = key
-                best = ({v: int(idx[v][pos]) for v in VARIABLES},
-                        {name: int(np.broadcast_to(val, legal.shape)[pos])
-                         for name, val in values.items()})
+                key = (*(int(c[winner]) for c in cols), a, d0, int(pos))
+                kept.append((key, {v: int(idx[v][pos]) for v in VARIABLES},
+                             {name: int(np.broadcast_to(val, legal.shape)[pos])
+                              for name, val in values.items()}))
+            kept = sorted(kept, key=lambda item: item[0])[:count]
     wall = time.perf_counter() - start
-    if best is None:
-        return Best({}, {}, candidates, 0, int(min_l1), wall) if candidates else None
-    return Best(best[0], best[1], candidates, feasible, int(min_l1), wall)
+    if not kept:
+        return [Best({}, {}, candidates, 0, int(min_l1), wall)] if candidates else []
+    return [Best(index, values, candidates, feasible, int(min_l1), wall)
+            for _, index, values in kept]

@@ -1,0 +1,237 @@
+"""Schedule files: the versioned JSON that ``tune`` writes and ``show``/``verify``/``simulate``
+and the library read back. The pydantic models are the format; ``autotune schema`` prints the
+JSON Schema generated from them (shipped as ``autotune/schema/schedule.schema.json``).
+
+Writes are atomic (temp file + rename), and keys are sorted, so the same run gives the same
+bytes and an interrupted run never leaves a truncated file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autotune.io.errors import InputError, first_validation_error
+from autotune.ir.layer import Layer
+from autotune.ir.mapping import Buffers, Mapping, Tile
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ShapeRecord(_Model):
+    h_in: int
+    w_in: int
+    c_in: int
+    c_out: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int
+    stride_w: int
+    pad_h: int
+    pad_w: int
+    groups: int
+
+
+class TileRecord(_Model):
+    out_h: int | None = Field(description="output rows per task; null = all")
+    out_w: int | None = Field(description="output columns per task; null = all")
+    in_c: int = Field(description="input depth slices per step (per task for input_parallel)")
+
+
+class BuffersRecord(_Model):
+    input: int = Field(description="bytes of the input buffer")
+    filter: int
+    output: int
+    share: int
+    input_depth: int = Field(description="1 single, 2 double buffered")
+    filter_depth: int
+    output_depth: int
+
+
+class MappingRecord(_Model):
+    algorithm: str
+    report_algorithm: int | None
+    delta_o: int
+    batch_tile: int
+    share_group: int
+    tile: TileRecord
+    buffers: BuffersRecord
+
+
+class PredictedRecord(_Model):
+    cycles: int
+    macs: int
+    offchip_bytes: int
+    intercluster_bytes: int
+    l1_bytes: int
+    ccr: float = Field(description="MAC per off-chip word (loads and stores)")
+    bound: str
+
+
+class SimulatedRecord(_Model):
+    cycles: int
+    breakdown: dict[str, float] = Field(default_factory=dict)
+    hbm_bytes_per_cycle: float | None = None
+    fpu_utilization: float | None = None
+
+
+class SearchRecord(_Model):
+    mode: str
+    status: str
+    objective: str
+    value: int
+    bound: int | None
+    gap: float | None
+    wall_s: float
+    candidates: int
+    trials: int = 0
+    shared_with: str | None = None
+
+
+class VerifiedRecord(_Model):
+    ok: bool
+    errors: list[str] = Field(default_factory=list)
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+
+
+class LayerRecord(_Model):
+    name: str
+    kind: Literal["conv", "fc"]
+    shape: ShapeRecord
+    mapping: MappingRecord
+    predicted: PredictedRecord
+    simulated: SimulatedRecord | None = None
+    search: SearchRecord
+    verified: VerifiedRecord | None = None
+
+
+class TotalsRecord(_Model):
+    cycles: int
+    latency_s: float
+    images_per_s: float
+    tflops: float
+    peak_fraction: float
+    offchip_bytes: int
+
+
+class ToolRecord(_Model):
+    name: str = "autotune"
+    version: str
+
+
+class ScheduleFile(_Model):
+    """A tuned network: one mapping per layer with its predicted and checked figures."""
+
+    schema_version: int = SCHEMA_VERSION
+    tool: ToolRecord
+    machine: dict[str, Any] = Field(description="the resolved machine description")
+    network: str
+    batch: int
+    precision: str
+    objective: str
+    seed: int
+    layers: list[LayerRecord]
+    totals: TotalsRecord
+
+
+# -- conversions ---------------------------------------------------------------------------
+
+def shape_record(layer: Layer) -> ShapeRecord:
+    return ShapeRecord(**{f: getattr(layer, f) for f in ShapeRecord.model_fields})
+
+
+def layer_from_record(record: LayerRecord) -> Layer:
+    s = record.shape
+    if record.kind == "fc":
+        return Layer.fc(record.name, s.h_in, s.w_in, s.c_in, s.c_out)
+    return Layer(record.name, "conv", s.h_in, s.w_in, s.c_in, s.c_out, s.kernel_h, s.kernel_w,
+                 s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups)
+
+
+def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -> MappingRecord:
+    b = mapping.buffers
+    return MappingRecord(
+        algorithm=mapping.algorithm, report_algorithm=mapping.report_algorithm_for(c_out),
+        delta_o=mapping.delta_o, batch_tile=mapping.batch_tile,
+        share_group=mapping.share_group,
+        tile=TileRecord(out_h=mapping.tile.out_h, out_w=mapping.tile.out_w,
+                        in_c=mapping.tile.in_c),
+        buffers=BuffersRecord(**{op: buffer_bytes.get(op, 0) for op in
+                                 ("input", "filter", "output", "share")},
+                              input_depth=b.input_depth, filter_depth=b.filter_depth,
+                              output_depth=b.output_depth))
+
+
+def mapping_from_record(record: MappingRecord) -> Mapping:
+    """The mapping a record describes; buffer bytes become explicit reservations."""
+    b = record.buffers
+    return Mapping(record.algorithm, delta_o=record.delta_o, batch_tile=record.batch_tile,
+                   share_group=record.share_group,
+                   tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w,
+                             in_c=record.tile.in_c),
+                   buffers=Buffers(input_depth=b.input_depth, filter_depth=b.filter_depth,
+                                   output_depth=b.output_depth))
+
+
+# -- files -----------------------------------------------------------------------------------
+
+def dumps(schedule: ScheduleFile) -> str:
+    return json.dumps(schedule.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(schedule: ScheduleFile, path: str | Path) -> None:
+    write_atomic(path, dumps(schedule))
+
+
+def load(path: str | Path) -> ScheduleFile:
+    """Read and validate a schedule file (``InputError`` naming file, layer, field)."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(path, f"cannot read schedule file: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON at line {exc.lineno}") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, "expected a JSON object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise InputError(path, f"schema_version {version!r} is not supported (this autotune "
+                               f"reads version {SCHEMA_VERSION})", field="schema_version")
+    names = [entry.get("name") if isinstance(entry, dict) else None
+             for entry in raw.get("layers", [])] if isinstance(raw.get("layers"), list) else []
+    try:
+        return ScheduleFile.model_validate(raw)
+    except ValidationError as exc:
+        raise first_validation_error(path, exc, names) from None
+
+
+def json_schema() -> dict[str, Any]:
+    schema = ScheduleFile.model_json_schema()
+    schema["$id"] = f"https://autotune.invalid/schedule-v{SCHEMA_VERSION}.schema.json"
+    return schema

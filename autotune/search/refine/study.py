@@ -1,0 +1,194 @@
+"""Refine one layer's mapping with Optuna against the simulator.
+
+The analytical model the integer program optimises is an approximation; the simulator is
+the more faithful judge. Each layer gets an Optuna study over the same variables as the
+integer program (``search.space.SearchSpace``), seeded (``enqueue_trial``) with the
+analytical model's top-k mappings, the proven optimum first. Proposals that do not apply to
+the layer or do not fit L1 are pruned from the analytical footprint without simulating. The
+answer is the best simulated trial, so it is never worse than the integer program's winner.
+
+Studies live in Optuna storage: by default an SQLite file in the user's cache directory
+(``$XDG_CACHE_HOME/autotune/studies.db``), so every run is resumable and cached; a study is
+named by everything its result depends on (tool version, machine, precision, objective,
+batch, layer shape), so a shape tuned once is taken from storage the next time. A PostgreSQL
+URL lets several processes share studies (Optuna's RDB storage is the distributed engine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.precision import word_bytes
+from autotune.model.footprint import footprint
+from autotune.search.objective import VARIABLES
+from autotune.search.space import SearchSpace, search_space
+from autotune.tiling import MappingError, task_grid
+
+#: Bump when the search space or the meaning of a trial changes: old studies are not reused.
+SPACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RefineResult:
+    mapping: Mapping
+    cycles: int            # simulated cycles of ``mapping``
+    ilp_cycles: int        # simulated cycles of the integer program's mapping
+    trials: int            # completed or pruned trials in the study (all runs)
+    simulated: int         # trials that ran the simulator
+    cached: bool           # True if the study was already complete: nothing was run
+    wall_s: float
+    study: str
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "autotune"
+
+
+def storage_url(storage: str | None) -> str | None:
+    """Resolve ``--storage``: None -> the cache SQLite file, "memory" -> in-memory (None)."""
+    if storage == "memory":
+        return None
+    if storage is None:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{folder / 'studies.db'}"
+    return storage
+
+
+def _storage(url: str | None) -> optuna.storages.BaseStorage | None:
+    if url is None:
+        return None
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # Heartbeats let a resumed run fail (and retry) the trial a killed process left RUNNING.
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs=engine, heartbeat_interval=1, grace_period=3,
+        heartbeat_stale_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
+
+
+def study_name(layer: Layer, machine: Machine, precision: str, batch: int,
+               objective: str) -> str:
+    from autotune import __version__
+
+    key = json.dumps([__version__, SPACE_VERSION, machine.description, precision, batch,
+                      objective, list(layer.shape_key())], sort_keys=True)
+    return f"autotune-{hashlib.sha1(key.encode()).hexdigest()[:20]}"
+
+
+def trial_params(space: SearchSpace, mapping: Mapping) -> dict[str, int | str]:
+    """The Optuna parameters that decode to ``mapping`` (for ``enqueue_trial``)."""
+    tile = (mapping.tile.out_h, mapping.tile.out_w)
+    params: dict[str, int | str] = {
+        "alg": mapping.algorithm, "delta_o": space.delta_o.index(mapping.delta_o),
+        "spatial": space.spatial.index(tile),
+        "batch_tile": space.batch_tile.index(mapping.batch_tile),
+        "in_c": space.in_c.index(mapping.tile.in_c),
+        "d_in": mapping.buffers.input_depth, "d_f": mapping.buffers.filter_depth,
+        "d_out": mapping.buffers.output_depth,
+    }
+    if mapping.algorithm == "output_stack_shared":
+        params["share"] = space.share.index(mapping.share_group)
+    return params
+
+
+def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
+    sizes = space.sizes
+    algorithm = trial.suggest_categorical("alg", list(space.algorithms))
+    index = {"alg": space.algorithms.index(algorithm)}
+    for var in ("delta_o", "spatial", "batch_tile", "in_c"):
+        index[var] = trial.suggest_int(var, 0, sizes[var] - 1)
+    index["share"] = (trial.suggest_int("share", 1, sizes["share"] - 1)
+                      if algorithm == "output_stack_shared" else 0)
+    for var in ("d_in", "d_f", "d_out"):
+        index[var] = trial.suggest_int(var, 1, 2) - 1
+    assert set(index) == set(VARIABLES)
+    return space.decode(index)
+
+
+def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
+                 incumbents: list[Mapping], *, trials: int = 40,
+                 timeout: float | None = None, storage: str | None = None, seed: int = 0,
+                 objective: str = "latency", simulate=None) -> RefineResult:
+    """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
+
+    ``trials`` is the study's total budget (across resumed runs); ``timeout`` bounds this
+    call's seconds. ``storage`` is an Optuna storage URL, ``"memory"``, or None for the cache
+    file. ``simulate`` defaults to ``autotune.sim.simulate`` (returns ``.cycles``).
+    """
+    if simulate is None:
+        from autotune.sim import simulate
+    start = time.perf_counter()
+    space = search_space(layer, machine, batch)
+    wb = word_bytes(precision)
+    url = storage_url(storage)
+    name = study_name(layer, machine, precision, batch, objective)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=name, storage=_storage(url), load_if_exists=True, direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10))
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    if not study.get_trials(deepcopy=False):
+        seen = set()
+        for mapping in incumbents:
+            params = trial_params(space, mapping)
+            key = json.dumps(params, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                study.enqueue_trial(params, skip_if_exists=True)
+    done = len(study.get_trials(deepcopy=False, states=finished))
+    cached = done >= trials
+    simulated = 0
+
+    def objective_fn(trial: optuna.Trial) -> float:
+        nonlocal simulated
+        mapping = _suggest(trial, space)
+        try:
+            grid = task_grid(layer, mapping, batch)
+        except MappingError as exc:
+            trial.set_user_attr("pruned", str(exc))
+            raise optuna.TrialPruned() from None
+        fp = footprint(grid, machine, wb, precision)
+        if not fp.fits:  # pruned from the analytical footprint: never simulated
+            trial.set_user_attr("pruned", fp.reason)
+            raise optuna.TrialPruned()
+        simulated += 1
+        return float(simulate(layer, mapping, machine, precision, batch).cycles)
+
+    if not cached:
+        study.optimize(objective_fn, timeout=timeout, callbacks=[
+            optuna.study.MaxTrialsCallback(trials, states=finished)], n_trials=trials - done)
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    ilp_params = trial_params(space, incumbents[0])
+    ilp_values = [t.value for t in complete if t.params == ilp_params]
+    ilp_cycles = int(min(ilp_values)) if ilp_values else int(
+        simulate(layer, incumbents[0], machine, precision, batch).cycles)
+    # The incumbent rule: the best simulated trial, the integer program's winner on ties.
+    best_mapping, best_cycles = incumbents[0], ilp_cycles
+    for t in sorted(complete, key=lambda t: (t.value, t.number)):
+        if t.value < best_cycles:
+            best_mapping = _decode_params(space, t.params)
+            best_cycles = int(t.value)
+        break
+    all_done = len(study.get_trials(deepcopy=False, states=finished))
+    return RefineResult(best_mapping, best_cycles, ilp_cycles, all_done, simulated, cached,
+                        time.perf_counter() - start, name)
+
+
+def _decode_params(space: SearchSpace, params: dict) -> Mapping:
+    index = {"alg": space.algorithms.index(params["alg"]),
+             "share": params.get("share", 0),
+             **{v: params[v] for v in ("delta_o", "spatial", "batch_tile", "in_c")},
+             **{v: params[v] - 1 for v in ("d_in", "d_f", "d_out")}}
+    return space.decode(index)
