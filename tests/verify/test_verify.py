@@ -106,7 +106,7 @@ def small_cases(draw):
             draw(st.sampled_from(["fp32", "fp64"])))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_cases())
 def test_random_legal_mappings_verify_on_a_large_l1(manticore, case):
     """With 4 MiB of L1 almost every random mapping fits; each must verify, and move
@@ -129,7 +129,7 @@ def test_random_legal_mappings_verify_on_a_large_l1(manticore, case):
         assert v.bytes_moved["load"] == a.offchip_load_words * wb
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_cases())
 def test_on_manticore_a_mapping_verifies_exactly_when_it_fits(manticore, case):
     layer, mapping, batch, precision = case
