@@ -88,13 +88,15 @@ class Outputs:
 
 
 class _Content:
-    """A region held at ``[start, end)`` words of a buffer; ``pairs`` >= 0 marks an
-    accumulator and counts the (output channel, input channel) pairs summed into it."""
+    """A region held at ``[start, end)`` words of a buffer (``data``: those words of L1);
+    ``pairs`` >= 0 marks an accumulator and counts the (output channel, input channel) pairs
+    summed into it."""
 
-    __slots__ = ("start", "end", "region", "pairs")
+    __slots__ = ("start", "end", "region", "pairs", "data")
 
-    def __init__(self, start: int, end: int, region: Region, pairs: int) -> None:
-        self.start, self.end, self.region, self.pairs = start, end, region, pairs
+    def __init__(self, start: int, data: np.ndarray, region: Region, pairs: int) -> None:
+        self.start, self.end, self.data = start, start + data.size, data
+        self.region, self.pairs = region, pairs
 
     def describe(self) -> str:
         if self.pairs < 0:
@@ -122,10 +124,12 @@ class _Buffer:
                                 f"buffer {self.name!r} of {self.data.size} words")
         return self.data[offset:offset + words]
 
-    def write(self, offset: int, words: int, region: Region, pairs: int) -> _Content:
-        end = offset + words
+    def write(self, offset: int, data: np.ndarray, region: Region, pairs: int) -> _Content:
+        """Record that ``data`` (the words at ``offset``) now holds ``region``; whatever it
+        overlaps is gone."""
+        end = offset + data.size
         kept = [c for c in self.contents if c.end <= offset or c.start >= end]
-        content = _Content(offset, end, region, pairs)
+        content = _Content(offset, data, region, pairs)
         kept.append(content)
         self.contents = kept
         return content
@@ -219,18 +223,18 @@ def _load(m: _Machine, op: Load) -> None:
     buffer = m.buffer(op.cluster, op.buffer)
     src = m.tensor(op.src, ("input", "filter"))
     words = op.src.words
-    buffer.span(op.offset, words, op.src).reshape(op.src.shape)[...] = \
-        src[op.src.slices]
-    buffer.write(op.offset, words, op.src, -1)
+    data = buffer.span(op.offset, words, op.src)
+    data.reshape(op.src.shape)[...] = src[op.src.slices]
+    buffer.write(op.offset, data, op.src, -1)
     m.stats.load_bytes += words * m.wb
 
 
 def _zero(m: _Machine, op: Zero) -> None:
     buffer = m.buffer(op.cluster, op.buffer)
     m.tensor(op.region, ("output",))
-    words = op.region.words
-    buffer.span(op.offset, words, op.region)[...] = 0
-    buffer.write(op.offset, words, op.region, 0)
+    data = buffer.span(op.offset, op.region.words, op.region)
+    data[...] = 0
+    buffer.write(op.offset, data, op.region, 0)
 
 
 def _held(m: _Machine, cluster: int, name: str, offset: int, accumulator: bool,
@@ -293,13 +297,10 @@ def _conv(m: _Machine, op: Conv) -> None:
     if filt.region.box != need:
         raise ScheduleError(f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
                             f"but buffer {op.filter_buffer!r} holds {filt.region}")
-    x = m.buffer(op.cluster, op.in_buffer).data[patch.start:patch.end]
-    x = x.reshape(patch.region.shape)[:, i0 - p_ch[0]:i1 - p_ch[0]]
-    w = m.buffer(op.cluster, op.filter_buffer).data[filt.start:filt.end]
-    result = conv_block(x, w.reshape(filt.region.shape), groups, op.stride,
+    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0]:i1 - p_ch[0]]
+    result = conv_block(x, filt.data.reshape(filt.region.shape), groups, op.stride,
                         (rows[2], rows[3], cols[2], cols[3]))
-    y = m.buffer(op.cluster, op.out_buffer).data[acc.start:acc.end]
-    y = y.reshape(acc.region.shape)[:, o0 - out_ch[0]:o1 - out_ch[0]]
+    y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0]:o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
     y += result
@@ -323,9 +324,9 @@ def _copy(m: _Machine, op: Copy) -> None:
                             f"that cluster never loaded this slice there")
     words = op.region.words
     dst = m.buffer(op.cluster, op.buffer)
-    dst.span(op.offset, words, op.region)[...] = \
-        src.data[content.start:content.end]
-    dst.write(op.offset, words, op.region, -1)
+    data = dst.span(op.offset, words, op.region)
+    data[...] = content.data
+    dst.write(op.offset, data, op.region, -1)
     if op.src_cluster == op.cluster:
         m.stats.local_bytes += words * m.wb
     else:
@@ -341,9 +342,7 @@ def _reduce(m: _Machine, op: Reduce) -> None:
         raise ScheduleError(f"reduces {op.region} but cluster {op.cluster} holds "
                             f"{mine.describe()} and cluster {op.src_cluster} holds "
                             f"{theirs.describe()}")
-    data = m.buffer(op.cluster, op.buffer).data
-    data[mine.start:mine.end] += m.buffer(op.src_cluster, op.buffer).data[
-        theirs.start:theirs.end]
+    mine.data += theirs.data
     mine.pairs += theirs.pairs
     m.stats.intercluster_bytes += op.region.words * m.wb
 
@@ -363,8 +362,7 @@ def _store(m: _Machine, op: Store) -> None:
     slices = op.region.slices
     if m.stored[slices].any():
         raise ScheduleError(f"{op.region} was already stored")
-    data = m.buffer(op.cluster, op.buffer).data[content.start:content.end]
-    out[slices] = data.reshape(op.region.shape)
+    out[slices] = content.data.reshape(op.region.shape)
     m.stored[slices] = True
     m.stats.store_bytes += op.region.words * m.wb
 

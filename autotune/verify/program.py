@@ -19,6 +19,7 @@ that the data is really there.
 from __future__ import annotations
 
 import gc
+import math
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,13 +48,10 @@ class Region:
     slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        shape = tuple(b - a for a, b in self.box)
-        words = 1
-        for n in shape:
-            words *= n
+        shape = tuple([b - a for a, b in self.box])
         object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "words", words)
-        object.__setattr__(self, "slices", tuple(slice(a, b) for a, b in self.box))
+        object.__setattr__(self, "words", math.prod(shape))
+        object.__setattr__(self, "slices", tuple([slice(a, b) for a, b in self.box]))
 
     def __str__(self) -> str:
         return f"{self.tensor}[{', '.join(f'{a}:{b}' for a, b in self.box)}]"
