@@ -6,6 +6,7 @@ Public API (stable):
     load_network(path) -> Network                  a validated network.yaml
     Layer, Network, Mapping, Tile, Buffers         the data the stages exchange
     analyze(layer, mapping, machine, precision)    the analytical cost model
+    verify(layer, mapping, machine, precision)     execute the schedule in numpy and check it
 """
 
 from autotune.io.errors import InputError
@@ -13,9 +14,10 @@ from autotune.io.network_yaml import load_network
 from autotune.ir import ALGORITHMS, Buffers, Layer, Level, Machine, Mapping, Network, Tile
 from autotune.model.analysis import Analysis, analyze
 from autotune.tiling import MappingError
+from autotune.verify import Verification, verify
 
 __version__ = "0.1.0"
 
 __all__ = ["ALGORITHMS", "Analysis", "Buffers", "InputError", "Layer", "Level", "Machine",
-           "Mapping", "MappingError", "Network", "Tile", "analyze", "load_network",
-           "__version__"]
+           "Mapping", "MappingError", "Network", "Tile", "Verification", "analyze",
+           "load_network", "verify", "__version__"]

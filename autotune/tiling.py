@@ -182,6 +182,15 @@ class TaskGrid:
                                  indexing="ij")
         return b.ravel(), r.ravel(), c.ravel(), s.ravel(), np.zeros(b.size, dtype=np.int64)
 
+    @property
+    def task_index(self) -> tuple[np.ndarray, ...]:
+        """Per task, in task order: (batch tile, row tile, col tile, stack, input step) indices.
+
+        Public for stages that must know *which* tile a task covers, not only its sizes
+        (the executor of ``autotune.verify`` loads and stores exactly those regions).
+        """
+        return self._index
+
     @cached_property
     def task_images(self) -> np.ndarray:
         return self.batch_tiles[self._index[0]]

@@ -1,0 +1,415 @@
+"""Execution: run a program on a model of main memory and the clusters' L1 scratchpads.
+
+Main memory holds the input, the filters and the output as numpy arrays. Each cluster has an
+arena of ``l1_bytes``; ``Alloc`` carves buffers out of it and fails past capacity. Data moves
+only through the operations, always by copying into the destination (never by keeping a view
+of the source). Every buffer remembers which region it holds where, so each operation can
+check its preconditions cheaply before it runs: buffer allocated, region inside its tensor
+and its buffer, data present and the one it needs (the right rows, halo included; the right
+slice from the right neighbour), accumulators complete when stored. A wrong schedule raises
+``ScheduleError`` naming the operation, the cluster and the reason.
+
+What a convolution needs is derived here from the output tile and the layer's geometry, not
+taken from ``autotune.tiling``, so a halo that tiling got wrong would be caught too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from autotune.ir.layer import Layer
+from autotune.verify.kernels import conv_block
+from autotune.verify.program import (
+    Alloc,
+    Conv,
+    Copy,
+    Load,
+    Op,
+    Program,
+    Reduce,
+    Region,
+    Store,
+    Zero,
+    collector_paused,
+)
+
+DTYPES = {"fp32": np.float32, "fp64": np.float64}
+
+
+class ScheduleError(Exception):
+    """A program that cannot run as written. ``reason`` says why; ``index`` and ``op`` say
+    which operation failed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.index: int | None = None
+        self.op: Op | None = None
+
+    def __str__(self) -> str:
+        if self.op is None:
+            return self.reason
+        return (f"op {self.index} ({type(self.op).__name__} on cluster {self.op.cluster}): "
+                f"{self.reason}")
+
+
+class AllocationError(ScheduleError):
+    """A buffer does not fit in what is left of a cluster's L1."""
+
+
+@dataclass
+class Stats:
+    """What a run did: operations by kind, bytes moved per path, MACs computed."""
+
+    op_counts: dict[str, int] = field(default_factory=dict)
+    load_bytes: int = 0           # main memory -> L1
+    store_bytes: int = 0          # L1 -> main memory
+    intercluster_bytes: int = 0   # L1 -> another cluster's L1 (forwarding, reduction)
+    local_bytes: int = 0          # L1 -> own L1 (publishing into the forwarding buffer)
+    macs: int = 0
+
+    def bytes_moved(self) -> dict[str, int]:
+        return {"load": self.load_bytes, "store": self.store_bytes,
+                "intercluster": self.intercluster_bytes, "local": self.local_bytes}
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The output tensor as main memory holds it after the run, and the run's statistics."""
+
+    output: np.ndarray
+    stats: Stats
+
+
+class _Content:
+    """A region held at ``[start, end)`` words of a buffer (``data``: those words of L1);
+    ``pairs`` >= 0 marks an accumulator and counts the (output channel, input channel) pairs
+    summed into it."""
+
+    __slots__ = ("start", "end", "region", "pairs", "data")
+
+    def __init__(self, start: int, data: np.ndarray, region: Region, pairs: int) -> None:
+        self.start, self.end, self.data = start, start + data.size, data
+        self.region, self.pairs = region, pairs
+
+    def describe(self) -> str:
+        if self.pairs < 0:
+            return str(self.region)
+        return f"a partial sum of {self.region} ({self.pairs} pairs)"
+
+
+class _Buffer:
+    __slots__ = ("name", "data", "contents")
+
+    def __init__(self, name: str, data: np.ndarray) -> None:
+        self.name, self.data = name, data
+        self.contents: list[_Content] = []
+
+    def at(self, offset: int) -> _Content | None:
+        for content in self.contents:
+            if content.start == offset:
+                return content
+        return None
+
+    def span(self, offset: int, words: int, region: Region) -> np.ndarray:
+        """The ``words`` words at ``offset`` (a view into L1), checked against the buffer."""
+        if offset < 0 or offset + words > self.data.size:
+            raise ScheduleError(f"{region} ({words} words at word {offset}) does not fit in "
+                                f"buffer {self.name!r} of {self.data.size} words")
+        return self.data[offset:offset + words]
+
+    def write(self, offset: int, data: np.ndarray, region: Region, pairs: int) -> _Content:
+        """Record that ``data`` (the words at ``offset``) now holds ``region``; whatever it
+        overlaps is gone."""
+        end = offset + data.size
+        kept = [c for c in self.contents if c.end <= offset or c.start >= end]
+        content = _Content(offset, data, region, pairs)
+        kept.append(content)
+        self.contents = kept
+        return content
+
+
+class _Cluster:
+    __slots__ = ("arena", "top", "buffers")
+
+    def __init__(self, l1_bytes: int) -> None:
+        self.arena = np.zeros(l1_bytes, dtype=np.uint8)
+        self.top = 0
+        self.buffers: dict[str, _Buffer] = {}
+
+
+class _Machine:
+    """Main memory and the clusters' L1, as one program sees them."""
+
+    def __init__(self, program: Program, inputs: Mapping[str, np.ndarray]) -> None:
+        layer = program.layer
+        self.program, self.layer = program, layer
+        if program.precision not in DTYPES:
+            raise ValueError(f"the executor computes in {', '.join(DTYPES)}, "
+                             f"not {program.precision}")
+        self.dtype = DTYPES[program.precision]
+        self.wb = program.word_bytes
+        self.clusters: dict[int, _Cluster] = {}
+        shapes = expected_shapes(layer, program.batch)
+        self.main: dict[str, np.ndarray] = {}
+        for name in ("input", "filter"):
+            array = np.asarray(inputs[name])
+            if array.shape != shapes[name]:
+                raise ValueError(f"{name} has shape {array.shape}, the layer needs "
+                                 f"{shapes[name]}")
+            self.main[name] = np.array(array, dtype=self.dtype)  # own copy in main memory
+        self.main["output"] = np.zeros(shapes["output"], dtype=self.dtype)
+        self.stored = np.zeros(shapes["output"], dtype=bool)
+        self.stats = Stats()
+
+    def buffer(self, cluster: int, name: str) -> _Buffer:
+        node = self.clusters.get(cluster)
+        buffer = None if node is None else node.buffers.get(name)
+        if buffer is None:
+            raise ScheduleError(f"cluster {cluster} has no buffer {name!r} (never allocated)")
+        return buffer
+
+    def tensor(self, region: Region, readable: tuple[str, ...]) -> np.ndarray:
+        if region.tensor not in readable:
+            raise ScheduleError(f"{region} is not one of the tensors {readable}")
+        array = self.main[region.tensor]
+        inside = len(region.box) == array.ndim
+        for (a, b), n in zip(region.box, array.shape, strict=False):
+            inside = inside and 0 <= a < b <= n
+        if not inside:
+            raise ScheduleError(f"{region} lies outside {region.tensor} of shape {array.shape}")
+        return array
+
+
+def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+    """Shapes of the three main-memory tensors (layout: see ``autotune.verify.program``)."""
+    return {"input": (batch, layer.c_in, layer.h_in, layer.w_in),
+            "filter": (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w),
+            "output": (batch, layer.c_out, layer.h_out, layer.w_out)}
+
+
+# -- operations ---------------------------------------------------------------------------------
+
+def _alloc(m: _Machine, op: Alloc) -> None:
+    program = m.program
+    if not 0 <= op.cluster < program.clusters:
+        raise ScheduleError(f"no cluster {op.cluster} (the machine has {program.clusters})")
+    node = m.clusters.get(op.cluster)
+    if node is None:
+        node = m.clusters[op.cluster] = _Cluster(program.l1_bytes)
+    if op.buffer in node.buffers:
+        raise ScheduleError(f"buffer {op.buffer!r} is already allocated")
+    align = program.l1_align_bytes
+    start = -(-node.top // align) * align
+    end = start + op.nbytes
+    if end > program.l1_bytes:
+        held = ", ".join(f"{name} {b.data.nbytes} B" for name, b in node.buffers.items())
+        raise AllocationError(f"allocating buffer {op.buffer!r} of {op.nbytes} B at byte "
+                              f"{start} overflows the {program.l1_bytes} B of L1"
+                              + (f" (already allocated: {held})" if held else ""))
+    words = op.nbytes // m.wb
+    node.buffers[op.buffer] = _Buffer(op.buffer, node.arena[start:start + words * m.wb]
+                                      .view(m.dtype))
+    node.top = end
+
+
+def _load(m: _Machine, op: Load) -> None:
+    buffer = m.buffer(op.cluster, op.buffer)
+    src = m.tensor(op.src, ("input", "filter"))
+    words = op.src.words
+    data = buffer.span(op.offset, words, op.src)
+    data.reshape(op.src.shape)[...] = src[op.src.slices]
+    buffer.write(op.offset, data, op.src, -1)
+    m.stats.load_bytes += words * m.wb
+
+
+def _zero(m: _Machine, op: Zero) -> None:
+    buffer = m.buffer(op.cluster, op.buffer)
+    m.tensor(op.region, ("output",))
+    data = buffer.span(op.offset, op.region.words, op.region)
+    data[...] = 0
+    buffer.write(op.offset, data, op.region, 0)
+
+
+def _held(m: _Machine, cluster: int, name: str, offset: int, accumulator: bool,
+          tensor: str) -> _Content:
+    content = m.buffer(cluster, name).at(offset)
+    if content is None:
+        raise ScheduleError(f"buffer {name!r} of cluster {cluster} holds nothing at word "
+                            f"{offset} (never loaded there, or overwritten)")
+    if (content.pairs >= 0) != accumulator or content.region.tensor != tensor:
+        kind = "an accumulator of output" if accumulator else f"{tensor} data"
+        raise ScheduleError(f"buffer {name!r} of cluster {cluster} holds "
+                            f"{content.describe()} at word {offset}, not {kind}")
+    return content
+
+
+@lru_cache(maxsize=4096)
+def extent(out: tuple[int, int], stride: int, pad: int, kernel: int,
+           n_in: int) -> tuple[int, int, int, int]:
+    """Input rows (or columns) ``[lo, hi)`` that outputs ``out`` read, clipped to the input,
+    and the zero rows before and after that lie in the padding."""
+    lo = out[0] * stride - pad
+    hi = (out[1] - 1) * stride - pad + kernel
+    lo_c, hi_c = min(max(lo, 0), n_in), min(max(hi, 0), n_in)
+    return lo_c, hi_c, lo_c - lo, hi - hi_c
+
+
+def _conv(m: _Machine, op: Conv) -> None:
+    layer = m.layer
+    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "input")
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
+    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
+    images, out_ch, out_rows, out_cols = acc.region.box
+    p_images, p_ch, p_rows, p_cols = patch.region.box
+    (i0, i1), (o0, o1), groups = op.in_channels, op.out_channels, op.groups
+    sh, sw = op.stride
+    rows = extent(out_rows, sh, layer.pad_h, layer.kernel_h, layer.h_in)
+    cols = extent(out_cols, sw, layer.pad_w, layer.kernel_w, layer.w_in)
+    if p_rows != rows[:2] or p_cols != cols[:2] or p_images != images:
+        raise ScheduleError(
+            f"output tile {acc.region} with stride {op.stride} needs input images "
+            f"{images[0]}:{images[1]}, rows {rows[0]}:{rows[1]}, columns {cols[0]}:{cols[1]}, "
+            f"but buffer {op.in_buffer!r} holds {patch.region}"
+            + _missing(p_rows, rows[:2], "rows") + _missing(p_cols, cols[:2], "columns"))
+    if not (p_ch[0] <= i0 < i1 <= p_ch[1] and out_ch[0] <= o0 < o1 <= out_ch[1]):
+        raise ScheduleError(f"block reads input channels {i0}:{i1} into output channels "
+                            f"{o0}:{o1}, but the patch holds {patch.region} and the "
+                            f"accumulator {acc.region}")
+    cin, cout = layer.cin_per_group, layer.cout_per_group
+    if groups < 1 or (i1 - i0) % groups or (o1 - o0) % groups:
+        raise ScheduleError(f"{groups} groups do not divide input channels {i0}:{i1} and "
+                            f"output channels {o0}:{o1}")
+    in_n, group = (i1 - i0) // groups, i0 // cin
+    whole = in_n == cin and i0 % cin == 0 and (o1 - o0) // groups == cout
+    if (o0 // cout != group or (i1 - 1) // cin != group + groups - 1
+            or (o1 - 1) // cout != group + groups - 1 or (groups > 1 and not whole)):
+        raise ScheduleError(f"input channels {i0}:{i1} and output channels {o0}:{o1} are not "
+                            f"the same {groups} group(s) of {cin} inputs and {cout} outputs")
+    j0 = i0 - group * cin
+    need = ((o0, o1), (j0, j0 + in_n), (0, layer.kernel_h), (0, layer.kernel_w))
+    if filt.region.box != need:
+        raise ScheduleError(f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
+                            f"but buffer {op.filter_buffer!r} holds {filt.region}")
+    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0]:i1 - p_ch[0]]
+    result = conv_block(x, filt.data.reshape(filt.region.shape), groups, op.stride,
+                        (rows[2], rows[3], cols[2], cols[3]))
+    y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0]:o1 - out_ch[0]]
+    if result.shape != y.shape:
+        raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
+    y += result
+    acc.pairs += (o1 - o0) * in_n
+    m.stats.macs += result.size * in_n * layer.kernel_h * layer.kernel_w
+
+
+def _missing(have: tuple[int, int], need: tuple[int, int], what: str) -> str:
+    gaps = [f"{a}:{b}" for a, b in ((need[0], min(have[0], need[1])),
+                                    (max(have[1], need[0]), need[1])) if a < b]
+    return f" (missing {what} {', '.join(gaps)})" if gaps else ""
+
+
+def _copy(m: _Machine, op: Copy) -> None:
+    src = m.buffer(op.src_cluster, op.src_buffer)
+    content = src.at(op.src_offset)
+    if content is None or content.pairs >= 0 or content.region != op.region:
+        held = "nothing" if content is None else content.describe()
+        raise ScheduleError(f"reads {op.region} from buffer {op.src_buffer!r} of cluster "
+                            f"{op.src_cluster} at word {op.src_offset}, which holds {held}: "
+                            f"that cluster never loaded this slice there")
+    words = op.region.words
+    dst = m.buffer(op.cluster, op.buffer)
+    data = dst.span(op.offset, words, op.region)
+    data[...] = content.data
+    dst.write(op.offset, data, op.region, -1)
+    if op.src_cluster == op.cluster:
+        m.stats.local_bytes += words * m.wb
+    else:
+        m.stats.intercluster_bytes += words * m.wb
+
+
+def _reduce(m: _Machine, op: Reduce) -> None:
+    if op.src_cluster == op.cluster:
+        raise ScheduleError("a cluster cannot reduce its partial output with itself")
+    mine = _held(m, op.cluster, op.buffer, op.offset, True, "output")
+    theirs = _held(m, op.src_cluster, op.buffer, op.src_offset, True, "output")
+    if mine.region != op.region or theirs.region != op.region:
+        raise ScheduleError(f"reduces {op.region} but cluster {op.cluster} holds "
+                            f"{mine.describe()} and cluster {op.src_cluster} holds "
+                            f"{theirs.describe()}")
+    mine.data += theirs.data
+    mine.pairs += theirs.pairs
+    m.stats.intercluster_bytes += op.region.words * m.wb
+
+
+def _store(m: _Machine, op: Store) -> None:
+    content = _held(m, op.cluster, op.buffer, op.offset, True, "output")
+    if content.region != op.region:
+        raise ScheduleError(f"stores {op.region} but buffer {op.buffer!r} holds "
+                            f"{content.describe()}")
+    out = m.tensor(op.region, ("output",))
+    expected = (op.region.box[1][1] - op.region.box[1][0]) * m.layer.cin_per_group
+    if content.pairs != expected:
+        how = ("missing: a skipped input step or reduction step" if content.pairs < expected
+               else "too many: something was accumulated twice")
+        raise ScheduleError(f"stores {op.region} with {content.pairs} of the {expected} "
+                            f"(output channel, input channel) pairs summed in ({how})")
+    slices = op.region.slices
+    if m.stored[slices].any():
+        raise ScheduleError(f"{op.region} was already stored")
+    out[slices] = content.data.reshape(op.region.shape)
+    m.stored[slices] = True
+    m.stats.store_bytes += op.region.words * m.wb
+
+
+HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
+    Alloc: _alloc, Load: _load, Zero: _zero, Conv: _conv, Copy: _copy, Reduce: _reduce,
+    Store: _store,
+}
+
+
+def execute(program: Program, inputs: Mapping[str, np.ndarray]) -> Outputs:
+    """Run ``program`` on ``inputs`` (``"input"`` and ``"filter"`` arrays, layout in
+    ``autotune.verify.program``) and return the output main memory ends with.
+
+    Raises ``ScheduleError`` (``AllocationError`` for L1 overflow) at the first operation
+    whose preconditions do not hold, or at the end if some output was never stored.
+    """
+    m = _Machine(program, inputs)
+    with collector_paused():
+        _run(m, program.ops)
+    if not m.stored.all():
+        raise ScheduleError(_unstored(m.stored))
+    m.stats.op_counts = dict(Counter(type(op).__name__ for op in program.ops))
+    return Outputs(m.main["output"], m.stats)
+
+
+def _run(m: _Machine, ops: tuple[Op, ...]) -> None:
+    handlers = HANDLERS
+    for index, op in enumerate(ops):
+        try:
+            handlers[type(op)](m, op)
+        except ScheduleError as error:
+            error.index, error.op = index, op
+            raise
+        except (ValueError, IndexError) as error:  # e.g. shapes of a mangled program
+            wrapped = ScheduleError(f"cannot execute: {error}")
+            wrapped.index, wrapped.op = index, op
+            raise wrapped from error
+
+
+def _unstored(stored: np.ndarray) -> str:
+    missing = ~stored
+    names = ("images", "channels", "rows", "columns")
+    parts = []
+    for axis, name in enumerate(names):
+        other = tuple(a for a in range(missing.ndim) if a != axis)
+        idx = np.flatnonzero(missing.any(axis=other))
+        parts.append(f"{name} {idx[0]}:{idx[-1] + 1}")
+    return (f"{int(missing.sum())} of {missing.size} output words were never stored, within "
+            f"{', '.join(parts)} (a skipped stack, tile or phase)")

@@ -1,0 +1,62 @@
+"""The reference and the executor against the naive loop convolution, on tiny shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune import Layer, Mapping, Tile
+from autotune.search.space import minimal_mapping
+from autotune.verify.build import build_program
+from autotune.verify.executor import execute
+from autotune.verify.reference import reference
+from autotune.verify.verification import random_inputs, tolerance
+from tests.strategies import conv_layers, fc_layers
+from tests.verify.naive import naive_conv
+
+TINY = {
+    "3x3 pad 1": Layer("a", "conv", 5, 5, 2, 3, 3, 3, pad_h=1, pad_w=1),
+    "stride 2, 3x2 kernel, uneven pad": Layer("b", "conv", 7, 6, 3, 2, 3, 2, 2, 2, 1, 0),
+    "stride 3 drops the last rows": Layer("c", "conv", 8, 8, 2, 2, 2, 2, 3, 3),
+    "grouped": Layer("d", "conv", 5, 4, 4, 6, 3, 3, pad_h=1, pad_w=1, groups=2),
+    "depthwise": Layer("e", "conv", 6, 6, 3, 3, 3, 3, 2, 2, 1, 1, groups=3),
+    "1x1 stride 2": Layer("f", "conv", 6, 5, 4, 3, 1, 1, 2, 2),
+    "fc over a volume": Layer.fc("g", 2, 3, 4, 5),
+}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_reference_equals_naive_loops(name):
+    layer = TINY[name]
+    data = random_inputs(layer, 2, "fp64", seed=1)
+    expected = naive_conv(layer, data["input"], data["filter"])
+    np.testing.assert_allclose(reference(layer, data["input"], data["filter"]), expected,
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_executor_equals_naive_loops(manticore, name):
+    """One output pixel per task and one slice per step: every halo and padding case."""
+    layer = TINY[name]
+    data = random_inputs(layer, 2, "fp64", seed=2)
+    out = execute(build_program(layer, minimal_mapping(layer), manticore, "fp64", 2), data)
+    expected = naive_conv(layer, data["input"], data["filter"])
+    np.testing.assert_allclose(out.output, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layer=st.one_of(conv_layers(max_hw=6, max_c=4), fc_layers(max_c=6)),
+       out_h=st.integers(1, 3), in_c=st.integers(1, 4), seed=st.integers(0, 9))
+def test_reference_and_executor_equal_naive_on_random_tiny_layers(manticore, layer, out_h,
+                                                                   in_c, seed):
+    data = random_inputs(layer, 1, "fp32", seed)
+    x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
+    expected = naive_conv(layer, x, w)
+    scale = naive_conv(layer, np.abs(x), np.abs(w))
+    np.testing.assert_allclose(reference(layer, x, w), expected, rtol=0, atol=1e-12)
+    tile = Tile(out_h=min(out_h, layer.h_out), in_c=min(in_c, layer.cin_per_group))
+    mapping = Mapping("output_stack", delta_o=layer.cout_per_group, tile=tile)
+    out = execute(build_program(layer, mapping, manticore, "fp32"), data).output
+    assert np.all(np.abs(out - expected) <= tolerance(layer, "fp32") * scale)
