@@ -3,7 +3,7 @@
 Public API (stable):
 
     Machine.preset(name)                           a bundled machine description
-    load_network(path) -> Network                  a validated network.yaml
+    load_network(path) -> Network                  a validated network.yaml or .onnx model
     Layer, Network, Mapping, Tile, Buffers         the data the stages exchange
     analyze(layer, mapping, machine, precision)    the analytical cost model
     verify(layer, mapping, machine, precision)     execute the schedule in numpy and check it

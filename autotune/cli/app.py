@@ -7,6 +7,7 @@ layer and field, no traceback); 1 internal error.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -73,7 +74,7 @@ def main_options(
 
 @app.command()
 def check(
-    network: Annotated[Path, typer.Argument(help="network.yaml to validate")],
+    network: Annotated[Path, typer.Argument(help="network.yaml or .onnx model to validate")],
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
 ) -> None:
     """Validate a network file and print each layer's shape, MACs and weight bytes."""
@@ -98,6 +99,10 @@ def check(
             _bytes(layer.weight_words * wb),
         )
     stdout.print(table)
+    if net.skipped:
+        ops = Counter(entry.split(" ", 1)[0] for entry in net.skipped)
+        stdout.print(f"skipped {len(net.skipped)} ONNX nodes that are not conv/fc layers: "
+                     + ", ".join(f"{op} ×{n}" for op, n in ops.items()))
     total_weights = sum(layer.weight_words for layer in net.layers) * wb
     stdout.print(f"total: {_si(net.macs, 'MAC')} for the batch of {net.batch}, "
                  f"{_bytes(total_weights)} of weights; machine {mach.name} "
@@ -132,7 +137,7 @@ def _tile_text(mapping) -> str:
 
 @app.command()
 def tune(
-    network: Annotated[Path, typer.Argument(help="network.yaml to tune")],
+    network: Annotated[Path, typer.Argument(help="network.yaml or .onnx model to tune")],
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
     = None,

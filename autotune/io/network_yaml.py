@@ -125,7 +125,7 @@ def parse_network(raw: Any, path: str) -> Network:
 
 
 def load_network(path: str | Path) -> Network:
-    """Load and validate a ``network.yaml``.
+    """Load and validate a ``network.yaml``, or import an ``.onnx`` model (``load_onnx``).
 
     Raises ``InputError`` (a ``ValueError``) whose message is one line naming the file, the
     layer and the field.
@@ -136,6 +136,10 @@ def load_network(path: str | Path) -> Network:
         ('resnet50', 54)
     """
     path = Path(path)
+    if path.suffix.lower() == ".onnx":
+        from autotune.io.onnx_import import load_onnx
+
+        return load_onnx(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

@@ -142,13 +142,18 @@ class LayerError(ValueError):
 
 @dataclass(frozen=True)
 class Network:
-    """A named sequence of layers with the batch and precision they are run at."""
+    """A named sequence of layers with the batch and precision they are run at.
+
+    ``skipped`` lists the imported operations that are not layers (ONNX: ``"Relu relu1"``,
+    op type and node name), in graph order.
+    """
 
     name: str
     layers: tuple[Layer, ...]
     batch: int = 1
     precision: str = "fp32"
     source: str | None = field(default=None, compare=False)
+    skipped: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def macs(self) -> int:
