@@ -182,6 +182,15 @@ class TaskGrid:
                                  indexing="ij")
         return b.ravel(), r.ravel(), c.ravel(), s.ravel(), np.zeros(b.size, dtype=np.int64)
 
+    @property
+    def task_indices(self) -> tuple[np.ndarray, ...]:
+        """Per task: (batch tile, row tile, column tile, stack, input step) indices.
+
+        For consumers that need a tile's rows and columns separately (the simulator's DMA
+        transfer shapes), e.g. ``grid.rows.in_size[grid.task_indices[1]]``.
+        """
+        return self._index
+
     @cached_property
     def task_images(self) -> np.ndarray:
         return self.batch_tiles[self._index[0]]

@@ -123,6 +123,58 @@ def machines() -> None:
         stdout.print(f"{name}: {resolve_machine(name).description.get('summary', '')}")
 
 
+@app.command("simulate")
+def simulate_cmd(
+    network: Annotated[Path, typer.Argument(help="network.yaml to simulate")],
+    layer: Annotated[str | None, typer.Option(help="simulate only the layer of this name")] = None,
+    machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
+    trace: Annotated[Path | None, typer.Option(
+        help="write the timeline as Chrome trace JSON (open in Perfetto); needs --layer")] = None,
+) -> None:
+    """Simulate each layer under the report's recipe; print cycles and where they went."""
+    from autotune import analyze, simulate
+    from autotune.search.space import hand_choice
+    from autotune.tiling import MappingError
+
+    try:
+        net = load_network(network)
+        mach = resolve_machine(machine)
+        mach.check_precision(net.precision)
+        layers = [net.layer(layer)] if layer is not None else list(net.layers)
+    except (InputError, ValueError) as exc:
+        fail(str(exc))
+    except KeyError as exc:
+        fail(str(exc.args[0]))
+    if trace is not None and layer is None:
+        fail("--trace needs --layer: a timeline is one layer's")
+    table = Table(title=f"{net.name} on {mach.name}: the report's recipe per layer, batch "
+                        f"{net.batch}, {net.precision}", title_justify="left")
+    for col in ("layer", "mapping", "tasks", "cycles", "model", "sim/model", "compute",
+                "dma wait", "contention", "sync", "idle", "HBM B/cycle", "FPU util"):
+        table.add_column(col, justify="left" if col in ("layer", "mapping") else "right")
+    total = model_total = 0
+    for lay in layers:
+        try:
+            mapping = hand_choice(lay, mach, net.precision, net.batch)
+        except MappingError as exc:
+            fail(str(exc))
+        r = simulate(lay, mapping, mach, net.precision, net.batch, trace=trace is not None)
+        a = analyze(lay, mapping, mach, net.precision, net.batch)
+        total, model_total = total + r.cycles, model_total + a.cycles
+        share = {k: f"{v / r.cycles:.0%}" for k, v in r.breakdown.as_dict().items()}
+        table.add_row(lay.name, f"{mapping.algorithm} ΔO={mapping.delta_o}", str(r.tasks),
+                      f"{r.cycles:,}", f"{a.cycles:,}", f"{r.cycles / a.cycles:.2f}",
+                      share["compute"], share["dma_wait"], share["contention"], share["sync"],
+                      share["idle"], f"{r.hbm_bytes_per_cycle:.1f}", f"{r.fpu_utilization:.0%}")
+        if trace is not None:
+            r.write_trace(trace)
+    stdout.print(table)
+    stdout.print(f"total: {total:,} cycles simulated ({total / mach.clock_hz * 1e3:.3f} ms), "
+                 f"{model_total:,} modelled")
+    if trace is not None:
+        stdout.print(f"timeline written to {trace}")
+
+
 def main() -> None:
     """Console entry point: run the app, mapping unexpected errors to exit code 1."""
     try:

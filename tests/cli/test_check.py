@@ -50,3 +50,16 @@ def test_machines_lists_presets():
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and "autotune" in result.output
+
+
+def test_simulate_prints_layers_and_writes_a_trace(tmp_path):
+    trace = tmp_path / "t.json"
+    result = runner.invoke(app, ["simulate", str(EXAMPLES / "alexnet.yaml"), "--layer",
+                                 "classifier.6", "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    assert "classifier.6" in result.output and "input_parallel" in result.output
+    assert trace.exists()
+    assert runner.invoke(app, ["simulate", str(EXAMPLES / "alexnet.yaml"), "--trace",
+                               str(trace)]).exit_code == 2
+    assert runner.invoke(app, ["simulate", str(EXAMPLES / "alexnet.yaml"), "--layer",
+                               "nope"]).exit_code == 2
