@@ -126,15 +126,17 @@ class Engine:
         self.starts = np.arange(0, c, block)
 
     def run(self, programs: list[Iterator[Instr]], t0: float, carry: list[Background],
-            participates: np.ndarray | None = None, barrier: float = 0.0) -> RunResult:
+            participates: np.ndarray | None = None, barrier: float = 0.0,
+            last: bool = True) -> RunResult:
         """Run the agents' programs from time ``t0`` until all are done.
 
-        Background writes still running at the end are returned in ``carry``. When
-        ``participates`` is given the run ends in a barrier: participating agents that finish
-        early wait (sync), then all pay ``barrier`` cycles; the others are idle.
+        Unless the run is the ``last``, background writes still running at the end are
+        returned in ``carry``. When ``participates`` is given the run ends in a barrier:
+        participating agents that finish early wait (sync), then all pay ``barrier`` cycles;
+        the others are idle.
         """
         state = _Run(self, programs, t0, carry)
-        state.loop()
+        state.loop(last)
         return state.finish(participates, barrier)
 
 
@@ -234,7 +236,7 @@ class _Run:
                     self._start_background(part.cluster, part.bytes, part.bytes / part.own,
                                            part.route, ins.label, self.t)
             elif isinstance(ins, WaitStore):
-                if any(self.bg_left[c] > 0 for c in self.members[a]):
+                if self.bg_left[self._block(a)].any():
                     self._wait(a, "store")
                     return
             elif isinstance(ins, WaitFlag):
@@ -246,6 +248,10 @@ class _Run:
                 self.flags.add(ins.key)
                 for b in self.waiters.pop(ins.key, []):
                     self._resume(b)
+
+    def _block(self, a: int) -> slice:
+        """The clusters of agent ``a``."""
+        return slice(a * self.eng.block, (a + 1) * self.eng.block)
 
     def _install(self, a: int, work: Work) -> None:
         for part in work.parts:
@@ -306,7 +312,7 @@ class _Run:
         if self.eng.trace:
             self.spans.append(("store", c, self.bg_start[c], self.t, self.bg_label[c]))
         a = c // self.eng.block
-        if self.waiting[a] == "store" and not any(self.bg_left[m] > 0 for m in self.members[a]):
+        if self.waiting[a] == "store" and not self.bg_left[self._block(a)].any():
             self._resume(a)
 
     # -- the loop --------------------------------------------------------------------------
@@ -341,12 +347,12 @@ class _Run:
         rho = np.where(np.isinf(ratio), self.inv_own, ratio)
         return np.where(self.working, rho, 0.0)
 
-    def loop(self) -> None:
+    def loop(self, last: bool) -> None:
         for a in range(self.eng.agents):
             self._advance(a)
         bg_slice = slice(self.c, 2 * self.c)
         while self.working.any() or (self.bg_left > 0).any():
-            if np.all(~np.isnan(self.done)) and not self.working.any():
+            if not last and not np.isnan(self.done).any():
                 break                                   # only background writes remain: carry
             if self.dirty:
                 self._solve()
@@ -366,11 +372,11 @@ class _Run:
             self.p += rho * dt
             moving_bg = self.bg_left > 0
             self.bg_left[moving_bg] -= bg_rate[moving_bg] * dt
-            for c in np.flatnonzero(moving_bg & (t_bg <= dt + slack)):
-                self._finish_background(int(c))
-            for a in np.flatnonzero(self.working & (t_agent <= dt + slack)):
-                self._finish_work(int(a))
-                self._advance(int(a))
+            for c in np.flatnonzero(moving_bg & (t_bg <= dt + slack)).tolist():
+                self._finish_background(c)
+            for a in np.flatnonzero(self.working & (t_agent <= dt + slack)).tolist():
+                self._finish_work(a)
+                self._advance(a)
         if np.isnan(self.done).any():
             raise RuntimeError("simulation deadlock: a program never finished")
 
@@ -396,7 +402,7 @@ class _Run:
         carry = [Background(c, float(self.bg_left[c]), float(self.demand[self.c + c]),
                             self._route_of(self.c + c), float(self.bg_start[c]),
                             self.bg_label[c])
-                 for c in np.flatnonzero(self.bg_left > 0)]
+                 for c in np.flatnonzero(self.bg_left > 0).tolist()]
         return RunResult(self.t0, end, acc["compute"], acc["dma_wait"], acc["contention"],
                          acc["sync"], *self._bytes_moved(), carry, self.events, self.spans,
                          self.counters)

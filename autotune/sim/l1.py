@@ -81,14 +81,15 @@ def plan_l1(grid: TaskGrid, machine: Machine, word_bytes: int) -> L1Plan:
     bank = machine.l1_bank_bytes
     allocated = {}
     for op in OPERANDS:
-        need = depth[op] * tiles[op]
+        need, size = depth[op] * tiles[op], given[op]
         if tiles[op] == 0:
             allocated[op] = 0
             continue
-        if given[op] is not None and given[op] < need:
-            raise CapacityError(f"{op} buffer of {given[op]} B cannot hold {depth[op]} tile(s) "
+        if size is None:
+            size = need
+        elif size < need:
+            raise CapacityError(f"{op} buffer of {size} B cannot hold {depth[op]} tile(s) "
                                 f"of {tiles[op]} B")
-        size = need if given[op] is None else given[op]
         allocated[op] = -(-size // bank) * bank
     plan = L1Plan(tiles, allocated, depth)
     if plan.total_bytes > machine.l1_bytes:

@@ -10,8 +10,8 @@ each member reads its next input tile from the next member of the ring, except e
 step when all members load their own next slice from HBM (Alg. 3: slice ``d`` comes from
 main memory to the member with ``d mod n`` = its index), so the group loads every slice from
 HBM once. A forwarded tile's round trip is the quadrant latency plus the epoch counter
-increment back to the source (half a round trip), and only one tile can be forwarded ahead:
-the source has one forwarding buffer.
+increment back to the source (half a round trip), and only as many tiles can be forwarded
+ahead as the source's forwarding buffer holds (one, unless ``share_bytes`` gives more).
 
 **Input parallel** (Alg. 4/5). One run per phase (a stack of outputs for a batch tile):
 each cluster takes tasks ``k = cid, cid + C, ...`` of ``in_c`` input slices, loads the input
@@ -36,12 +36,16 @@ Shortcuts, and why they hold:
   and the load imbalance of the last wave). A chunk moves the exact bytes in the exact
   uncontended time of its tasks; what it approximates is the demand profile inside it (the
   fluid model averages it, as it does inside every stream).
+
+Spatial tiles load their halo rows from HBM (``tiling`` gives every tile its input band);
+no halo is exchanged between clusters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -152,16 +156,20 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
     def total(values: np.ndarray) -> np.ndarray:
         return np.bincount(inv, weights=values[ids], minlength=n)
 
-    sums = {f: sum(total(getattr(tasks.arrays[p], f)) for p in parts)
+    def over(values: list[np.ndarray]) -> np.ndarray:
+        return np.sum(values, axis=0)
+
+    sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
             for f in ("bytes", "compute", "load", "store", "peer", "beats")}
     blocking = [p for p in parts if p != "store" or tasks.store_blocking]
-    own = sum(total(tasks.arrays[p].own) for p in blocking)
+    own = over([total(tasks.arrays[p].own) for p in blocking])
     # The agent's own time: each item's lockstep duration once (shared by its members).
-    item_own = sum(tasks.arrays[p].own_agent for p in blocking) / item_members
+    item_own = over([tasks.arrays[p].own_agent for p in blocking]) / item_members
     ukey, ainv = np.unique(agent[ids] * n_ch + chunk[ids], return_inverse=True)
     agent_own = np.bincount(ainv, weights=item_own[ids], minlength=len(ukey))
-    agent_own_of = {(int(k) // n_ch, int(k) % n_ch): float(v)
-                    for k, v in zip(ukey, agent_own, strict=True)}
+    n_items = np.bincount(ainv, weights=1.0 / item_members[ids], minlength=len(ukey))
+    work_of = {(int(k) // n_ch, int(k) % n_ch): (float(v), round(float(i)))
+               for k, v, i in zip(ukey, agent_own, n_items, strict=True)}
     out: dict[tuple[int, int], list[Part]] = {}
     for i in range(n):
         a, c, cluster = (int(x) for x in uniq[:, i])
@@ -173,7 +181,8 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
                                     sums["peer"][i] / b, sums["beats"][i] * tasks.width / b)
         out.setdefault((a, c), []).append(Part(cluster, b, route, float(sums["compute"][i]),
                                                float(own[i])))
-    return {k: _Chunk(Work("tasks", agent_own_of[k], tuple(v))) for k, v in out.items()}
+    return {k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v)))
+            for k, v in out.items()}
 
 
 def _sequences(agent: np.ndarray, rank: np.ndarray, member: np.ndarray, merged: np.ndarray,
@@ -222,7 +231,10 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
         first_hbm = member < steps
         rest = steps - 1
         h = np.where(rest > 0, (hbm_steps - first_hbm) / np.maximum(rest, 1), 1.0)
-        fwd = in_eng + 1.5 * net.latency(cluster, peer)
+        # A forwarded tile's round trip: the read plus the epoch increment back to the
+        # source; as many tiles can be forwarded ahead as the source's forwarding buffer holds.
+        fwd = (in_eng + 1.5 * net.latency(cluster, peer)) / np.maximum(
+            1.0, plan.allocated_bytes["share"] / np.maximum(in_tile, 1.0))
     else:
         first_hbm, h, fwd = np.ones(len(slot), dtype=bool), np.ones(len(slot)), np.zeros(0)
     hbm_unit = in_eng + lat
@@ -332,10 +344,8 @@ def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precis
             reduce = _Reduction(net, setup, lat, width, stack * images / rate,
                                 stack * images * word_bytes, images, active, out_depth, key[2])
             seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total, budget)
-            built[key] = RunSpec(
-                key, (lambda seqs=seqs, reduce=reduce: [_fc_program(tasks, s, c, reduce)
-                                                        for c, s in enumerate(seqs)]),
-                participates, barrier)
+            built[key] = RunSpec(key, partial(_fc_programs, tasks, seqs, reduce), participates,
+                                 barrier)
         runs.append(built[key])
     return 1, runs
 
@@ -410,7 +420,13 @@ class _Reduction:
                     yield WaitStore()
 
 
-def _fc_program(tasks: _Tasks, items: list, c: int, reduce: _Reduction) -> Iterator[Instr]:
+def _fc_programs(tasks: _Tasks, seqs: list[list[list[int] | _Chunk]],
+                 reduce: _Reduction) -> list[Iterator[Instr]]:
+    return [_fc_program(tasks, items, c, reduce) for c, items in enumerate(seqs)]
+
+
+def _fc_program(tasks: _Tasks, items: list[list[int] | _Chunk], c: int,
+                reduce: _Reduction) -> Iterator[Instr]:
     for item in items:
         if isinstance(item, _Chunk):
             yield item.work

@@ -45,14 +45,16 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
         block, runs = stack_runs(grid, costs, plan, net)
     engine = Engine(net, block, trace)
 
-    t, carry = 0.0, []
+    t = 0.0
+    carry: list[Background] = []
     memo: dict[tuple, RunResult] = {}
     done: list[RunResult] = []
-    for spec in runs:
+    for i, spec in enumerate(runs):
         sig = None if spec.key is None else (spec.key, _signature(carry))
         template = memo.get(sig) if sig is not None else None
         if template is None:
-            res = engine.run(spec.make(), t, carry, spec.participates, spec.barrier)
+            res = engine.run(spec.make(), t, carry, spec.participates, spec.barrier,
+                             last=i == len(runs) - 1)
             if sig is not None:
                 memo[sig] = res
         else:
