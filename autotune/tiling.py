@@ -186,8 +186,9 @@ class TaskGrid:
     def task_index(self) -> tuple[np.ndarray, ...]:
         """Per task, in task order: (batch tile, row tile, col tile, stack, input step) indices.
 
-        Public for stages that must know *which* tile a task covers, not only its sizes
-        (the executor of ``autotune.verify`` loads and stores exactly those regions).
+        Public for stages that must know *which* tile a task covers, not only its sizes:
+        the executor of ``autotune.verify`` loads and stores exactly those regions, the
+        simulator shapes DMA transfers by a tile's rows and columns separately.
         """
         return self._index
 

@@ -1,0 +1,428 @@
+"""The event loop: agents run their programs while their flows share the network.
+
+An *agent* is what moves as one: a cluster, or for Alg. 3 the clusters of one share group,
+which the epoch synchronisation of the forwarding ring keeps in lockstep (a member cannot run
+more than a slice ahead of its neighbour, so in steady state the group moves at the pace of
+its slowest member; the difference is booked as synchronisation).
+
+A program is a generator of instructions:
+
+``Work``        one part per member cluster: payload bytes over a route, and the part's
+                uncontended duration (``costs``). It becomes one flow per member whose demand
+                is bytes / uncontended duration; the agent progresses at the rate its most
+                starved member allows. A part without bytes is a pure delay.
+``StartStore``  starts a background write (double-buffered output) and continues.
+``WaitStore``   waits until the agent's background writes are done.
+``SetFlag`` / ``WaitFlag``  point-to-point synchronisation (the reduction tree of Alg. 4/5).
+
+Between two events every rate is constant, so the loop jumps from event to event: the next
+event is the earliest completion of a Work or of a background write; at it, the max-min fair
+rates are re-solved if any flow changed. This is exact for the fluid model; what the fluid
+model itself approximates is said in ``costs`` and ``network``.
+
+Time accounting per cluster (what ``SimResult.breakdown`` reports): a Work's duration is
+``compute`` (the cores busy), ``dma_wait`` (stalls an uncontended network still causes:
+latency, setup, beats, serialised single buffers), ``sync`` (waiting for the slowest member
+of a lockstep group, for a reduction partner, at a phase barrier) and ``contention`` (the
+rest: time lost to sharing ports, links and HBM). Waiting for one's own background write is
+``dma_wait``; time with no work assigned is ``idle``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.sim.network import Network, Route, max_min_rates
+
+#: Relative tolerance for "finishes at this event" (floating point, not a model parameter).
+_TOL = 1e-9
+
+
+@dataclass(slots=True)
+class Part:
+    """One member cluster's share of a Work."""
+
+    cluster: int
+    bytes: float
+    route: Route | None
+    compute: float
+    own: float                  # the member's uncontended duration
+
+
+@dataclass(slots=True)
+class Work:
+    label: str
+    own: float                  # the agent's uncontended duration: max over its parts
+    parts: tuple[Part, ...]
+    kind: str = "work"          # "work" (split as documented) or "sync" (all of it is sync)
+
+
+@dataclass(slots=True)
+class StartStore:
+    label: str
+    parts: tuple[Part, ...]
+
+
+@dataclass(slots=True)
+class WaitStore:
+    pass
+
+
+@dataclass(slots=True)
+class WaitFlag:
+    key: Hashable
+
+
+@dataclass(slots=True)
+class SetFlag:
+    key: Hashable
+
+
+Instr = Work | StartStore | WaitStore | WaitFlag | SetFlag
+
+
+@dataclass(slots=True)
+class Background:
+    """A background write still running when a run ends (carried into the next run)."""
+
+    cluster: int
+    bytes_left: float
+    demand: float
+    route: Route
+    start: float
+    label: str
+
+
+@dataclass
+class RunResult:
+    """What one run (a whole layer, or one phase of Alg. 4/5) produced."""
+
+    start: float
+    end: float
+    compute: np.ndarray
+    dma_wait: np.ndarray
+    contention: np.ndarray
+    sync: np.ndarray
+    hbm_load_bytes: float
+    hbm_store_bytes: float
+    intercluster_bytes: float
+    level_bytes: np.ndarray
+    carry: list[Background]
+    events: int
+    spans: list[tuple] = field(default_factory=list)      # (track, cluster, t0, t1, label)
+    counters: list[tuple] = field(default_factory=list)   # (t, hbm load, hbm store) B/cycle
+
+
+class Engine:
+    """Runs agents' programs on one network. ``block``: clusters per agent (1 or g)."""
+
+    def __init__(self, net: Network, block: int, trace: bool) -> None:
+        self.net, self.block, self.trace = net, block, trace
+        self.clusters = c = net.clusters
+        self.agents = c // block
+        self.starts = np.arange(0, c, block)
+
+    def run(self, programs: list[Iterator[Instr]], t0: float, carry: list[Background],
+            participates: np.ndarray | None = None, barrier: float = 0.0,
+            last: bool = True) -> RunResult:
+        """Run the agents' programs from time ``t0`` until all are done.
+
+        Unless the run is the ``last``, background writes still running at the end are
+        returned in ``carry``. When ``participates`` is given the run ends in a barrier:
+        participating agents that finish early wait (sync), then all pay ``barrier`` cycles;
+        the others are idle.
+        """
+        state = _Run(self, programs, t0, carry)
+        state.loop(last)
+        return state.finish(participates, barrier)
+
+
+class _Run:
+    """State of one run; a separate object so that the engine can be reused."""
+
+    def __init__(self, eng: Engine, programs: list[Iterator[Instr]], t0: float,
+                 carry: list[Background]) -> None:
+        self.eng, self.net = eng, eng.net
+        c, k, a = eng.clusters, self.net.width, eng.agents
+        self.c = c
+        self.t = self.t0 = t0
+        self.programs = programs
+        self.idx = np.zeros((2 * c, k), dtype=np.int64)
+        self.w = np.zeros((2 * c, k))
+        self.demand = np.zeros(2 * c)
+        self.load_frac = np.zeros(2 * c)
+        self.store_frac = np.zeros(2 * c)
+        self.fg_bytes = np.zeros(c)
+        self.bg_left = np.zeros(c)
+        self.bg_start = np.zeros(c)
+        self.bg_label = [""] * c
+        self.rates = np.zeros(2 * c)
+        self.dirty = True
+        self.work: list[Work | None] = [None] * a
+        self.p = np.zeros(a)
+        self.inv_own = np.zeros(a)
+        self.working = np.zeros(a, dtype=bool)
+        self.start = np.zeros(a)
+        self.waiting: list[str | None] = [None] * a
+        self.wait_start = np.zeros(a)
+        self.members: list[tuple[int, ...]] = [tuple(range(i * eng.block, (i + 1) * eng.block))
+                                               for i in range(a)]
+        self.done = np.full(a, np.nan)
+        self.flags: set[Hashable] = set()
+        self.waiters: dict[Hashable, list[int]] = {}
+        self.acc = {k: np.zeros(c) for k in ("compute", "dma_wait", "contention", "sync")}
+        self.moved: dict[int, list] = {}        # id(route) -> [route, payload bytes]
+        self.spans: list[tuple] = []
+        self.counters: list[tuple] = []
+        self.events = 0
+        for bg in carry:
+            self._start_background(bg.cluster, bg.bytes_left, bg.demand, bg.route, bg.label,
+                                   bg.start, account=False)
+
+    # -- flows -----------------------------------------------------------------------------
+    def _set_flow(self, f: int, demand: float, route: Route) -> None:
+        self.idx[f], self.w[f] = route.idx, route.w
+        self.demand[f] = demand
+        self.load_frac[f], self.store_frac[f] = route.load, route.store
+        self.dirty = True
+
+    def _account_bytes(self, nbytes: float, route: Route) -> None:
+        key = id(route)
+        if key in self.moved:
+            self.moved[key][1] += nbytes
+        else:
+            self.moved[key] = [route, nbytes]
+
+    def _bytes_moved(self) -> tuple[float, float, float, np.ndarray]:
+        """(HBM load, HBM store, intercluster, per level) payload bytes of every flow."""
+        load = store = peer = 0.0
+        levels = np.zeros(len(self.net.machine.levels))
+        for route, nbytes in self.moved.values():
+            load += nbytes * route.load
+            store += nbytes * route.store
+            peer += nbytes * route.peer
+            levels += nbytes * route.level_bytes
+        return load, store, peer, levels
+
+    def _start_background(self, c: int, nbytes: float, demand: float, route: Route, label: str,
+                          start: float, account: bool = True) -> None:
+        self.bg_left[c] = nbytes
+        self.bg_start[c] = start
+        self.bg_label[c] = label
+        self._set_flow(self.c + c, demand, route)
+        if account:
+            self._account_bytes(nbytes, route)
+
+    # -- programs --------------------------------------------------------------------------
+    def _advance(self, a: int) -> None:
+        """Run agent ``a``'s program until it starts a Work, waits, or ends."""
+        gen = self.programs[a]
+        while True:
+            ins = next(gen, None)
+            if ins is None:
+                self.done[a] = self.t
+                return
+            if isinstance(ins, Work):
+                if ins.own <= 0:
+                    continue
+                self._install(a, ins)
+                return
+            if isinstance(ins, StartStore):
+                for part in ins.parts:
+                    assert part.route is not None
+                    self._start_background(part.cluster, part.bytes, part.bytes / part.own,
+                                           part.route, ins.label, self.t)
+            elif isinstance(ins, WaitStore):
+                if self.bg_left[self._block(a)].any():
+                    self._wait(a, "store")
+                    return
+            elif isinstance(ins, WaitFlag):
+                if ins.key not in self.flags:
+                    self.waiters.setdefault(ins.key, []).append(a)
+                    self._wait(a, "flag")
+                    return
+            else:  # SetFlag
+                self.flags.add(ins.key)
+                for b in self.waiters.pop(ins.key, []):
+                    self._resume(b)
+
+    def _block(self, a: int) -> slice:
+        """The clusters of agent ``a``."""
+        return slice(a * self.eng.block, (a + 1) * self.eng.block)
+
+    def _install(self, a: int, work: Work) -> None:
+        for part in work.parts:
+            if part.bytes > 0:
+                assert part.route is not None
+                c = part.cluster
+                self.fg_bytes[c] = part.bytes
+                self._set_flow(c, part.bytes / work.own, part.route)
+                self._account_bytes(part.bytes, part.route)
+        self.work[a] = work
+        self.members[a] = tuple(p.cluster for p in work.parts)
+        self.p[a] = 0.0
+        self.inv_own[a] = 1.0 / work.own
+        self.working[a] = True
+        self.start[a] = self.t
+
+    def _wait(self, a: int, why: str) -> None:
+        self.waiting[a] = why
+        self.wait_start[a] = self.t
+
+    def _resume(self, a: int) -> None:
+        why, t0 = self.waiting[a], self.wait_start[a]
+        self.waiting[a] = None
+        book = self.acc["dma_wait" if why == "store" else "sync"]
+        for c in self.members[a]:
+            book[c] += self.t - t0
+            if self.eng.trace and self.t > t0:
+                self.spans.append(("cluster", c, t0, self.t, f"wait ({why})"))
+        self._advance(a)
+
+    def _finish_work(self, a: int) -> None:
+        work = self.work[a]
+        assert work is not None
+        dur = self.t - self.start[a]
+        acc = self.acc
+        for part in work.parts:
+            c = part.cluster
+            if work.kind == "work":
+                acc["compute"][c] += part.compute
+                acc["dma_wait"][c] += part.own - part.compute
+                acc["sync"][c] += work.own - part.own
+                acc["contention"][c] += dur - work.own
+            else:
+                acc["sync"][c] += dur
+            if part.bytes > 0:
+                self.fg_bytes[c] = 0.0
+                self.demand[c] = 0.0
+                self.dirty = True
+            if self.eng.trace:
+                self.spans.append(("cluster", c, self.start[a], self.t, work.label))
+        self.work[a] = None
+        self.working[a] = False
+
+    def _finish_background(self, c: int) -> None:
+        self.bg_left[c] = 0.0
+        self.demand[self.c + c] = 0.0
+        self.dirty = True
+        if self.eng.trace:
+            self.spans.append(("store", c, self.bg_start[c], self.t, self.bg_label[c]))
+        a = c // self.eng.block
+        if self.waiting[a] == "store" and not self.bg_left[self._block(a)].any():
+            self._resume(a)
+
+    # -- the loop --------------------------------------------------------------------------
+    def _solve(self) -> None:
+        """Max-min fair rates of all flows; the members of a lockstep group are tied in
+        proportion to their bytes (``max_min_rates``), so the group's pace is its largest
+        member's fair share and no member holds bandwidth the pace cannot use."""
+        live = np.flatnonzero(self.demand > 0)
+        self.rates = np.zeros(2 * self.c)
+        self.dirty = False
+        if not len(live):
+            return
+        args = (self.demand[live], self.idx[live], self.w[live], self.net.capacity)
+        block = self.eng.block
+        if block == 1:
+            self.rates[live] = max_min_rates(*args)
+            return
+        fg = live < self.c
+        group = np.where(fg, live // block, self.eng.agents + live - self.c)
+        nbytes = np.where(fg, self.fg_bytes[np.minimum(live, self.c - 1)], 1.0)
+        largest = np.zeros(self.eng.agents + self.c)
+        np.maximum.at(largest, group, nbytes)
+        self.rates[live] = max_min_rates(*args, group, nbytes / largest[group])
+
+    def _agent_rates(self) -> np.ndarray:
+        fg = self.fg_bytes
+        moving = fg > 0
+        ratio = np.full(self.c, np.inf)
+        ratio[moving] = self.rates[:self.c][moving] / fg[moving]
+        if self.eng.block > 1:
+            ratio = np.minimum.reduceat(ratio, self.eng.starts)
+        rho = np.where(np.isinf(ratio), self.inv_own, ratio)
+        return np.where(self.working, rho, 0.0)
+
+    def loop(self, last: bool) -> None:
+        for a in range(self.eng.agents):
+            self._advance(a)
+        bg_slice = slice(self.c, 2 * self.c)
+        while self.working.any() or (self.bg_left > 0).any():
+            if not last and not np.isnan(self.done).any():
+                break                                   # only background writes remain: carry
+            if self.dirty:
+                self._solve()
+            rho = self._agent_rates()
+            if self.eng.trace:
+                self._record_counters(rho)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_agent = np.where(self.working, (1.0 - self.p) / rho, np.inf)
+                bg_rate = self.rates[bg_slice]
+                t_bg = np.where(self.bg_left > 0, self.bg_left / bg_rate, np.inf)
+            dt = min(float(t_agent.min()), float(t_bg.min()))
+            if not np.isfinite(dt):
+                raise RuntimeError("simulation deadlock: agents wait but nothing moves")
+            slack = dt * _TOL + _TOL
+            self.events += 1
+            self.t += dt
+            self.p += rho * dt
+            moving_bg = self.bg_left > 0
+            self.bg_left[moving_bg] -= bg_rate[moving_bg] * dt
+            for c in np.flatnonzero(moving_bg & (t_bg <= dt + slack)).tolist():
+                self._finish_background(c)
+            for a in np.flatnonzero(self.working & (t_agent <= dt + slack)).tolist():
+                self._finish_work(a)
+                self._advance(a)
+        if np.isnan(self.done).any():
+            raise RuntimeError("simulation deadlock: a program never finished")
+
+    def _record_counters(self, rho: np.ndarray) -> None:
+        agent_of = np.arange(self.c) // self.eng.block
+        use = np.concatenate([self.fg_bytes * rho[agent_of], self.rates[self.c:]])
+        sample = (self.t, float(use @ self.load_frac), float(use @ self.store_frac))
+        if not self.counters or self.counters[-1][1:] != sample[1:]:
+            self.counters.append(sample)
+
+    def finish(self, participates: np.ndarray | None, barrier: float) -> RunResult:
+        end = self.t
+        acc = self.acc
+        if participates is not None:
+            for a in np.flatnonzero(participates):
+                for c in range(a * self.eng.block, (a + 1) * self.eng.block):
+                    acc["sync"][c] += end - self.done[a] + barrier
+                    if self.eng.trace and barrier + end - self.done[a] > 0:
+                        self.spans.append(("cluster", c, self.done[a], end + barrier,
+                                           "barrier"))
+            end += barrier
+            self._drain(barrier)
+        carry = [Background(c, float(self.bg_left[c]), float(self.demand[self.c + c]),
+                            self._route_of(self.c + c), float(self.bg_start[c]),
+                            self.bg_label[c])
+                 for c in np.flatnonzero(self.bg_left > 0).tolist()]
+        return RunResult(self.t0, end, acc["compute"], acc["dma_wait"], acc["contention"],
+                         acc["sync"], *self._bytes_moved(), carry, self.events, self.spans,
+                         self.counters)
+
+    def _drain(self, cycles: float) -> None:
+        """Let background writes progress while the clusters pass the closing barrier."""
+        if not (self.bg_left > 0).any():
+            return
+        self._solve()
+        rate = self.rates[self.c:]
+        now = self.t
+        for c in np.flatnonzero(self.bg_left > 0):
+            left, r = float(self.bg_left[c]), float(rate[c])
+            if r > 0 and left <= r * cycles:
+                self.t = now + left / r          # ends during the barrier (for the trace)
+                self._finish_background(int(c))
+                self.t = now
+            else:
+                self.bg_left[c] -= r * cycles
+
+    def _route_of(self, f: int) -> Route:
+        return Route(self.idx[f].copy(), self.w[f].copy(), float(self.load_frac[f]),
+                     float(self.store_frac[f]), 0.0, np.zeros(len(self.net.machine.levels)))

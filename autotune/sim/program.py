@@ -1,0 +1,436 @@
+"""The programs the clusters run: the report's algorithms at tile granularity.
+
+**Output stacks** (Alg. 1-3 generalised). Tasks occupy cluster slots in the grid's order
+(``tiling.TaskGrid``: cluster = slot mod C); each cluster runs its tasks one after the other,
+with no barrier between waves (a "parallelize for" over clusters is a static round-robin
+loop). A task is a prologue, a stream and a store (``costs``). A single output buffer makes
+the cluster wait for its store; a double one lets the store run behind the next task, which
+waits for it only before storing again. Alg. 3 share groups move in lockstep (``engine``);
+each member reads its next input tile from the next member of the ring, except every n-th
+step when all members load their own next slice from HBM (Alg. 3: slice ``d`` comes from
+main memory to the member with ``d mod n`` = its index), so the group loads every slice from
+HBM once. A forwarded tile's round trip is the quadrant latency plus the epoch counter
+increment back to the source (half a round trip), and only as many tiles can be forwarded
+ahead as the source's forwarding buffer holds (one, unless ``share_bytes`` gives more).
+
+**Input parallel** (Alg. 4/5). One run per phase (a stack of outputs for a batch tile):
+each cluster takes tasks ``k = cid, cid + C, ...`` of ``in_c`` input slices, loads the input
+batch (prefetched during the previous task when the input buffer is double) and streams one
+filter tile per output channel into its private partial output. Then the private outputs are
+summed by a binary tree over cluster ids (Sec. 3.1.3: pairs in an L1 quadrant first, then up
+the levels; 127 reads of D_O·B words for 128 clusters), the root stores the stack, and all
+clusters meet at a barrier (an atomic round trip to the top level of the tree).
+
+Shortcuts, and why they hold:
+
+* Steps within a task: costed in steady state (``costs``), so a task is three events, not
+  one per slice; totals are exact.
+* Phases of Alg. 4/5 with equal shapes that start from the same state (the barrier resets
+  everything but a background store carried over) take exactly the same time: each distinct
+  (shape, carried store) is simulated once and replayed.
+* Identical clusters are not simulated separately in the program, but the network solver
+  sees every flow; clusters that start together with equal tasks stay in lockstep and their
+  events coincide, so a full wave costs a handful of events.
+* When a run would have more than ``ITEM_BUDGET`` agent items, the middle tasks of each agent
+  are merged into chunks (its first and last task stay exact: they carry the start-up burst
+  and the load imbalance of the last wave). A chunk moves the exact bytes in the exact
+  uncontended time of its tasks; what it approximates is the demand profile inside it (the
+  fluid model averages it, as it does inside every stream).
+
+Spatial tiles load their halo rows from HBM (``tiling`` gives every tile its input band);
+no halo is exchanged between clusters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from autotune.ir.machine import Machine
+from autotune.sim.costs import TaskCosts, stream_own
+from autotune.sim.engine import Instr, Part, SetFlag, StartStore, WaitFlag, WaitStore, Work
+from autotune.sim.l1 import L1Plan
+from autotune.sim.network import Network
+from autotune.tiling import TaskGrid
+
+#: Agent items per run beyond which an agent's middle tasks are merged into chunks.
+ITEM_BUDGET = 1024
+
+_FIELDS = ("bytes", "own", "own_agent", "compute", "load", "store", "peer", "beats")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the engine: fresh programs for every agent, and how it ends."""
+
+    key: Hashable | None                    # runs with equal keys (and carry) are identical
+    make: Callable[[], list[Iterator[Instr]]]
+    participates: np.ndarray | None = None  # agents that wait at the closing barrier
+    barrier: float = 0.0
+
+
+@dataclass
+class _Part:
+    """One part of the program (prologue, stream, store) for every task, as arrays."""
+
+    bytes: np.ndarray
+    own: np.ndarray          # the task's uncontended duration
+    own_agent: np.ndarray    # of its lockstep group (= own outside Alg. 3)
+    compute: np.ndarray
+    load: np.ndarray         # payload bytes from HBM, to HBM, from a peer
+    store: np.ndarray
+    peer: np.ndarray
+    beats: np.ndarray
+
+
+class _Tasks:
+    """Per-task program parts plus where each task runs; builds the agents' programs."""
+
+    def __init__(self, net: Network, width: int, cluster: np.ndarray, peer: np.ndarray,
+                 parts: dict[str, _Part], store_blocking: bool) -> None:
+        self.net, self.width = net, width
+        self.cluster, self.peer = cluster, peer
+        self.arrays = parts
+        self.store_blocking = store_blocking
+
+    def part(self, t: int, name: str) -> Part:
+        """Task ``t``'s share of program part ``name`` (scalars read on demand: only the
+        exact, unmerged tasks ever get here)."""
+        v = self.arrays[name]
+        b, cluster = float(v.bytes[t]), int(self.cluster[t])
+        route = None
+        if b > 0:
+            route = self.net.route(cluster, float(v.load[t]) / b, float(v.store[t]) / b,
+                                   int(self.peer[t]), float(v.peer[t]) / b,
+                                   float(v.beats[t]) * self.width / b)
+        return Part(cluster, b, route, float(v.compute[t]), float(v.own[t]))
+
+    def work(self, label: str, name: str, tasks: list[int]) -> Work:
+        parts = tuple(self.part(t, name) for t in tasks)
+        return Work(label, float(self.arrays[name].own_agent[tasks[0]]), parts)
+
+    def store(self, tasks: list[int]) -> Iterator[Instr]:
+        if self.arrays["store"].bytes[tasks[0]] <= 0:
+            return
+        if self.store_blocking:
+            yield self.work("store", "store", tasks)
+        else:
+            yield WaitStore()
+            yield StartStore("store", self.work("store", "store", tasks).parts)
+
+
+@dataclass
+class _Chunk:
+    work: Work
+
+
+def _plan_items(agent: np.ndarray, rank: np.ndarray, n_agents: int,
+                budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: whether it is merged into a chunk, and the chunk's rank within its agent."""
+    items = np.zeros(n_agents, dtype=np.int64)
+    np.maximum.at(items, agent, rank + 1)
+    busy = max(1, int(np.count_nonzero(items)))
+    limit = max(3, budget // busy)
+    size = np.where(items > limit, -(-(items - 2) // max(limit - 2, 1)), 1)[agent]
+    merged = (size > 1) & (rank >= 1) & (rank <= items[agent] - 2)
+    chunk = np.where(merged, (rank - 1) // size, -1)
+    return merged, chunk
+
+
+def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndarray,
+            item_members: np.ndarray, parts: tuple[str, ...]) -> dict[tuple[int, int], _Chunk]:
+    """Merge the marked tasks of each (agent, chunk) into one Work, one part per cluster."""
+    ids = np.flatnonzero(merged)
+    if len(ids) == 0:
+        return {}
+    cl = tasks.cluster[ids]
+    n_cl, n_ch = int(cl.max()) + 1, int(chunk.max()) + 1
+    key = (agent[ids] * n_ch + chunk[ids]) * n_cl + cl
+    ukeys, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    uniq = np.stack([ukeys // n_cl // n_ch, ukeys // n_cl % n_ch, ukeys % n_cl])
+    n = len(ukeys)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inv, weights=values[ids], minlength=n)
+
+    def over(values: list[np.ndarray]) -> np.ndarray:
+        return np.sum(values, axis=0)
+
+    sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
+            for f in ("bytes", "compute", "load", "store", "peer", "beats")}
+    blocking = [p for p in parts if p != "store" or tasks.store_blocking]
+    own = over([total(tasks.arrays[p].own) for p in blocking])
+    # The agent's own time: each item's lockstep duration once (shared by its members).
+    item_own = over([tasks.arrays[p].own_agent for p in blocking]) / item_members
+    ukey, ainv = np.unique(agent[ids] * n_ch + chunk[ids], return_inverse=True)
+    agent_own = np.bincount(ainv, weights=item_own[ids], minlength=len(ukey))
+    n_items = np.bincount(ainv, weights=1.0 / item_members[ids], minlength=len(ukey))
+    work_of = {(int(k) // n_ch, int(k) % n_ch): (float(v), round(float(i)))
+               for k, v, i in zip(ukey, agent_own, n_items, strict=True)}
+    out: dict[tuple[int, int], list[Part]] = {}
+    for i in range(n):
+        a, c, cluster = (int(x) for x in uniq[:, i])
+        b = float(sums["bytes"][i])
+        route = None
+        if b > 0:
+            peer = int(tasks.peer[ids[first[i]]])
+            route = tasks.net.route(cluster, sums["load"][i] / b, sums["store"][i] / b, peer,
+                                    sums["peer"][i] / b, sums["beats"][i] * tasks.width / b)
+        out.setdefault((a, c), []).append(Part(cluster, b, route, float(sums["compute"][i]),
+                                               float(own[i])))
+    return {k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v)))
+            for k, v in out.items()}
+
+
+def _sequences(agent: np.ndarray, rank: np.ndarray, member: np.ndarray, merged: np.ndarray,
+               chunk: np.ndarray, chunks: dict[tuple[int, int], _Chunk],
+               n_agents: int) -> list[list[list[int] | _Chunk]]:
+    """Each agent's items in order: lists of member tasks, or chunks."""
+    seqs: list[list[tuple[float, list[int] | _Chunk]]] = [[] for _ in range(n_agents)]
+    exact = np.flatnonzero(~merged)
+    order = exact[np.lexsort((member[exact], rank[exact], agent[exact]))]
+    ag, rk = agent[order].tolist(), rank[order].tolist()
+    ts = order.tolist()
+    i = 0
+    while i < len(ts):
+        j = i + 1
+        while j < len(ts) and ag[j] == ag[i] and rk[j] == rk[i]:
+            j += 1
+        seqs[ag[i]].append((rk[i], ts[i:j]))
+        i = j
+    for (a, c), ch in chunks.items():
+        seqs[a].append((0.5 + c / (len(chunks) + 1), ch))   # between the first and last task
+    return [[item for _, item in sorted(s, key=lambda e: e[0])] for s in seqs]
+
+
+# -- output stacks (Alg. 1-3) --------------------------------------------------------------
+def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
+               budget: int = ITEM_BUDGET) -> tuple[int, list[RunSpec]]:
+    """(agent block size, the one run) of an output-stack mapping."""
+    m = net.machine
+    setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
+    c_total = net.clusters
+    shared = grid.algorithm == "output_stack_shared"
+    g = grid.mapping.share_group if shared else 1
+    slot = grid.task_slot
+    cluster = slot % c_total
+    member = slot % g
+    n_members = grid.share_members() if shared else np.ones_like(slot)
+    peer = cluster - member + (member + 1) % n_members
+    inp, fil, out = costs.input, costs.filter, costs.output
+    steps, n_f = inp.tiles, fil.tiles
+    in_tile, f_tile = inp.bytes_per_tile(), fil.bytes_per_tile()
+    in_eng, f_eng = inp.engine_per_tile(setup), fil.engine_per_tile(setup)
+
+    if shared:
+        # Steps member j loads from HBM: j, j + n, j + 2n, ... of the ring's S steps.
+        hbm_steps = np.where(member < steps, -(-(steps - member) // n_members), 0)
+        first_hbm = member < steps
+        rest = steps - 1
+        h = np.where(rest > 0, (hbm_steps - first_hbm) / np.maximum(rest, 1), 1.0)
+        # A forwarded tile's round trip: the read plus the epoch increment back to the
+        # source; as many tiles can be forwarded ahead as the source's forwarding buffer holds.
+        fwd = (in_eng + 1.5 * net.latency(cluster, peer)) / np.maximum(
+            1.0, plan.allocated_bytes["share"] / np.maximum(in_tile, 1.0))
+    else:
+        first_hbm, h, fwd = np.ones(len(slot), dtype=bool), np.ones(len(slot)), np.zeros(0)
+    hbm_unit = in_eng + lat
+    k_in = plan.spare_tiles("input", in_tile)
+    k_f = plan.spare_tiles("filter", f_tile)
+    if shared:
+        in_unit = h * hbm_unit / np.where(k_in > 0, k_in, 1) + (1 - h) * fwd
+        in_window = np.where(k_in > 0, 1.0, 0.0)
+    else:
+        in_unit, in_window = hbm_unit, k_in
+
+    first_lat = np.where(first_hbm, lat, 1.5 * net.latency(cluster, peer)) if shared else lat
+    pro_bytes = in_tile + f_tile
+    pro_in_hbm = np.where(first_hbm, in_tile, 0.0)
+    pro = _Part(pro_bytes, in_eng + f_eng + first_lat, np.zeros(0), np.zeros_like(in_tile),
+                pro_in_hbm + f_tile, np.zeros_like(in_tile), in_tile - pro_in_hbm,
+                inp.beats / steps + fil.beats / n_f)
+    in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
+    st = _Part(in_rest + f_rest,
+               stream_own(costs.compute, steps - 1, in_unit, in_eng, in_window, n_f - 1,
+                          f_eng + lat, f_eng, k_f),
+               np.zeros(0), costs.compute, h * in_rest + f_rest, np.zeros_like(in_tile),
+               (1 - h) * in_rest, inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f)
+    zero = np.zeros(len(slot))
+    store = _Part(out.bytes.astype(float), out.count * setup + out.beats + lat, np.zeros(0), zero,
+                  zero, out.bytes.astype(float), zero, out.beats.astype(float))
+    group = slot // g
+    for part in (pro, st, store):
+        lock = np.zeros(int(group.max()) + 1)
+        np.maximum.at(lock, group, part.own)
+        part.own_agent = lock[group]
+    tasks = _Tasks(net, width, cluster, peer, dict(load=pro, stream=st, store=store),
+                   grid.mapping.buffers.output_depth == 1)
+
+    n_agents = c_total // g
+    agent = group % n_agents
+    rank = group // n_agents
+    merged, chunk = _plan_items(agent, rank, n_agents, budget)
+    chunks = _chunks(tasks, agent, chunk, merged, n_members.astype(float),
+                     ("load", "stream", "store"))
+    seqs = _sequences(agent, rank, member, merged, chunk, chunks, n_agents)
+
+    def program(items: list[list[int] | _Chunk]) -> Iterator[Instr]:
+        for item in items:
+            if isinstance(item, _Chunk):
+                yield item.work
+                continue
+            yield tasks.work("load", "load", item)
+            yield tasks.work("compute", "stream", item)
+            yield from tasks.store(item)
+        if not tasks.store_blocking:
+            yield WaitStore()
+
+    return g, [RunSpec(None, lambda: [program(s) for s in seqs])]
+
+
+# -- input parallel (Alg. 4/5) -------------------------------------------------------------
+def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precision: str,
+            word_bytes: int, budget: int = ITEM_BUDGET) -> tuple[int, list[RunSpec]]:
+    """(1, one run per phase) of an input-parallel mapping."""
+    m: Machine = net.machine
+    setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
+    c_total = net.clusters
+    per_phase = len(grid.in_steps)
+    n = grid.n_tasks
+    k = np.arange(n) % per_phase
+    cluster = k % c_total
+    inp, fil = costs.input, costs.filter
+    double_in = grid.mapping.buffers.input_depth == 2
+    prefetched = double_in & (k >= c_total)
+    has_next = double_in & (k + c_total < per_phase)
+    nxt = np.minimum(np.arange(n) + c_total, n - 1)
+    in_eng, f_eng = inp.engine_per_tile(setup), fil.engine_per_tile(setup)
+    f_tile = fil.bytes_per_tile()
+    f_beats = fil.beats / fil.tiles
+    keep = ~prefetched
+    pro_bytes = keep * inp.bytes + f_tile
+    zero = np.zeros(n)
+    pro = _Part(pro_bytes, keep * in_eng + f_eng + lat, np.zeros(0), zero, pro_bytes, zero, zero,
+                keep * inp.beats + f_beats)
+    next_bytes = has_next * inp.bytes[nxt]
+    st_bytes = next_bytes + (fil.tiles - 1) * f_tile
+    st = _Part(st_bytes,
+               # The next input's round trip overlaps the next prologue's (which waits a
+               # round trip for its first filter anyway): only its engine time counts here.
+               stream_own(costs.compute, has_next.astype(float), in_eng[nxt], in_eng[nxt],
+                          np.ones(n), fil.tiles - 1, f_eng + lat, f_eng,
+                          plan.spare_tiles("filter", f_tile)),
+               np.zeros(0), costs.compute, st_bytes, zero, zero,
+               has_next * inp.beats[nxt] + (fil.tiles - 1) * f_beats)
+    for part in (pro, st):
+        part.own_agent = part.own
+    tasks = _Tasks(net, width, cluster, cluster, dict(load=pro, stream=st), True)
+
+    rate = m.cluster_macs_per_cycle(precision) * m.fpu_utilization
+    active = min(per_phase, c_total)
+    participates = np.arange(c_total) < active
+    barrier = float(m.levels[-1].latency_cycles)
+    out_depth = grid.mapping.buffers.output_depth
+    runs, built = [], {}
+    for phase in range(grid.n_phases):
+        ids = np.arange(phase * per_phase, (phase + 1) * per_phase)
+        images = int(grid.task_images[ids[0]])
+        stack = int(grid.task_out_channels[ids[0]])
+        key = (images, stack, phase == grid.n_phases - 1)
+        if key not in built:    # phases of one shape have equal tasks: build their run once
+            reduce = _Reduction(net, setup, lat, width, stack * images / rate,
+                                stack * images * word_bytes, images, active, out_depth, key[2])
+            seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total, budget)
+            built[key] = RunSpec(key, partial(_fc_programs, tasks, seqs, reduce), participates,
+                                 barrier)
+        runs.append(built[key])
+    return 1, runs
+
+
+def _phase_items(tasks: _Tasks, ids: np.ndarray, rank: np.ndarray, c_total: int,
+                 budget: int) -> list[list[list[int] | _Chunk]]:
+    """Each cluster's items in one phase (task ``ids[i]`` runs on cluster ``i mod C``)."""
+    local = np.arange(len(ids))
+    agent = local % c_total
+    merged, chunk = _plan_items(agent, rank, c_total, budget)
+    chunks = _chunks(_Slice(tasks, ids), agent, chunk, merged, np.ones(len(ids)),
+                     ("load", "stream"))
+    seqs = _sequences(agent, rank, np.zeros(len(ids), dtype=np.int64), merged, chunk, chunks,
+                      c_total)
+    return [[it if isinstance(it, _Chunk) else [int(ids[t]) for t in it] for it in s]
+            for s in seqs]
+
+
+class _Slice(_Tasks):
+    """The tasks of one phase, renumbered from 0 (what ``_chunks`` indexes)."""
+
+    def __init__(self, tasks: _Tasks, ids: np.ndarray) -> None:
+        self.net, self.width, self.store_blocking = tasks.net, tasks.width, tasks.store_blocking
+        self.cluster, self.peer = tasks.cluster[ids], tasks.peer[ids]
+        self.arrays = {name: _Part(*(getattr(p, f)[ids] for f in _FIELDS))
+                       for name, p in tasks.arrays.items()}
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    """The tree reduction of one phase's private outputs and the root's store."""
+
+    net: Network
+    setup: int
+    latency: int
+    width: int
+    adds: float              # cycles to add one private output into another
+    stack_bytes: int
+    images: int
+    active: int
+    out_depth: int
+    last: bool
+
+    def program(self, c: int) -> Iterator[Instr]:
+        if c >= self.active:
+            return
+        adds = self.adds
+        beats = -(-self.stack_bytes // self.width)
+        step, level = 1, 0
+        while step < self.active:
+            if c % (2 * step) == step:                 # send: my partial is complete
+                yield SetFlag((c, level))
+                return
+            partner = c + step
+            if partner < self.active:
+                yield WaitFlag((partner, level))
+                lat = int(self.net.latency(np.asarray([c]), np.asarray([partner]))[0])
+                own = self.setup + lat + beats + adds
+                route = self.net.route(c, peer=partner, peer_frac=1.0)
+                yield Work("reduce", own, (Part(c, float(self.stack_bytes), route, adds, own),))
+            step, level = step * 2, level + 1
+        if c == 0:
+            own = self.setup + self.images * (-(-self.stack_bytes // self.images // self.width)) \
+                + self.latency
+            part = Part(0, float(self.stack_bytes), self.net.route(0, store=1.0), 0.0, own)
+            if self.out_depth == 1:
+                yield Work("store", own, (part,))
+            else:
+                yield WaitStore()
+                yield StartStore("store", (part,))
+                if self.last:
+                    yield WaitStore()
+
+
+def _fc_programs(tasks: _Tasks, seqs: list[list[list[int] | _Chunk]],
+                 reduce: _Reduction) -> list[Iterator[Instr]]:
+    return [_fc_program(tasks, items, c, reduce) for c, items in enumerate(seqs)]
+
+
+def _fc_program(tasks: _Tasks, items: list[list[int] | _Chunk], c: int,
+                reduce: _Reduction) -> Iterator[Instr]:
+    for item in items:
+        if isinstance(item, _Chunk):
+            yield item.work
+            continue
+        yield tasks.work("load", "load", item)
+        yield tasks.work("compute", "stream", item)
+    yield from reduce.program(c)

@@ -1,0 +1,138 @@
+"""What a simulation returns, and its timeline as Chrome trace JSON (opens in Perfetto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where the cycles went, averaged over clusters; the five parts sum to the makespan.
+
+    ``compute``: the cores compute (MACs at the sustained rate, peak x FPU utilisation).
+    ``dma_wait``: stalled on DMA as an uncontended network would still stall them: round-trip
+    latency, per-transfer setup, bus beats, loads a single buffer serialises, the final drain
+    of background stores. ``contention``: stalled longer because ports, quadrant links or the
+    HBM were shared with other flows. ``sync``: waiting for other clusters: the slowest member
+    of an Alg. 3 share group, a reduction partner, a phase barrier. ``idle``: no work
+    assigned: clusters without tasks, and the tail after a cluster's last task (load
+    imbalance, waves that do not fill the machine).
+    """
+
+    compute: float
+    dma_wait: float
+    contention: float
+    sync: float
+    idle: float
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(compute=self.compute, dma_wait=self.dma_wait, contention=self.contention,
+                    sync=self.sync, idle=self.idle)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Per-cluster spans (track, cluster, start, end, label) and HBM rate samples, in cycles."""
+
+    spans: list[tuple]
+    counters: list[tuple]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """A simulated layer: makespan, where it went, and what moved where.
+
+    ``level_bytes`` counts the payload carried over each quadrant level's links (a transfer
+    between two clusters counts once on the way up and once down); ``hbm_*_bytes`` is the
+    off-chip payload; ``intercluster_bytes`` what clusters read from other clusters' L1
+    (Alg. 3 forwarding, Alg. 4/5 reduction). ``events`` is how many events were simulated.
+    """
+
+    layer: str
+    algorithm: str
+    precision: str
+    batch: int
+    cycles: int
+    breakdown: Breakdown
+    macs: int
+    tasks: int
+    clusters: int
+    peak_macs_per_cycle: int
+    clock_hz: float
+    hbm_load_bytes: int
+    hbm_store_bytes: int
+    level_bytes: dict[str, int]
+    intercluster_bytes: int
+    events: int
+    trace: Trace | None = field(default=None, repr=False)
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_load_bytes + self.hbm_store_bytes
+
+    @property
+    def hbm_bytes_per_cycle(self) -> float:
+        """Achieved off-chip bandwidth over the whole layer."""
+        return self.hbm_bytes / self.cycles
+
+    @property
+    def fpu_utilization(self) -> float:
+        """MACs over what the machine's peak could do in the makespan (at most the machine's
+        sustained FPU utilisation)."""
+        return self.macs / (self.cycles * self.peak_macs_per_cycle)
+
+    def write_trace(self, path: str | Path) -> Path:
+        """Write the timeline as Chrome Trace Event JSON (Perfetto, chrome://tracing).
+
+        One thread per cluster for its program, one per cluster for background stores, and
+        an HBM bandwidth counter. Written atomically (temporary file, then rename). Needs
+        ``simulate(..., trace=True)``.
+        """
+        if self.trace is None:
+            raise ValueError("no timeline recorded: call simulate(..., trace=True)")
+        path = Path(path)
+        doc = trace_events(self)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.chmod(tmp, 0o644)                  # mkstemp makes it private
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return path
+
+
+_PIDS = {"cluster": 1, "store": 2, "hbm": 3}
+
+
+def trace_events(result: SimResult) -> dict[str, Any]:
+    """The Trace Event Format document of a result (timestamps in microseconds)."""
+    assert result.trace is not None
+    us = 1e6 / result.clock_hz
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": _PIDS["cluster"], "args": {"name": "clusters"}},
+        {"ph": "M", "name": "process_name", "pid": _PIDS["store"],
+         "args": {"name": "background stores"}},
+        {"ph": "M", "name": "process_name", "pid": _PIDS["hbm"], "args": {"name": "HBM"}},
+    ]
+    for track in ("cluster", "store"):
+        for c in range(result.clusters):
+            events.append({"ph": "M", "name": "thread_name", "pid": _PIDS[track], "tid": c,
+                           "args": {"name": f"cluster {c}"}})
+    for track, c, t0, t1, label in result.trace.spans:
+        events.append({"ph": "X", "name": label, "cat": track, "pid": _PIDS[track], "tid": c,
+                       "ts": t0 * us, "dur": (t1 - t0) * us,
+                       "args": {"start_cycle": t0, "cycles": t1 - t0}})
+    for t, load, store in result.trace.counters:
+        events.append({"ph": "C", "name": "HBM B/cycle", "pid": _PIDS["hbm"], "ts": t * us,
+                       "args": {"load": load, "store": store}})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"layer": result.layer, "algorithm": result.algorithm,
+                          "cycles": result.cycles, "clock_hz": result.clock_hz}}

@@ -1,0 +1,123 @@
+"""Laws the simulator obeys (issue 4), as property tests and constructed cases."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import assume, given, settings
+
+from autotune import Buffers, Layer, Mapping, Tile, analyze, simulate
+from tests.sim.machines import with_bandwidth, with_fanout
+from tests.strategies import mapped_layers
+
+SETTINGS = settings(max_examples=100, deadline=None)
+
+
+def _fitting(case, machine):
+    layer, mapping, batch, precision = case
+    a = analyze(layer, mapping, machine, precision, batch)
+    assume(a.fits and a.tasks <= 5000)
+    return layer, mapping, batch, precision
+
+
+@SETTINGS
+@given(mapped_layers())
+def test_never_faster_than_the_machine_allows(manticore, case):
+    layer, mapping, batch, precision = _fitting(case, manticore)
+    r = simulate(layer, mapping, manticore, precision, batch)
+    assert r.cycles >= r.macs / manticore.peak_macs_per_cycle(precision)
+    assert r.cycles >= r.hbm_bytes / manticore.hbm_bytes_per_cycle
+
+
+@SETTINGS
+@given(mapped_layers())
+def test_more_bandwidth_is_never_slower(manticore, case):
+    """More HBM bandwidth, or more of every bandwidth at once, never slows a schedule.
+
+    Widening only the quadrant links is not a law of fair sharing: it lets some clusters
+    take a larger share of the HBM, which can delay the clusters on the critical path (a
+    max-min anomaly; hypothesis finds up to 6%). A wider DMA port alone is within 1%.
+    """
+    layer, mapping, batch, precision = _fitting(case, manticore)
+    base = simulate(layer, mapping, manticore, precision, batch).cycles
+    for machine in (with_bandwidth(manticore, hbm=1.5), with_bandwidth(manticore, hbm=2),
+                    with_bandwidth(manticore, hbm=4),
+                    with_bandwidth(manticore, hbm=2, links=2, dma=2)):
+        assert simulate(layer, mapping, machine, precision, batch).cycles <= base
+    wider_port = simulate(layer, mapping, with_bandwidth(manticore, dma=2), precision, batch)
+    assert wider_port.cycles <= base * 1.01
+
+
+@SETTINGS
+@given(mapped_layers())
+def test_more_clusters_are_never_slower(manticore, case):
+    """More L3 quadrants per chiplet (256, 384 clusters): the same tasks spread further.
+
+    Within 5%: a static round-robin schedule under fair sharing has Graham-type anomalies
+    (with more clusters the last tasks fall differently, and a cluster with one task more
+    than the others may get a smaller share while it matters); hypothesis finds up to 4%.
+    Adding clusters *below* the root is not a law of this schedule at all: tiling packs a
+    partial wave into the first clusters, so wider quadrants crowd it onto fewer uplinks.
+    """
+    layer, mapping, batch, precision = _fitting(case, manticore)
+    base = simulate(layer, mapping, manticore, precision, batch).cycles
+    for factor in (2, 3):
+        more = simulate(layer, mapping, with_fanout(manticore, -1, factor), precision, batch)
+        assert more.cycles <= base * 1.05
+
+
+def test_compute_bound_balanced_case_agrees_with_the_model(manticore):
+    # 128 equal tasks (one stack of 64 outputs x 32 bands of 2 rows x 4 images), CCR ~ 80
+    # MAC/word: HBM stays below a third of its bandwidth.
+    layer = Layer("c", "conv", 64, 64, 64, 64, 3, 3, pad_h=1, pad_w=1)
+    mapping = Mapping("output_stack", delta_o=64, tile=Tile(out_h=2),
+                      buffers=Buffers(input_bytes=16384, filter_bytes=16384))
+    a = analyze(layer, mapping, manticore, "fp32", 4)
+    r = simulate(layer, mapping, manticore, "fp32", 4)
+    assert a.tasks == manticore.clusters and a.bound == "compute"
+    assert r.breakdown.compute > 0.9 * r.cycles
+    assert r.cycles == pytest.approx(a.cycles, rel=0.05)
+
+
+@pytest.mark.parametrize("layer, mapping", [
+    # Report Alg. 1 on its example layer: each of 128 clusters streams all 128 slices.
+    (Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1), Mapping.from_report(1)),
+    # A 1x1 layer streaming 4 slices per step through deep buffers.
+    (Layer("c", "conv", 32, 32, 256, 128), Mapping(
+        "output_stack", tile=Tile(in_c=4), buffers=Buffers(input_bytes=65536,
+                                                           filter_bytes=1024))),
+])
+def test_bandwidth_bound_streaming_case_agrees_with_the_model(manticore, layer, mapping):
+    a = analyze(layer, mapping, manticore)
+    r = simulate(layer, mapping, manticore)
+    assert a.bound == "memory" and a.memory_cycles > 3 * a.compute_cycles
+    assert r.hbm_bytes_per_cycle > 0.95 * manticore.hbm_bytes_per_cycle
+    assert r.cycles == pytest.approx(a.cycles, rel=0.05)
+
+
+@pytest.mark.parametrize("grow", [
+    dict(c_in=256), dict(c_out=256), dict(h_in=64), dict(batch=2),
+])
+def test_doubling_a_bandwidth_bound_layer_doubles_its_time(manticore, grow):
+    layer = Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1)
+    mapping = Mapping("output_stack", buffers=Buffers(input_bytes=32768, filter_bytes=1024))
+    batch = grow.pop("batch", 1)
+    bigger = dataclasses.replace(layer, **grow)
+    small = simulate(layer, mapping, manticore)
+    large = simulate(bigger, mapping, manticore, batch=batch)
+    assert large.hbm_bytes == pytest.approx(2 * small.hbm_bytes, rel=0.01)
+    assert large.cycles == pytest.approx(2 * small.cycles, rel=0.05)
+
+
+@SETTINGS
+@given(mapped_layers())
+def test_double_buffers_are_never_slower_than_single(manticore, case):
+    layer, mapping, batch, precision = case
+    depth = {d: mapping.with_(buffers=dataclasses.replace(
+        mapping.buffers, input_depth=d, filter_depth=d, output_depth=d)) for d in (1, 2)}
+    double = analyze(layer, depth[2], manticore, precision, batch)
+    assume(double.fits and double.tasks <= 5000)
+    r1 = simulate(layer, depth[1], manticore, precision, batch)
+    r2 = simulate(layer, depth[2], manticore, precision, batch)
+    assert r2.cycles <= r1.cycles * 1.01     # within fair-sharing anomalies (0.4% found)

@@ -1,0 +1,73 @@
+"""The fluid network: max-min fair sharing and the routes transfers take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.sim.network import Network, max_min_rates
+
+
+def _rates(demand, paths, capacity):
+    """Rates for flows given as lists of resource indices (weight 1 each)."""
+    width = max(len(p) for p in paths)
+    idx = np.zeros((len(paths), width), dtype=np.int64)
+    w = np.zeros((len(paths), width))
+    for f, path in enumerate(paths):
+        idx[f, :len(path)] = path
+        w[f, :len(path)] = 1.0
+    return max_min_rates(np.asarray(demand, dtype=float), idx, w, np.asarray(capacity, float))
+
+
+def test_equal_flows_split_a_resource_equally():
+    assert _rates([100, 100, 100, 100], [[0]] * 4, [64]) == pytest.approx([16] * 4)
+
+
+def test_a_modest_demand_is_met_and_the_rest_goes_to_the_others():
+    assert _rates([4, 100, 100], [[0]] * 3, [64]) == pytest.approx([4, 30, 30])
+
+
+def test_no_congestion_meets_every_demand():
+    assert _rates([1, 2, 3], [[0], [0], [1]], [10, 10]) == pytest.approx([1, 2, 3])
+
+
+def test_max_min_on_a_tree():
+    # Flows 0 and 1 share a narrow link 1 (cap 4); all three share the root 0 (cap 10):
+    # the narrow link caps 0 and 1 at 2 each, and flow 2 gets the rest of the root.
+    assert _rates([100, 100, 100], [[0, 1], [0, 1], [0, 2]], [10, 4, 100]) == pytest.approx(
+        [2, 2, 6])
+
+
+def test_weights_charge_more_capacity_per_payload_byte():
+    idx = np.array([[0], [0]])
+    w = np.array([[2.0], [1.0]])              # flow 0 uses two bytes of capacity per byte
+    rates = max_min_rates(np.array([100.0, 100.0]), idx, w, np.array([30.0]))
+    assert rates == pytest.approx([10, 10])  # equal payload rates, 20 + 10 = 30 of capacity
+
+
+def test_routes(manticore):
+    net = Network(manticore)
+    hbm = net.route(5, load=1.0)
+    assert net.capacity[hbm.idx[hbm.w > 0]].min() == manticore.levels[0].uplink_bytes_per_cycle
+    assert hbm.level_bytes.tolist() == [1.0] * len(manticore.levels)
+    # Clusters 0 and 1 share an L1 quadrant: a read between them crosses no uplink.
+    near = net.route(0, peer=1, peer_frac=1.0)
+    assert near.level_bytes.sum() == 0 and near.load == near.store == 0
+    assert net.latency(np.array([0]), np.array([1]))[0] == manticore.levels[0].latency_cycles
+    # Clusters 0 and 4 are in different L1 quadrants of one L2 quadrant.
+    far = net.route(0, peer=4, peer_frac=1.0)
+    assert far.level_bytes.tolist()[:2] == [2.0, 0.0]
+    assert net.latency(np.array([0]), np.array([4]))[0] == manticore.levels[1].latency_cycles
+    # Short runs pad the DMA port only.
+    padded = net.route(3, load=1.0, pad=4.0)
+    assert padded.w[0] == 4.0 and padded.w[-1] == 1.0
+
+
+def test_tied_flows_move_in_proportion():
+    # A lockstep group (flows 0, 1 with bytes 4:1) and a free flow 2 share one resource: the
+    # group's largest flow gets a fair share, its partner a quarter of that, the rest is 2's.
+    idx = np.zeros((3, 1), dtype=np.int64)
+    w = np.ones((3, 1))
+    rates = max_min_rates(np.array([100.0, 25.0, 100.0]), idx, w, np.array([90.0]),
+                          group=np.array([0, 0, 1]), scale=np.array([1.0, 0.25, 1.0]))
+    assert rates == pytest.approx([40, 10, 40])
