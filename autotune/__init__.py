@@ -12,6 +12,7 @@ Public API (stable):
                                                    simulate, verify; .save() writes JSON
 """
 
+from autotune.api import TuneResult, tune  # noqa: E402  (after the stages it chains)
 from autotune.io.errors import InputError
 from autotune.io.network_yaml import load_network
 from autotune.ir import ALGORITHMS, Buffers, Layer, Level, Machine, Mapping, Network, Tile
@@ -19,7 +20,6 @@ from autotune.model.analysis import Analysis, analyze
 from autotune.sim import SimResult, simulate
 from autotune.tiling import MappingError
 from autotune.verify import Verification, verify
-from autotune.api import TuneResult, tune  # noqa: E402  (after the stages it chains)
 
 __version__ = "0.1.0"
 

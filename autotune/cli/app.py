@@ -137,23 +137,37 @@ def _tile_text(mapping) -> str:
 
 @app.command()
 def tune(
-    network: Annotated[Path, typer.Argument(help="network.yaml or .onnx model to tune")],
+    network: Annotated[Path, typer.Argument(help="network.yaml or .onnx file to tune")],
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
     = None,
     batch: Annotated[int | None, typer.Option(min=1, help="images per inference "
                                                          "(default: the file's)")] = None,
     objective: Annotated[str, typer.Option(help="latency | traffic | energy")] = "latency",
-    search: Annotated[str, typer.Option(help="ilp (CP-SAT) | exhaustive")] = "ilp",
-    time_limit: Annotated[float, typer.Option(help="CP-SAT seconds per layer")] = 60.0,
-    workers: Annotated[int, typer.Option(min=1, help="CP-SAT workers per layer "
-                                                     "(1 is deterministic)")] = 1,
-    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")]
+    = "ilp",
+    trials: Annotated[int | None, typer.Option(min=1, help="refinement trials per distinct "
+                                                          "layer shape (default 24)")] = None,
+    time_limit: Annotated[float | None, typer.Option(
+        min=0.1, help="seconds per layer for the integer program and for refinement")] = None,
+    storage: Annotated[str | None, typer.Option(
+        help="Optuna storage: sqlite:///file.db, postgresql://..., or 'memory' "
+             "(default: SQLite in the user cache, so runs resume and reuse results)")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="refinement processes sharing each "
+                                                     "layer's study")] = 1,
+    no_refine: Annotated[bool, typer.Option("--no-refine", help="skip the Optuna refinement "
+                                            "against the simulator")] = False,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the numerical "
+                                            "verification of the winners")] = False,
+    seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")]
+    = 0,
+    out: Annotated[Path | None, typer.Option(help="write the schedules as JSON here")] = None,
 ) -> None:
-    """Choose the best mapping of every layer and print the schedule table."""
+    """Choose, refine, simulate and verify every layer's mapping; print the schedule table."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from autotune.search.solve import SEARCH_MODES, InfeasibleError, solve_network
+    from autotune.api import tune as run_tune
+    from autotune.search.solve import SEARCH_MODES, InfeasibleError
 
     if objective not in ("latency", "traffic", "energy"):
         fail(f"option '--objective': unknown objective {objective!r} "
@@ -162,53 +176,190 @@ def tune(
         fail(f"option '--search': unknown search mode {search!r} (choose ilp, exhaustive)")
     if precision is not None and precision not in ("fp64", "fp32", "fp16"):
         fail(f"option '--precision': unknown precision {precision!r}")
+    if out is not None and not out.parent.exists():
+        fail(f"option '--out': folder {str(out.parent)!r} does not exist")
     try:
         net = load_network(network)
         mach = resolve_machine(machine)
-        prec = precision or net.precision
-        mach.check_precision(prec)
+        mach.check_precision(precision or net.precision)
     except (InputError, ValueError) as exc:
         fail(str(exc))
-    n_batch = batch or net.batch
     shapes = len({layer.shape_key() for layer in net.layers})
+    stages = ["solve"] + ([] if no_refine else ["refine"]) + ([] if no_verify else ["verify"])
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   MofNCompleteColumn(), TextColumn("{task.fields[layer]}"),
                   console=stderr, transient=True) as bar:
-        task = bar.add_task(f"{search} {net.name}", total=shapes, layer="")
+        task = bar.add_task(f"tuning {net.name}", total=shapes * len(stages), layer="")
+
+        def progress(stage: str, name: str) -> None:
+            bar.update(task, advance=1, layer=f"{stage} {name}")
+
         try:
-            sols = solve_network(net, mach, precision=prec, batch=n_batch,
-                                 objective=objective, search=search, time_limit=time_limit,
-                                 workers=workers, seed=seed,
-                                 progress=lambda name: bar.update(task, advance=1, layer=name))
+            result = run_tune(net, mach, precision=precision, objective=objective,
+                              refine=not no_refine, verify=not no_verify, trials=trials,
+                              storage=storage, seed=seed, progress=progress, batch=batch,
+                              search=search, time_limit=time_limit or 60.0,
+                              timeout=time_limit, workers=workers)
         except InfeasibleError as exc:
             fail(f"{network}: {exc}")
+        except InputError as exc:
+            fail(str(exc))
+    print_result(result)
+    if out is not None:
+        result.save(out)
+        stdout.print(f"wrote {out}")
+    failed = [r.layer.name for r in result.layers if r.verified is not None
+              and not r.verified.ok]
+    if failed:
+        fail(f"verification failed for {len(failed)} layer(s): {', '.join(failed)}", code=1)
+
+
+def print_result(result) -> None:
+    """The per-layer schedule table and the network totals."""
+    mach, prec = result.machine, result.precision
     peak = mach.peak_macs_per_cycle(prec)
-    table = Table(title=f"{net.name}: batch {n_batch}, {prec}, objective {objective}, "
-                        f"machine {mach.name}", title_justify="left")
+    table = Table(title=f"{result.network}: batch {result.batch}, {prec}, objective "
+                        f"{result.objective}, machine {mach.name}", title_justify="left")
     for col in ("layer", "algorithm", "ΔO", "batch tile", "share", "tile h×w×c", "L1",
-                "cycles", "% peak", "bound", "search"):
+                "cycles", "% peak", "bound", "verified", "search"):
         table.add_column(col, justify="left" if col in ("layer", "algorithm", "bound",
-                                                        "search") else "right")
-    for sol in sols:
-        a, m = sol.analysis, sol.mapping
-        r = sol.search
-        status = (f"{r.status} {r.wall_s:.1f}s {r.candidates / 1e3:.0f}k"
-                  + (f" gap {r.gap:.1%}" if r.gap else "")
-                  if r.shared_with is None else f"= {r.shared_with}")
-        table.add_row(sol.layer.name, m.algorithm, str(m.delta_o), str(m.batch_tile),
-                      str(m.share_group), _tile_text(m), _bytes(a.l1_bytes), f"{a.cycles:,}",
-                      f"{100 * a.macs / (a.cycles * peak):.1f}", a.bound, status)
+                                                        "verified", "search") else "right")
+    for r in result.layers:
+        a, m = r.predicted, r.mapping
+        cycles = r.simulated.cycles if r.simulated is not None else a.cycles
+        s = r.search
+        status = (f"{s.status} {s.wall_s:.1f}s {s.candidates / 1e3:.0f}k"
+                  + (f" gap {s.gap:.1%}" if s.gap else "")
+                  + (f" +{r.trials} trials" if r.trials else "")
+                  if s.shared_with is None else f"= {s.shared_with}")
+        verified = "-" if r.verified is None else ("ok" if r.verified.ok else "FAILED")
+        table.add_row(r.layer.name, m.algorithm, str(m.delta_o), str(m.batch_tile),
+                      str(m.share_group), _tile_text(m), _bytes(a.l1_bytes), f"{cycles:,}",
+                      f"{100 * a.macs / (cycles * peak):.1f}", a.bound, verified, status)
     stdout.print(table)
-    cycles = sum(s.analysis.cycles for s in sols)
-    seconds = cycles / mach.clock_hz
-    macs = sum(s.analysis.macs for s in sols)
-    offchip = sum(s.analysis.offchip_bytes for s in sols)
+    t = result.totals
+    simulated = all(r.simulated is not None for r in result.layers)
     stdout.print(
-        f"total: {cycles:,} cycles = {seconds * 1e3:.3f} ms per batch, "
-        f"{n_batch / seconds:,.1f} images/s, {2 * macs / seconds / 1e12:.2f} Tflop/s "
-        f"({100 * macs / (cycles * peak):.1f} % of peak), off-chip {_bytes(offchip)}; "
-        f"search {sum(s.search.wall_s for s in sols if s.search.shared_with is None):.1f} s "
-        f"over {shapes} distinct shapes")
+        f"total ({'simulated' if simulated else 'predicted'}): {t.cycles:,} cycles = "
+        f"{t.latency_s * 1e3:.3f} ms per batch of {result.batch}, {t.images_per_s:,.1f} "
+        f"images/s, {t.tflops:.2f} Tflop/s ({100 * t.peak_fraction:.1f} % of peak), off-chip "
+        f"{_bytes(t.offchip_bytes)}")
+
+
+def _load_schedule(path: Path):
+    from autotune.api import TuneResult
+
+    try:
+        return TuneResult.load(path)
+    except (InputError, ValueError) as exc:
+        fail(str(exc))
+
+
+@app.command()
+def show(schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")]
+         ) -> None:
+    """Print the schedule table of a schedules file."""
+    print_result(_load_schedule(schedules))
+
+
+@app.command("verify")
+def verify_command(
+    schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")],
+    seed: Annotated[int, typer.Option(help="seed of the random test data")] = 0,
+) -> None:
+    """Re-verify every layer of a schedules file in numpy; exit 1 on any failure."""
+    from autotune.verify import verify as verify_layer
+
+    result = _load_schedule(schedules)
+    table = Table(title=f"{result.network}: verification ({result.precision}, batch "
+                        f"{result.batch}, seed {seed})", title_justify="left")
+    for col in ("layer", "algorithm", "ok", "max abs error", "max rel error", "tolerance",
+                "reason"):
+        table.add_column(col)
+    failures = 0
+    for r in result.layers:
+        v = verify_layer(r.layer, r.mapping, result.machine, result.precision, result.batch,
+                         seed=seed)
+        failures += not v.ok
+        table.add_row(r.layer.name, r.mapping.algorithm, "ok" if v.ok else "FAILED",
+                      f"{v.max_abs_error:.2e}", f"{v.max_rel_error:.2e}",
+                      f"{v.tolerance:.2e}", "; ".join(v.errors)[:120])
+    stdout.print(table)
+    if failures:
+        fail(f"{schedules}: {failures} of {len(result.layers)} layers failed verification",
+             code=1)
+    stdout.print(f"all {len(result.layers)} layers verified")
+
+
+@app.command()
+def simulate(
+    schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")],
+    layer: Annotated[str | None, typer.Option(help="simulate only this layer")] = None,
+    trace: Annotated[Path | None, typer.Option(
+        help="write the per-cluster timeline as Chrome trace JSON (open in Perfetto); "
+             "needs --layer")] = None,
+) -> None:
+    """Simulate the layers of a schedules file on its machine; print cycles and breakdown."""
+    from autotune.sim import simulate as simulate_layer
+
+    result = _load_schedule(schedules)
+    chosen = [r for r in result.layers if layer is None or r.layer.name == layer]
+    if not chosen:
+        fail(f"{schedules}: no layer named {layer!r}")
+    if trace is not None and len(chosen) != 1:
+        fail("option '--trace': name one layer with --layer")
+    table = Table(title=f"{result.network}: simulated on {result.machine.name}",
+                  title_justify="left")
+    for col in ("layer", "algorithm", "cycles", "predicted", "sim/model", "compute",
+                "DMA wait", "contention", "sync", "idle", "HBM B/cycle", "FPU util"):
+        table.add_column(col, justify="left" if col in ("layer", "algorithm") else "right")
+    total = 0
+    for r in chosen:
+        sim = simulate_layer(r.layer, r.mapping, result.machine, result.precision,
+                             result.batch, trace=trace is not None)
+        total += sim.cycles
+        b = sim.breakdown.as_dict()
+        table.add_row(r.layer.name, r.mapping.algorithm, f"{sim.cycles:,}",
+                      f"{r.predicted.cycles:,}", f"{sim.cycles / r.predicted.cycles:.2f}",
+                      *(f"{100 * b[k] / sim.cycles:.0f}%" for k in
+                        ("compute", "dma_wait", "contention", "sync", "idle")),
+                      f"{sim.hbm_bytes_per_cycle:.1f}", f"{100 * sim.fpu_utilization:.1f}%")
+        if trace is not None:
+            sim.write_trace(trace)
+    stdout.print(table)
+    stdout.print(f"total: {total:,} cycles")
+    if trace is not None:
+        stdout.print(f"wrote {trace} (open it in https://ui.perfetto.dev)")
+
+
+@app.command()
+def roofline(
+    schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="PNG (or SVG/PDF) to write")],
+) -> None:
+    """Draw the machine's roofline with every layer as a labelled point (needs `plot`)."""
+    try:
+        import matplotlib
+    except ImportError:
+        fail("the roofline needs matplotlib: pip install 'autotune[plot]'")
+    matplotlib.use("Agg")
+    from autotune.report.roofline import draw_roofline
+
+    result = _load_schedule(schedules)
+    if not output.parent.exists():
+        fail(f"option '--output': folder {str(output.parent)!r} does not exist")
+    draw_roofline(result, output)
+    stdout.print(f"wrote {output}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of schedules files."""
+    import json
+
+    from autotune.io.schedule_json import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
 
 def main() -> None:

@@ -75,7 +75,15 @@ def _storage(url: str | None) -> optuna.storages.BaseStorage | None:
     # Heartbeats let a resumed run fail (and retry) the trial a killed process left RUNNING.
     return optuna.storages.RDBStorage(
         url, engine_kwargs=engine, heartbeat_interval=1, grace_period=3,
-        heartbeat_stale_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
+        heartbeat_stale_trial_callback=_retry(max_retry=1))
+
+
+def _retry(max_retry: int):
+    """Re-enqueue a trial whose process died (Optuna >= 4.9 renamed the callback)."""
+    storages = optuna.storages
+    cls = getattr(storages, "RetryHeartbeatStaleTrialCallback", None) or \
+        storages.RetryFailedTrialCallback
+    return cls(max_retry=max_retry)
 
 
 def study_name(layer: Layer, machine: Machine, precision: str, batch: int,

@@ -1,0 +1,58 @@
+"""The roofline plot: the machine's compute and bandwidth roofs, each layer as a point."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def draw_roofline(result, path: str | Path) -> None:
+    """Plot performance (flop/s) against operational intensity (flop per off-chip byte).
+
+    Each layer is placed at its predicted intensity and its simulated performance when the
+    file has one (else the predicted), and labelled with its name. The file is written
+    atomically.
+    """
+    import matplotlib.pyplot as plt
+
+    machine, precision = result.machine, result.precision
+    peak = machine.peak_flops(precision)
+    bandwidth = machine.hbm_bytes_per_s
+    points = []
+    for r in result.layers:
+        a = r.predicted
+        cycles = r.simulated.cycles if r.simulated is not None else a.cycles
+        seconds = cycles / machine.clock_hz
+        points.append((r.layer.name, a.flop_per_byte, 2 * a.macs / seconds))
+    lo = min(p[1] for p in points) / 2
+    hi = max(max(p[1] for p in points) * 2, 4 * peak / bandwidth)
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    xs = [lo, peak / bandwidth, hi]
+    ax.loglog(xs, [min(peak, x * bandwidth) for x in xs], color="black", lw=1.5,
+              label=f"roof: {peak / 1e12:.2f} Tflop/s {precision}, "
+                    f"{bandwidth / 1e9:.0f} GB/s")
+    ax.loglog([lo, hi], [peak * machine.fpu_utilization] * 2, color="grey", ls="--", lw=1,
+              label=f"FPU utilisation {machine.fpu_utilization:.0%}")
+    ax.scatter([p[1] for p in points], [p[2] for p in points], s=18, color="tab:blue",
+               zorder=3, label="layers (simulated)" if all(
+                   r.simulated is not None for r in result.layers) else "layers (predicted)")
+    for name, x, y in points:
+        ax.annotate(name, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    ax.set_xlabel("operational intensity (flop per off-chip byte)")
+    ax.set_ylabel("performance (flop/s)")
+    ax.set_title(f"{result.network} on {machine.name}, batch {result.batch}")
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(suffix=path.suffix or ".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
