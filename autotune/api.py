@@ -192,6 +192,8 @@ def tune(network: str | Path | Network, machine: str | Path | Machine | None = N
         seed: seeds CP-SAT, Optuna and the verification data.
         progress: True prints a progress bar to stderr; a callable gets (stage, layer).
         search: ``ilp`` (CP-SAT, proven optimal) or ``exhaustive``.
+        workers: refinement processes sharing each layer's study (needs a storage that
+            several processes can open: the default SQLite file or PostgreSQL).
 
     No printing unless ``progress`` asks for it.
 
@@ -206,14 +208,14 @@ def tune(network: str | Path | Network, machine: str | Path | Machine | None = N
     n_batch = batch or net.batch
     report = _progress(progress)
     solutions = solve_network(net, mach, precision=prec, batch=n_batch, objective=objective,
-                              search=search, time_limit=time_limit, workers=workers, seed=seed,
+                              search=search, time_limit=time_limit, workers=1, seed=seed,
                               progress=lambda name: report("solve", name))
     results: dict[tuple, LayerResult] = {}
     for sol in solutions:
         key = sol.layer.shape_key()
         if key not in results:
             results[key] = _finish_layer(sol, mach, prec, n_batch, objective, refine, verify,
-                                         trials, storage, seed, timeout, report)
+                                         trials, storage, seed, timeout, report, workers)
     layers = []
     for sol in solutions:
         first = results[sol.layer.shape_key()]
@@ -228,7 +230,7 @@ def tune(network: str | Path | Network, machine: str | Path | Machine | None = N
 def _finish_layer(sol: LayerSolution, machine: Machine, precision: str, batch: int,
                   objective: str, refine: bool, verify: bool, trials: int | None,
                   storage: str | None, seed: int, timeout: float | None,
-                  report: Callable[[str, str], None]) -> LayerResult:
+                  report: Callable[[str, str], None], workers: int = 1) -> LayerResult:
     from autotune.sim import simulate
     from autotune.verify import verify as verify_layer
 
@@ -244,7 +246,8 @@ def _finish_layer(sol: LayerSolution, machine: Machine, precision: str, batch: i
                                                             objective, SEED_MAPPINGS)]
         refined = refine_layer(layer, machine, precision, batch, seeds,
                                trials=trials or DEFAULT_TRIALS, timeout=timeout,
-                               storage=storage, seed=seed, objective=objective)
+                               storage=storage, seed=seed, objective=objective,
+                               workers=workers)
         mapping, n_trials, ilp_cycles = refined.mapping, refined.trials, refined.ilp_cycles
         report("refine", layer.name)
     simulated = simulate(layer, mapping, machine, precision, batch)

@@ -128,12 +128,13 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
 def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
                  incumbents: list[Mapping], *, trials: int = 40,
                  timeout: float | None = None, storage: str | None = None, seed: int = 0,
-                 objective: str = "latency", simulate=None) -> RefineResult:
+                 objective: str = "latency", simulate=None, workers: int = 1) -> RefineResult:
     """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
 
     ``trials`` is the study's total budget (across resumed runs); ``timeout`` bounds this
     call's seconds. ``storage`` is an Optuna storage URL, ``"memory"``, or None for the cache
     file. ``simulate`` defaults to ``autotune.sim.simulate`` (returns ``.cycles``).
+    ``workers`` > 1 runs that many processes on the shared study (not with "memory").
     """
     if simulate is None:
         from autotune.sim import simulate
@@ -161,22 +162,26 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
 
     def objective_fn(trial: optuna.Trial) -> float:
         nonlocal simulated
-        mapping = _suggest(trial, space)
-        try:
-            grid = task_grid(layer, mapping, batch)
-        except MappingError as exc:
-            trial.set_user_attr("pruned", str(exc))
-            raise optuna.TrialPruned() from None
-        fp = footprint(grid, machine, wb, precision)
-        if not fp.fits:  # pruned from the analytical footprint: never simulated
-            trial.set_user_attr("pruned", fp.reason)
-            raise optuna.TrialPruned()
+        value = _evaluate(trial, space, layer, machine, precision, batch, wb, simulate)
         simulated += 1
-        return float(simulate(layer, mapping, machine, precision, batch).cycles)
+        return value
 
     if not cached:
+        helpers = []
+        if workers > 1 and url is not None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            for i in range(1, workers):
+                proc = ctx.Process(target=_worker, args=(
+                    layer, machine, precision, batch, url, name, trials, timeout, seed + i,
+                    simulate))
+                proc.start()
+                helpers.append(proc)
         study.optimize(objective_fn, timeout=timeout, callbacks=[
             optuna.study.MaxTrialsCallback(trials, states=finished)], n_trials=trials - done)
+        for proc in helpers:
+            proc.join()
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     ilp_params = trial_params(space, incumbents[0])
     ilp_values = [t.value for t in complete if t.params == ilp_params]
@@ -192,6 +197,40 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
     all_done = len(study.get_trials(deepcopy=False, states=finished))
     return RefineResult(best_mapping, best_cycles, ilp_cycles, all_done, simulated, cached,
                         time.perf_counter() - start, name)
+
+
+def _worker(layer: Layer, machine: Machine, precision: str, batch: int, url: str, name: str,
+            trials: int, timeout: float | None, seed: int, simulate) -> None:
+    """A helper process: run trials of the shared study until it holds ``trials``."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=name, storage=_storage(url),
+                              sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10))
+    space = search_space(layer, machine, batch)
+    wb = word_bytes(precision)
+    if simulate is None:
+        from autotune.sim import simulate
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    study.optimize(lambda t: _evaluate(t, space, layer, machine, precision, batch, wb,
+                                       simulate),
+                   timeout=timeout, n_trials=trials,
+                   callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
+
+
+def _evaluate(trial: optuna.Trial, space: SearchSpace, layer: Layer, machine: Machine,
+              precision: str, batch: int, wb: int, simulate) -> float:
+    """One trial: prune what does not apply or fit (no simulation), else simulate."""
+    mapping = _suggest(trial, space)
+    try:
+        grid = task_grid(layer, mapping, batch)
+    except MappingError as exc:
+        trial.set_user_attr("pruned", str(exc))
+        raise optuna.TrialPruned() from None
+    fp = footprint(grid, machine, wb, precision)
+    if not fp.fits:
+        trial.set_user_attr("pruned", fp.reason)
+        raise optuna.TrialPruned()
+    trial.set_user_attr("simulated", True)
+    return float(simulate(layer, mapping, machine, precision, batch).cycles)
 
 
 def _decode_params(space: SearchSpace, params: dict) -> Mapping:
