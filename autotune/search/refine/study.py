@@ -78,6 +78,14 @@ def _storage(url: str | None) -> optuna.storages.BaseStorage | None:
         heartbeat_stale_trial_callback=_retry(max_retry=1))
 
 
+def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10)
+    raise ValueError(f"unknown sampler {name!r} (tpe, random)")
+
+
 def _retry(max_retry: int):
     """Re-enqueue a trial whose process died (Optuna >= 4.9 renamed the callback)."""
     storages = optuna.storages
@@ -87,11 +95,11 @@ def _retry(max_retry: int):
 
 
 def study_name(layer: Layer, machine: Machine, precision: str, batch: int,
-               objective: str) -> str:
+               objective: str, sampler: str = "tpe") -> str:
     from autotune import __version__
 
     key = json.dumps([__version__, SPACE_VERSION, machine.description, precision, batch,
-                      objective, list(layer.shape_key())], sort_keys=True)
+                      objective, sampler, list(layer.shape_key())], sort_keys=True)
     return f"autotune-{hashlib.sha1(key.encode()).hexdigest()[:20]}"
 
 
@@ -128,13 +136,15 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
 def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
                  incumbents: list[Mapping], *, trials: int = 40,
                  timeout: float | None = None, storage: str | None = None, seed: int = 0,
-                 objective: str = "latency", simulate=None, workers: int = 1) -> RefineResult:
+                 objective: str = "latency", simulate=None, workers: int = 1,
+                 sampler: str = "tpe") -> RefineResult:
     """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
 
     ``trials`` is the study's total budget (across resumed runs); ``timeout`` bounds this
     call's seconds. ``storage`` is an Optuna storage URL, ``"memory"``, or None for the cache
     file. ``simulate`` defaults to ``autotune.sim.simulate`` (returns ``.cycles``).
     ``workers`` > 1 runs that many processes on the shared study (not with "memory").
+    ``sampler`` is ``"tpe"`` (default) or ``"random"`` (the baseline the benchmark uses).
     """
     if simulate is None:
         from autotune.sim import simulate
@@ -142,11 +152,11 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
     space = search_space(layer, machine, batch)
     wb = word_bytes(precision)
     url = storage_url(storage)
-    name = study_name(layer, machine, precision, batch, objective)
+    name = study_name(layer, machine, precision, batch, objective, sampler)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         study_name=name, storage=_storage(url), load_if_exists=True, direction="minimize",
-        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10))
+        sampler=_sampler(sampler, seed))
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     if not study.get_trials(deepcopy=False):
         seen = set()
