@@ -154,11 +154,20 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
     url = storage_url(storage)
     name = study_name(layer, machine, precision, batch, objective, sampler)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=name, storage=_storage(url), load_if_exists=True, direction="minimize",
-        sampler=_sampler(sampler, seed))
+    storage_obj = _storage(url)
+    try:
+        # Creating the study is atomic in the storage (unique name): exactly one process
+        # (of several sharing a PostgreSQL study) creates it, and only that one seeds it.
+        study = optuna.create_study(study_name=name, storage=storage_obj,
+                                    load_if_exists=False, direction="minimize",
+                                    sampler=_sampler(sampler, seed))
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage_obj,
+                                  sampler=_sampler(sampler, seed))
+        created = False
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    if not study.get_trials(deepcopy=False):
+    if created:
         seen = set()
         for mapping in incumbents:
             params = trial_params(space, mapping)
