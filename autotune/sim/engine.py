@@ -7,16 +7,18 @@ its slowest member; the difference is booked as synchronisation).
 
 A program is a generator of instructions:
 
-``Work``        one part per member cluster: payload bytes over a route, and the part's
-                uncontended duration (``costs``). It becomes one flow per member whose demand
-                is bytes / uncontended duration; the agent progresses at the rate its most
-                starved member allows. A part without bytes is a pure delay.
-``StartStore``  starts a background write (double-buffered output) and continues.
-``WaitStore``   waits until the agent's background writes are done.
+``Work``           one part per member cluster: payload bytes over a route, and the part's
+                   uncontended duration (``costs``). It becomes one flow per member whose
+                   demand is bytes / uncontended duration; the members of a group are tied
+                   in proportion to their bytes (``network.max_min_rates``). A part without
+                   bytes is a pure delay.
+``StartTransfer``  starts a background transfer and continues: a store of a double-buffered
+                   output (kind "store"), or a prefetch of the next task's input ("load").
+``WaitTransfer``   waits until the agent's background transfers of that kind are done.
 ``SetFlag`` / ``WaitFlag``  point-to-point synchronisation (the reduction tree of Alg. 4/5).
 
 Between two events every rate is constant, so the loop jumps from event to event: the next
-event is the earliest completion of a Work or of a background write; at it, the max-min fair
+event is the earliest completion of a Work or of a background transfer; at it, the max-min fair
 rates are re-solved if any flow changed. This is exact for the fluid model; what the fluid
 model itself approximates is said in ``costs`` and ``network``.
 
@@ -24,8 +26,8 @@ Time accounting per cluster (what ``SimResult.breakdown`` reports): a Work's dur
 ``compute`` (the cores busy), ``dma_wait`` (stalls an uncontended network still causes:
 latency, setup, beats, serialised single buffers), ``sync`` (waiting for the slowest member
 of a lockstep group, for a reduction partner, at a phase barrier) and ``contention`` (the
-rest: time lost to sharing ports, links and HBM). Waiting for one's own background write is
-``dma_wait``; time with no work assigned is ``idle``.
+rest: time lost to sharing ports, links and HBM). Waiting for one's own background transfer
+is ``dma_wait``; time with no work assigned is ``idle``.
 """
 
 from __future__ import annotations
@@ -60,15 +62,20 @@ class Work:
     kind: str = "work"          # "work" (split as documented) or "sync" (all of it is sync)
 
 
+#: Kinds of background transfer, each with its own flow per cluster.
+KINDS = ("store", "load")
+
+
 @dataclass(slots=True)
-class StartStore:
+class StartTransfer:
+    kind: str
     label: str
     parts: tuple[Part, ...]
 
 
 @dataclass(slots=True)
-class WaitStore:
-    pass
+class WaitTransfer:
+    kind: str
 
 
 @dataclass(slots=True)
@@ -81,14 +88,14 @@ class SetFlag:
     key: Hashable
 
 
-Instr = Work | StartStore | WaitStore | WaitFlag | SetFlag
+Instr = Work | StartTransfer | WaitTransfer | WaitFlag | SetFlag
 
 
 @dataclass(slots=True)
 class Background:
-    """A background write still running when a run ends (carried into the next run)."""
+    """A background transfer still running when a run ends (carried into the next run)."""
 
-    cluster: int
+    slot: int                   # kind index * clusters + cluster
     bytes_left: float
     demand: float
     route: Route
@@ -150,16 +157,18 @@ class _Run:
         self.c = c
         self.t = self.t0 = t0
         self.programs = programs
-        self.idx = np.zeros((2 * c, k), dtype=np.int64)
-        self.w = np.zeros((2 * c, k))
-        self.demand = np.zeros(2 * c)
-        self.load_frac = np.zeros(2 * c)
-        self.store_frac = np.zeros(2 * c)
+        # Flows: one foreground flow per cluster, then one per background kind and cluster.
+        n_bg = len(KINDS) * c
+        self.idx = np.zeros((c + n_bg, k), dtype=np.int64)
+        self.w = np.zeros((c + n_bg, k))
+        self.demand = np.zeros(c + n_bg)
+        self.load_frac = np.zeros(c + n_bg)
+        self.store_frac = np.zeros(c + n_bg)
         self.fg_bytes = np.zeros(c)
-        self.bg_left = np.zeros(c)
-        self.bg_start = np.zeros(c)
-        self.bg_label = [""] * c
-        self.rates = np.zeros(2 * c)
+        self.bg_left = np.zeros(n_bg)
+        self.bg_start = np.zeros(n_bg)
+        self.bg_label = [""] * n_bg
+        self.rates = np.zeros(c + n_bg)
         self.dirty = True
         self.work: list[Work | None] = [None] * a
         self.p = np.zeros(a)
@@ -179,7 +188,7 @@ class _Run:
         self.counters: list[tuple] = []
         self.events = 0
         for bg in carry:
-            self._start_background(bg.cluster, bg.bytes_left, bg.demand, bg.route, bg.label,
+            self._start_background(bg.slot, bg.bytes_left, bg.demand, bg.route, bg.label,
                                    bg.start, account=False)
 
     # -- flows -----------------------------------------------------------------------------
@@ -207,12 +216,12 @@ class _Run:
             levels += nbytes * route.level_bytes
         return load, store, peer, levels
 
-    def _start_background(self, c: int, nbytes: float, demand: float, route: Route, label: str,
-                          start: float, account: bool = True) -> None:
-        self.bg_left[c] = nbytes
-        self.bg_start[c] = start
-        self.bg_label[c] = label
-        self._set_flow(self.c + c, demand, route)
+    def _start_background(self, slot: int, nbytes: float, demand: float, route: Route,
+                          label: str, start: float, account: bool = True) -> None:
+        self.bg_left[slot] = nbytes
+        self.bg_start[slot] = start
+        self.bg_label[slot] = label
+        self._set_flow(self.c + slot, demand, route)
         if account:
             self._account_bytes(nbytes, route)
 
@@ -230,14 +239,15 @@ class _Run:
                     continue
                 self._install(a, ins)
                 return
-            if isinstance(ins, StartStore):
+            if isinstance(ins, StartTransfer):
+                base = KINDS.index(ins.kind) * self.c
                 for part in ins.parts:
                     assert part.route is not None
-                    self._start_background(part.cluster, part.bytes, part.bytes / part.own,
-                                           part.route, ins.label, self.t)
-            elif isinstance(ins, WaitStore):
-                if self.bg_left[self._block(a)].any():
-                    self._wait(a, "store")
+                    self._start_background(base + part.cluster, part.bytes,
+                                           part.bytes / part.own, part.route, ins.label, self.t)
+            elif isinstance(ins, WaitTransfer):
+                if self.bg_left[self._block(a, ins.kind)].any():
+                    self._wait(a, ins.kind)
                     return
             elif isinstance(ins, WaitFlag):
                 if ins.key not in self.flags:
@@ -249,9 +259,10 @@ class _Run:
                 for b in self.waiters.pop(ins.key, []):
                     self._resume(b)
 
-    def _block(self, a: int) -> slice:
-        """The clusters of agent ``a``."""
-        return slice(a * self.eng.block, (a + 1) * self.eng.block)
+    def _block(self, a: int, kind: str) -> slice:
+        """The background slots of ``kind`` of agent ``a``'s clusters."""
+        base = KINDS.index(kind) * self.c
+        return slice(base + a * self.eng.block, base + (a + 1) * self.eng.block)
 
     def _install(self, a: int, work: Work) -> None:
         for part in work.parts:
@@ -275,7 +286,7 @@ class _Run:
     def _resume(self, a: int) -> None:
         why, t0 = self.waiting[a], self.wait_start[a]
         self.waiting[a] = None
-        book = self.acc["dma_wait" if why == "store" else "sync"]
+        book = self.acc["sync" if why == "flag" else "dma_wait"]
         for c in self.members[a]:
             book[c] += self.t - t0
             if self.eng.trace and self.t > t0:
@@ -305,14 +316,15 @@ class _Run:
         self.work[a] = None
         self.working[a] = False
 
-    def _finish_background(self, c: int) -> None:
-        self.bg_left[c] = 0.0
-        self.demand[self.c + c] = 0.0
+    def _finish_background(self, slot: int) -> None:
+        self.bg_left[slot] = 0.0
+        self.demand[self.c + slot] = 0.0
         self.dirty = True
+        kind, c = KINDS[slot // self.c], slot % self.c
         if self.eng.trace:
-            self.spans.append(("store", c, self.bg_start[c], self.t, self.bg_label[c]))
+            self.spans.append((kind, c, self.bg_start[slot], self.t, self.bg_label[slot]))
         a = c // self.eng.block
-        if self.waiting[a] == "store" and not self.bg_left[self._block(a)].any():
+        if self.waiting[a] == kind and not self.bg_left[self._block(a, kind)].any():
             self._resume(a)
 
     # -- the loop --------------------------------------------------------------------------
@@ -321,7 +333,7 @@ class _Run:
         proportion to their bytes (``max_min_rates``), so the group's pace is its largest
         member's fair share and no member holds bandwidth the pace cannot use."""
         live = np.flatnonzero(self.demand > 0)
-        self.rates = np.zeros(2 * self.c)
+        self.rates = np.zeros(len(self.demand))
         self.dirty = False
         if not len(live):
             return
@@ -333,7 +345,7 @@ class _Run:
         fg = live < self.c
         group = np.where(fg, live // block, self.eng.agents + live - self.c)
         nbytes = np.where(fg, self.fg_bytes[np.minimum(live, self.c - 1)], 1.0)
-        largest = np.zeros(self.eng.agents + self.c)
+        largest = np.zeros(self.eng.agents + len(self.bg_left))
         np.maximum.at(largest, group, nbytes)
         self.rates[live] = max_min_rates(*args, group, nbytes / largest[group])
 
@@ -350,10 +362,10 @@ class _Run:
     def loop(self, last: bool) -> None:
         for a in range(self.eng.agents):
             self._advance(a)
-        bg_slice = slice(self.c, 2 * self.c)
+        bg_slice = slice(self.c, None)
         while self.working.any() or (self.bg_left > 0).any():
             if not last and not np.isnan(self.done).any():
-                break                                   # only background writes remain: carry
+                break                             # only background transfers remain: carry
             if self.dirty:
                 self._solve()
             rho = self._agent_rates()
@@ -372,8 +384,8 @@ class _Run:
             self.p += rho * dt
             moving_bg = self.bg_left > 0
             self.bg_left[moving_bg] -= bg_rate[moving_bg] * dt
-            for c in np.flatnonzero(moving_bg & (t_bg <= dt + slack)).tolist():
-                self._finish_background(c)
+            for slot in np.flatnonzero(moving_bg & (t_bg <= dt + slack)).tolist():
+                self._finish_background(slot)
             for a in np.flatnonzero(self.working & (t_agent <= dt + slack)).tolist():
                 self._finish_work(a)
                 self._advance(a)
@@ -399,29 +411,29 @@ class _Run:
                                            "barrier"))
             end += barrier
             self._drain(barrier)
-        carry = [Background(c, float(self.bg_left[c]), float(self.demand[self.c + c]),
-                            self._route_of(self.c + c), float(self.bg_start[c]),
-                            self.bg_label[c])
-                 for c in np.flatnonzero(self.bg_left > 0).tolist()]
+        carry = [Background(s, float(self.bg_left[s]), float(self.demand[self.c + s]),
+                            self._route_of(self.c + s), float(self.bg_start[s]),
+                            self.bg_label[s])
+                 for s in np.flatnonzero(self.bg_left > 0).tolist()]
         return RunResult(self.t0, end, acc["compute"], acc["dma_wait"], acc["contention"],
                          acc["sync"], *self._bytes_moved(), carry, self.events, self.spans,
                          self.counters)
 
     def _drain(self, cycles: float) -> None:
-        """Let background writes progress while the clusters pass the closing barrier."""
+        """Let background transfers progress while the clusters pass the closing barrier."""
         if not (self.bg_left > 0).any():
             return
         self._solve()
         rate = self.rates[self.c:]
         now = self.t
-        for c in np.flatnonzero(self.bg_left > 0):
-            left, r = float(self.bg_left[c]), float(rate[c])
+        for slot in np.flatnonzero(self.bg_left > 0).tolist():
+            left, r = float(self.bg_left[slot]), float(rate[slot])
             if r > 0 and left <= r * cycles:
                 self.t = now + left / r          # ends during the barrier (for the trace)
-                self._finish_background(int(c))
+                self._finish_background(slot)
                 self.t = now
             else:
-                self.bg_left[c] -= r * cycles
+                self.bg_left[slot] -= r * cycles
 
     def _route_of(self, f: int) -> Route:
         return Route(self.idx[f].copy(), self.w[f].copy(), float(self.load_frac[f]),

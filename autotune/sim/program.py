@@ -51,7 +51,7 @@ import numpy as np
 
 from autotune.ir.machine import Machine
 from autotune.sim.costs import TaskCosts, stream_own
-from autotune.sim.engine import Instr, Part, SetFlag, StartStore, WaitFlag, WaitStore, Work
+from autotune.sim.engine import Instr, Part, SetFlag, StartTransfer, WaitFlag, WaitTransfer, Work
 from autotune.sim.l1 import L1Plan
 from autotune.sim.network import Network
 from autotune.tiling import TaskGrid
@@ -112,14 +112,35 @@ class _Tasks:
         parts = tuple(self.part(t, name) for t in tasks)
         return Work(label, float(self.arrays[name].own_agent[tasks[0]]), parts)
 
+    @property
+    def background(self) -> set[str]:
+        """Parts that run behind the program: a double-buffered store, input prefetches."""
+        return {"prefetch"} | (set() if self.store_blocking else {"store"})
+
+    def sequence(self, items: list[list[int] | _Chunk]) -> Iterator[Instr]:
+        """An agent's items in order: per task its prologue, stream and store (a prefetch of
+        the next task's input starts with the stream), or a merged chunk as one Work."""
+        for item in items:
+            if isinstance(item, _Chunk):
+                yield item.work
+                continue
+            yield self.work("load", "load", item)
+            if "prefetch" in self.arrays:
+                yield WaitTransfer("load")             # the input prefetched by the last task
+                if self.arrays["prefetch"].bytes[item[0]] > 0:
+                    yield StartTransfer("load", "prefetch", self.work("", "prefetch", item).parts)
+            yield self.work("compute", "stream", item)
+            if "store" in self.arrays:
+                yield from self.store(item)
+
     def store(self, tasks: list[int]) -> Iterator[Instr]:
         if self.arrays["store"].bytes[tasks[0]] <= 0:
             return
         if self.store_blocking:
             yield self.work("store", "store", tasks)
         else:
-            yield WaitStore()
-            yield StartStore("store", self.work("store", "store", tasks).parts)
+            yield WaitTransfer("store")
+            yield StartTransfer("store", "store", self.work("store", "store", tasks).parts)
 
 
 @dataclass
@@ -161,7 +182,7 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
 
     sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
             for f in ("bytes", "compute", "load", "store", "peer", "beats")}
-    blocking = [p for p in parts if p != "store" or tasks.store_blocking]
+    blocking = [p for p in parts if p not in tasks.background]
     own = over([total(tasks.arrays[p].own) for p in blocking])
     # The agent's own time: each item's lockstep duration once (shared by its members).
     item_own = over([tasks.arrays[p].own_agent for p in blocking]) / item_members
@@ -278,15 +299,8 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
     seqs = _sequences(agent, rank, member, merged, chunk, chunks, n_agents)
 
     def program(items: list[list[int] | _Chunk]) -> Iterator[Instr]:
-        for item in items:
-            if isinstance(item, _Chunk):
-                yield item.work
-                continue
-            yield tasks.work("load", "load", item)
-            yield tasks.work("compute", "stream", item)
-            yield from tasks.store(item)
-        if not tasks.store_blocking:
-            yield WaitStore()
+        yield from tasks.sequence(items)
+        yield WaitTransfer("store")
 
     return g, [RunSpec(None, lambda: [program(s) for s in seqs])]
 
@@ -315,19 +329,21 @@ def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precis
     zero = np.zeros(n)
     pro = _Part(pro_bytes, keep * in_eng + f_eng + lat, np.zeros(0), zero, pro_bytes, zero, zero,
                 keep * inp.beats + f_beats)
+    # A double input buffer prefetches the next task's input in the background while this
+    # task streams its filters; the next prologue waits for it (Alg. 2's prefetch applied to
+    # Alg. 4/5's input batch). Its engine time still delays the filter tiles behind it.
     next_bytes = has_next * inp.bytes[nxt]
-    st_bytes = next_bytes + (fil.tiles - 1) * f_tile
+    fetch = _Part(next_bytes, in_eng[nxt] + lat, np.zeros(0), zero, next_bytes, zero, zero,
+                  has_next * inp.beats[nxt])
+    st_bytes = (fil.tiles - 1) * f_tile
     st = _Part(st_bytes,
-               # The next input's round trip overlaps the next prologue's (which waits a
-               # round trip for its first filter anyway): only its engine time counts here.
                stream_own(costs.compute, has_next.astype(float), in_eng[nxt], in_eng[nxt],
                           np.ones(n), fil.tiles - 1, f_eng + lat, f_eng,
                           plan.spare_tiles("filter", f_tile)),
-               np.zeros(0), costs.compute, st_bytes, zero, zero,
-               has_next * inp.beats[nxt] + (fil.tiles - 1) * f_beats)
-    for part in (pro, st):
+               np.zeros(0), costs.compute, st_bytes, zero, zero, (fil.tiles - 1) * f_beats)
+    for part in (pro, st, fetch):
         part.own_agent = part.own
-    tasks = _Tasks(net, width, cluster, cluster, dict(load=pro, stream=st), True)
+    tasks = _Tasks(net, width, cluster, cluster, dict(load=pro, prefetch=fetch, stream=st), True)
 
     rate = m.cluster_macs_per_cycle(precision) * m.fpu_utilization
     active = min(per_phase, c_total)
@@ -357,7 +373,7 @@ def _phase_items(tasks: _Tasks, ids: np.ndarray, rank: np.ndarray, c_total: int,
     agent = local % c_total
     merged, chunk = _plan_items(agent, rank, c_total, budget)
     chunks = _chunks(_Slice(tasks, ids), agent, chunk, merged, np.ones(len(ids)),
-                     ("load", "stream"))
+                     ("load", "prefetch", "stream"))
     seqs = _sequences(agent, rank, np.zeros(len(ids), dtype=np.int64), merged, chunk, chunks,
                       c_total)
     return [[it if isinstance(it, _Chunk) else [int(ids[t]) for t in it] for it in s]
@@ -414,10 +430,10 @@ class _Reduction:
             if self.out_depth == 1:
                 yield Work("store", own, (part,))
             else:
-                yield WaitStore()
-                yield StartStore("store", (part,))
+                yield WaitTransfer("store")
+                yield StartTransfer("store", "store", (part,))
                 if self.last:
-                    yield WaitStore()
+                    yield WaitTransfer("store")
 
 
 def _fc_programs(tasks: _Tasks, seqs: list[list[list[int] | _Chunk]],
@@ -427,10 +443,5 @@ def _fc_programs(tasks: _Tasks, seqs: list[list[list[int] | _Chunk]],
 
 def _fc_program(tasks: _Tasks, items: list[list[int] | _Chunk], c: int,
                 reduce: _Reduction) -> Iterator[Instr]:
-    for item in items:
-        if isinstance(item, _Chunk):
-            yield item.work
-            continue
-        yield tasks.work("load", "load", item)
-        yield tasks.work("compute", "stream", item)
+    yield from tasks.sequence(items)
     yield from reduce.program(c)

@@ -89,9 +89,9 @@ class SimResult:
     def write_trace(self, path: str | Path) -> Path:
         """Write the timeline as Chrome Trace Event JSON (Perfetto, chrome://tracing).
 
-        One thread per cluster for its program, one per cluster for background stores, and
-        an HBM bandwidth counter. Written atomically (temporary file, then rename). Needs
-        ``simulate(..., trace=True)``.
+        One thread per cluster for its program, one per cluster for its background stores
+        and input prefetches, and an HBM bandwidth counter. Written atomically (temporary
+        file, then rename). Needs ``simulate(..., trace=True)``.
         """
         if self.trace is None:
             raise ValueError("no timeline recorded: call simulate(..., trace=True)")
@@ -109,7 +109,8 @@ class SimResult:
         return path
 
 
-_PIDS = {"cluster": 1, "store": 2, "hbm": 3}
+_PIDS = {"cluster": 1, "store": 2, "load": 3, "hbm": 4}
+_TRACKS = {"cluster": "clusters", "store": "background stores", "load": "input prefetches"}
 
 
 def trace_events(result: SimResult) -> dict[str, Any]:
@@ -117,12 +118,10 @@ def trace_events(result: SimResult) -> dict[str, Any]:
     assert result.trace is not None
     us = 1e6 / result.clock_hz
     events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": _PIDS["cluster"], "args": {"name": "clusters"}},
-        {"ph": "M", "name": "process_name", "pid": _PIDS["store"],
-         "args": {"name": "background stores"}},
-        {"ph": "M", "name": "process_name", "pid": _PIDS["hbm"], "args": {"name": "HBM"}},
-    ]
-    for track in ("cluster", "store"):
+        {"ph": "M", "name": "process_name", "pid": _PIDS["hbm"], "args": {"name": "HBM"}}]
+    for track, title in _TRACKS.items():
+        events.append({"ph": "M", "name": "process_name", "pid": _PIDS[track],
+                       "args": {"name": title}})
         for c in range(result.clusters):
             events.append({"ph": "M", "name": "thread_name", "pid": _PIDS[track], "tid": c,
                            "args": {"name": f"cluster {c}"}})

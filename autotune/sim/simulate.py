@@ -67,12 +67,12 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
 
 def _signature(carry: list[Background]) -> tuple:
     """What a run's outcome depends on besides its programs: the writes carried into it."""
-    return tuple((b.cluster, round(b.bytes_left, 3), round(b.demand, 9)) for b in carry)
+    return tuple((b.slot, round(b.bytes_left, 3), round(b.demand, 9)) for b in carry)
 
 
 def _shifted(res: RunResult, dt: float) -> RunResult:
     """A replay of ``res`` starting ``dt`` cycles later (a phase identical to a simulated one)."""
-    carry = [Background(b.cluster, b.bytes_left, b.demand, b.route, b.start + dt, b.label)
+    carry = [Background(b.slot, b.bytes_left, b.demand, b.route, b.start + dt, b.label)
              for b in res.carry]
     return RunResult(res.start + dt, res.end + dt, res.compute, res.dma_wait, res.contention,
                      res.sync, res.hbm_load_bytes, res.hbm_store_bytes, res.intercluster_bytes,

@@ -142,6 +142,7 @@ def test_errors(manticore):
     (Mapping.from_report(3, delta_o=8, tile=Tile(out_h=16)), 1),
     (Mapping("output_stack", delta_o=8, buffers=Buffers(output_depth=2)), 1),
     (Mapping.from_report(5, delta_o=16, batch_tile=2), 2),
+    (Mapping("input_parallel", delta_o=16, batch_tile=2, buffers=Buffers(output_depth=2)), 2),
 ])
 def test_trace_is_chrome_json_with_events_per_cluster(manticore, tmp_path, mapping, batch):
     layer = REPORT_CONV if mapping.algorithm != "input_parallel" else Layer.fc("fc", 2, 2, 300,
@@ -158,4 +159,9 @@ def test_trace_is_chrome_json_with_events_per_cluster(manticore, tmp_path, mappi
     assert end == pytest.approx(r.cycles * 1e6 / manticore.clock_hz, rel=1e-6, abs=1e-3)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert "cluster 0" in names
+    background = {e["pid"] for e in spans if e["pid"] != 1}
+    if mapping.buffers.output_depth == 2:
+        assert 2 in background                    # stores behind the next task
+    if mapping.algorithm == "input_parallel" and mapping.buffers.input_depth == 2:
+        assert 3 in background                    # input batches prefetched
     assert any(e["ph"] == "C" for e in doc["traceEvents"])
