@@ -3,6 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Deterministic property tests: the same examples on every machine and every run (CI
+# included), so a red test is a reproducible finding, never a lucky draw.
+settings.register_profile("autotune", derandomize=True)
+settings.load_profile("autotune")
 
 from autotune import Machine
 
