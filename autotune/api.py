@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,16 +115,11 @@ class TuneResult:
                     max_abs_error=float(ver.max_abs_error),
                     max_rel_error=float(ver.max_rel_error)),
             ))
-        t = self.totals
         return ScheduleFile(
             tool=ToolRecord(version=__version__), machine=self.machine.description,
             network=self.network, batch=self.batch, precision=self.precision,
             objective=self.objective, seed=self.seed, layers=records,
-            totals=TotalsRecord(cycles=t.cycles, latency_s=t.latency_s,
-                                images_per_s=round(t.images_per_s, 6),
-                                tflops=round(t.tflops, 9),
-                                peak_fraction=round(t.peak_fraction, 9),
-                                offchip_bytes=t.offchip_bytes))
+            totals=TotalsRecord(**asdict(self.totals)))
 
     def to_json(self) -> str:
         """Deterministic JSON (sorted keys): same input and seed give the same text, except
@@ -219,10 +214,8 @@ def tune(network: str | Path | Network, machine: str | Path | Machine | None = N
     layers = []
     for sol in solutions:
         first = results[sol.layer.shape_key()]
-        layers.append(LayerResult(
-            sol.layer, first.mapping,
-            analyze(sol.layer, first.mapping, mach, prec, n_batch), sol.search,
-            first.simulated, first.verified, first.trials, first.ilp_simulated_cycles))
+        layers.append(replace(first, layer=sol.layer, search=sol.search,
+                              predicted=replace(first.predicted, layer=sol.layer.name)))
     return TuneResult(net.name, n_batch, prec, objective, seed, mach, layers,
                       totals_of(layers, mach, prec, n_batch))
 

@@ -207,23 +207,8 @@ class TaskGrid:
             return self.in_steps[self._index[4]]
         return self.stacks.in_size[self._index[3]]
 
-    @cached_property
-    def task_out_pixels(self) -> np.ndarray:
-        _, r, c, _, _ = self._index
-        return self.rows.out_size[r] * self.cols.out_size[c]
 
-    @cached_property
-    def task_in_pixels(self) -> np.ndarray:
-        """Input pixels per loaded depth slice (the tile's input patch, halo included)."""
-        _, r, c, _, _ = self._index
-        return self.rows.in_size[r] * self.cols.in_size[c]
 
-    @cached_property
-    def task_phase(self) -> np.ndarray:
-        b, _, _, s, _ = self._index
-        if self.algorithm == "input_parallel":
-            return b * self.stacks.count + s
-        return np.zeros(b.size, dtype=np.int64)
 
     @cached_property
     def task_slot(self) -> np.ndarray:

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from autotune import Machine
+
 # Deterministic property tests: the same examples on every machine and every run (CI
 # included), so a red test is a reproducible finding, never a lucky draw.
 settings.register_profile("autotune", derandomize=True)
 settings.load_profile("autotune")
 
-from autotune import Machine
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -31,9 +31,6 @@ class Footprint:
     fits: bool
     reason: str | None
 
-    def need_bytes(self, operand: str, word_bytes: int) -> int:
-        return self.depth[operand] * self.tile_words[operand] * word_bytes
-
 
 def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
     b = grid.mapping.buffers

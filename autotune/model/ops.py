@@ -29,9 +29,6 @@ class NumpyOps:
         """ceil(a / b) for a >= 0, b >= 1."""
         return -(-a // b)
 
-    def fdiv(self, a: Any, b: Any) -> Any:
-        return a // b
-
     def max(self, *xs: Any) -> Any:
         return reduce(np.maximum, xs)
 

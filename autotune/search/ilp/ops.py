@@ -110,9 +110,6 @@ class CpSatOps:
         self.cpm.add_division_equality(t.expr, self._as_var(num), self._as_var(b))
         return t
 
-    def fdiv(self, a: Any, b: Any) -> Any:  # pragma: no cover - not used by the formula
-        raise NotImplementedError
-
     def _extreme(self, xs: tuple[Any, ...], is_max: bool) -> Any:
         consts = [int(x) for x in xs if not isinstance(x, Expr)]
         exprs = [x for x in xs if isinstance(x, Expr)]

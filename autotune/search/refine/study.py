@@ -208,11 +208,9 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
         simulate(layer, incumbents[0], machine, precision, batch).cycles)
     # The incumbent rule: the best simulated trial, the integer program's winner on ties.
     best_mapping, best_cycles = incumbents[0], ilp_cycles
-    for t in sorted(complete, key=lambda t: (t.value, t.number)):
-        if t.value < best_cycles:
-            best_mapping = _decode_params(space, t.params)
-            best_cycles = int(t.value)
-        break
+    best = min(complete, key=lambda t: (t.value, t.number), default=None)
+    if best is not None and best.value < best_cycles:
+        best_mapping, best_cycles = _decode_params(space, best.params), int(best.value)
     all_done = len(study.get_trials(deepcopy=False, states=finished))
     return RefineResult(best_mapping, best_cycles, ilp_cycles, all_done, simulated, cached,
                         time.perf_counter() - start, name)
