@@ -39,7 +39,7 @@ def test_two_processes_complete_one_network(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outputs, strict=True):
+    for p, (_out, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
     summaries = optuna.get_all_study_summaries(URL)
     assert len(summaries) == 3  # distinct shapes: a, b (= c), fc
