@@ -113,15 +113,15 @@ def check(
 def machines() -> None:
     """List the bundled machine presets with their key figures."""
     table = Table(title="machine presets", title_justify="left")
-    for col in ("name", "clusters", "cores", "L1/cluster", "peak fp64", "peak fp32",
-                "HBM bandwidth"):
+    for col in ("name", "chiplets", "clusters", "cores", "L1/cluster", "peak fp64",
+                "peak fp32", "peak fp16", "memory bandwidth"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for name in preset_names():
         m = resolve_machine(name)
         peaks = [(_si(m.peak_flops(p), "flop/s") if m.supports(p) else "-")
-                 for p in ("fp64", "fp32")]
-        table.add_row(name, str(m.clusters), str(m.clusters * m.cores_per_cluster),
-                      _bytes(m.l1_bytes), *peaks,
+                 for p in ("fp64", "fp32", "fp16")]
+        table.add_row(name, str(m.chiplets), str(m.total_clusters),
+                      str(m.total_clusters * m.cores_per_cluster), _bytes(m.l1_bytes), *peaks,
                       _si(m.hbm_bytes_per_s, "B/s"))
     stdout.print(table)
     for name in preset_names():

@@ -25,7 +25,7 @@ class Parameter(BaseModel):
     """One number (or per-precision table) with its unit and provenance."""
 
     model_config = ConfigDict(extra="forbid")
-    value: float | int | dict[str, float | int]
+    value: float | int | dict[str | int, float | int]
     unit: str
     source: str | None = None
     assumption: str | None = None
@@ -69,8 +69,18 @@ UNITS: dict[str, tuple[str, bool]] = {
     "dma_setup": ("cycles", True),
     "hbm_bandwidth": ("GB/s", True),
     "hbm_latency": ("cycles", True),
-    "l2_size": ("B", True),
+    "l2_size": ("B", False),
+    # optional: packages of chiplets (seed 002), multicast DMA (seed 003), block-size
+    # dependent DMA efficiency (seed 004, Table II)
+    "chiplets": ("chiplets", False),
+    "d2d_bandwidth": ("GB/s", False),
+    "d2d_latency": ("cycles", False),
+    "dma_multicast": ("flag", False),
+    "dma_read_efficiency": ("fraction", False),
+    "dma_write_efficiency": ("fraction", False),
 }
+#: parameters whose value is a table rather than one number
+TABLES = ("macs_per_cycle_per_core", "dma_read_efficiency", "dma_write_efficiency")
 LEVEL_UNITS = {"uplink_bandwidth": "B/cycle", "latency": "cycles"}
 ENERGY_UNIT = "pJ"
 
@@ -86,6 +96,46 @@ def _positive_int(path: str, key: str, param: Parameter) -> int:
     if value != int(value) or value < 1:
         raise InputError(path, f"must be a positive integer, got {value!r}", field=key)
     return int(value)
+
+
+def _efficiency_table(path: str, key: str, param: Parameter | None
+                      ) -> tuple[tuple[int, float], ...]:
+    """A ``{contiguous bytes: fraction}`` table, sorted by size, fractions in (0, 1]."""
+    if param is None:
+        return ()
+    if not isinstance(param.value, dict) or not param.value:
+        raise InputError(path, "expected a table {contiguous bytes: fraction}", field=key)
+    rows = []
+    for size, fraction in param.value.items():
+        try:
+            n = int(size)
+        except ValueError:
+            raise InputError(path, f"bad block size {size!r}", field=key) from None
+        if n < 1 or not 0 < fraction <= 1:
+            raise InputError(path, f"bad entry {size}: {fraction} (bytes >= 1, fraction in "
+                                   f"(0, 1])", field=key)
+        rows.append((n, float(fraction)))
+    return tuple(sorted(rows))
+
+
+def _package(path: str, params: dict[str, Parameter], clock: float) -> dict[str, Any]:
+    """Chiplet count and die-to-die link of a package; one chiplet needs no link."""
+    if "chiplets" not in params:
+        for key in ("d2d_bandwidth", "d2d_latency"):
+            if key in params:
+                raise InputError(path, "only meaningful with 'chiplets'", field=key)
+        return {}
+    chiplets = _positive_int(path, "chiplets", params["chiplets"])
+    if chiplets == 1:
+        return {"chiplets": 1}
+    for key in ("d2d_bandwidth", "d2d_latency"):
+        if key not in params:
+            raise InputError(path, "required when 'chiplets' > 1", field=key)
+    d2d = _scalar(path, "d2d_bandwidth", params["d2d_bandwidth"])
+    if d2d <= 0:
+        raise InputError(path, "must be positive", field="d2d_bandwidth")
+    return {"chiplets": chiplets, "d2d_bytes_per_cycle": d2d * 1e9 / clock,
+            "d2d_latency_cycles": _positive_int(path, "d2d_latency", params["d2d_latency"])}
 
 
 def build_machine(spec: MachineSpec, path: str) -> Machine:
@@ -108,6 +158,12 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
     if not isinstance(macs, dict) or not macs:
         raise InputError(path, "expected a table {precision: MAC/cycle}",
                          field="macs_per_cycle_per_core")
+    for key, param in params.items():
+        if isinstance(param.value, dict) and key not in TABLES:
+            raise InputError(path, "expected a single number, not a table", field=key)
+    multicast = params.get("dma_multicast")
+    if multicast is not None and multicast.value not in (0, 1):
+        raise InputError(path, "must be 0 or 1", field="dma_multicast")
     for precision, rate in macs.items():
         if precision not in ("fp64", "fp32", "fp16") or rate != int(rate) or rate < 1:
             raise InputError(path, f"bad entry {precision}: {rate}",
@@ -154,9 +210,16 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         dma_setup_cycles=int(_scalar(path, "dma_setup", params["dma_setup"])),
         hbm_bytes_per_cycle=hbm_gbs * 1e9 / clock,
         hbm_latency_cycles=_positive_int(path, "hbm_latency", params["hbm_latency"]),
-        l2_bytes=_positive_int(path, "l2_size", params["l2_size"]),
+        l2_bytes=(_positive_int(path, "l2_size", params["l2_size"])
+                  if "l2_size" in params else 0),
         levels=tuple(levels),
         energy_pj=energy,
+        dma_multicast=bool(multicast is not None and multicast.value),
+        dma_read_efficiency=_efficiency_table(path, "dma_read_efficiency",
+                                              params.get("dma_read_efficiency")),
+        dma_write_efficiency=_efficiency_table(path, "dma_write_efficiency",
+                                               params.get("dma_write_efficiency")),
+        **_package(path, params, float(clock)),
         description=spec.model_dump(mode="json", exclude_none=True),
     )
 

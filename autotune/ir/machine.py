@@ -7,7 +7,7 @@ unit and its source; this module holds no machine figures of its own. ``Machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,20 @@ class Machine:
     dma_setup_cycles: int
     hbm_bytes_per_cycle: float
     hbm_latency_cycles: int
-    l2_bytes: int
     levels: tuple[Level, ...]
+    l2_bytes: int = 0
     energy_pj: dict[str, float] = field(default_factory=dict)
+    #: Chiplets in the package, each a copy of the tree above with its own HBM (seed 002).
+    chiplets: int = 1
+    #: Die-to-die link between two chiplets: bytes per cycle per direction, round trip.
+    d2d_bytes_per_cycle: float = 0.0
+    d2d_latency_cycles: int = 0
+    #: The DMA can deliver one read from main memory to several clusters (MPPA3's RDMA NoC).
+    dma_multicast: bool = False
+    #: Fraction of the main-memory bandwidth a DMA reaches when its contiguous blocks are
+    #: ``bytes`` long: ((bytes, fraction), ...) ascending; empty means 1.0 for any block.
+    dma_read_efficiency: tuple[tuple[int, float], ...] = ()
+    dma_write_efficiency: tuple[tuple[int, float], ...] = ()
     description: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- derived figures -------------------------------------------------------------------
@@ -59,6 +70,33 @@ class Machine:
             n *= level.fanout
         return n
 
+    @property
+    def total_clusters(self) -> int:
+        """Clusters in the whole package: chiplets x clusters per chiplet."""
+        return self.chiplets * self.clusters
+
+    def chiplet(self) -> Machine:
+        """One chiplet of the package on its own (``self`` when there is one chiplet)."""
+        if self.chiplets == 1:
+            return self
+        return replace(self, chiplets=1, d2d_bytes_per_cycle=0.0, d2d_latency_cycles=0)
+
+    def dma_efficiency(self, block_bytes: int, write: bool = False) -> float:
+        """Fraction of main-memory bandwidth reached with contiguous blocks of this size.
+
+        A step function over the measured table (e.g. swDNN's Table II, seed 004): the entry
+        of the largest listed size not above ``block_bytes``; below the smallest size, the
+        smallest size's fraction. 1.0 when the machine has no table.
+        """
+        table = self.dma_write_efficiency if write else self.dma_read_efficiency
+        if not table:
+            return 1.0
+        fraction = table[0][1]
+        for size, value in table:
+            if size <= block_bytes:
+                fraction = value
+        return fraction
+
     def supports(self, precision: str) -> bool:
         return precision in self.macs_per_cycle_per_core
 
@@ -68,7 +106,8 @@ class Machine:
         return self.cores_per_cluster * self.macs_per_cycle_per_core[precision]
 
     def peak_macs_per_cycle(self, precision: str) -> int:
-        return self.clusters * self.cluster_macs_per_cycle(precision)
+        """Peak MACs per cycle of the whole machine (all chiplets)."""
+        return self.total_clusters * self.cluster_macs_per_cycle(precision)
 
     def peak_flops(self, precision: str) -> float:
         """Peak flop/s (one MAC = two flops, report Sec. 1.2.2)."""
@@ -76,7 +115,8 @@ class Machine:
 
     @property
     def hbm_bytes_per_s(self) -> float:
-        return self.hbm_bytes_per_cycle * self.clock_hz
+        """Main-memory bandwidth of the whole machine (one HBM per chiplet)."""
+        return self.chiplets * self.hbm_bytes_per_cycle * self.clock_hz
 
     def check_precision(self, precision: str) -> None:
         if precision not in self.macs_per_cycle_per_core:

@@ -35,8 +35,31 @@ def test_every_parameter_has_unit_and_provenance():
         for p in params:
             assert p["unit"]
             assert ("source" in p) != ("assumption" in p), p
-            if "source" in p:
-                assert re.search(r"seed 00\d", p["source"]), p["source"]
+            if "source" in p:  # a seed with its section, or a public page
+                assert re.search(r"seed 00\d|https?://", p["source"]), p["source"]
+
+
+def test_other_presets():
+    package = Machine.preset("manticore-package")
+    chiplet = Machine.preset("manticore")
+    assert package.chiplets == 4 and package.total_clusters == 512
+    assert package.peak_flops("fp32") == 4 * chiplet.peak_flops("fp32")
+    assert package.hbm_bytes_per_s == 4 * chiplet.hbm_bytes_per_s        # 4 x 256 GB/s
+    assert package.chiplet().peak_flops("fp32") == chiplet.peak_flops("fp32")
+    mppa = Machine.preset("mppa3")
+    assert mppa.clusters == 5 and mppa.dma_multicast and mppa.l1_bytes == 4 * 2**20
+    assert mppa.peak_flops("fp16") == pytest.approx(3.072e12)            # '3 TFLOPS FP16'
+    with pytest.raises(ValueError, match="does not compute 'fp32'"):
+        mppa.check_precision("fp32")
+    sw = Machine.preset("sw26010-cg")
+    assert sw.clusters == 64 and sw.share_group_sizes() == (8,)
+    assert sw.peak_flops("fp64") == pytest.approx(742.4e9)
+    assert sw.hbm_bytes_per_s == pytest.approx(36e9)
+    # Table II: 4096-byte gets reach 32.05 of 36 GB/s; 100-byte blocks fall back to 64 B's
+    assert sw.dma_efficiency(4096) == pytest.approx(32.05 / 36, abs=1e-3)
+    assert sw.dma_efficiency(100) == pytest.approx(9.0 / 36, abs=1e-3)
+    assert sw.dma_efficiency(8) == sw.dma_efficiency(32)
+    assert chiplet.dma_efficiency(8) == 1.0
 
 
 def test_no_manticore_number_in_code():
@@ -85,3 +108,21 @@ def test_machine_file_round_trip(tmp_path):
 def test_unknown_machine():
     with pytest.raises(InputError, match="unknown machine 'nonesuch'"):
         resolve_machine("nonesuch")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda r: r["parameters"].update(d2d_bandwidth={"value": 1, "unit": "GB/s",
+                                                     "assumption": "x"}), "d2d_bandwidth"),
+    (lambda r: r["parameters"].update(chiplets={"value": 2, "unit": "chiplets",
+                                                "assumption": "x"}), "d2d_bandwidth"),
+    (lambda r: r["parameters"].update(dma_read_efficiency={"value": {64: 1.5},
+                                                           "unit": "fraction",
+                                                           "assumption": "x"}),
+     "dma_read_efficiency"),
+    (lambda r: r["parameters"].update(dma_multicast={"value": 2, "unit": "flag",
+                                                     "assumption": "x"}), "dma_multicast"),
+    (lambda r: r["parameters"]["clock"].update(value={"a": 1}), "clock"),
+])
+def test_optional_parameters_are_checked(tmp_path, edit, field):
+    with pytest.raises(InputError, match=field):
+        Machine.from_file(mutate(tmp_path, edit))
