@@ -76,17 +76,22 @@ def main_options(
 def check(
     network: Annotated[Path, typer.Argument(help="network.yaml or .onnx model to validate")],
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp64 | fp32 | fp16 (default: the "
+                                                       "file's)")] = None,
 ) -> None:
     """Validate a network file and print each layer's shape, MACs and weight bytes."""
     try:
         net = load_network(network)
         mach = resolve_machine(machine)
-        mach.check_precision(net.precision)
+        if precision is not None:
+            word_bytes(precision)
+        prec = precision or net.precision
+        mach.check_precision(prec)
     except (InputError, ValueError) as exc:
         fail(str(exc))
-    wb = word_bytes(net.precision)
+    wb = word_bytes(prec)
     table = Table(title=f"{net.name}: {len(net.layers)} layers, batch {net.batch}, "
-                        f"{net.precision}", title_justify="left")
+                        f"{prec}", title_justify="left")
     for col in ("layer", "kind", "in (h×w×c)", "out (h×w×c)", "kernel", "stride", "pad",
                 "groups", "MACs/image", "weights"):
         table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
@@ -106,7 +111,7 @@ def check(
     total_weights = sum(layer.weight_words for layer in net.layers) * wb
     stdout.print(f"total: {_si(net.macs, 'MAC')} for the batch of {net.batch}, "
                  f"{_bytes(total_weights)} of weights; machine {mach.name} "
-                 f"({_si(mach.peak_flops(net.precision), 'flop/s')} peak {net.precision})")
+                 f"({_si(mach.peak_flops(prec), 'flop/s')} peak {prec})")
 
 
 @app.command()

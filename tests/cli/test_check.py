@@ -41,10 +41,27 @@ def test_check_unsupported_precision_exits_2(tmp_path):
     assert "does not compute 'fp16'" in result.output
 
 
+def test_check_precision_option_selects_the_machine_format():
+    alexnet = str(EXAMPLES / "alexnet.yaml")
+    lacking = runner.invoke(app, ["check", alexnet, "--machine", "mppa3"])
+    assert lacking.exit_code == 2 and "does not compute 'fp32'" in lacking.output
+    assert "supports: fp16" in lacking.output
+    ok = runner.invoke(app, ["check", alexnet, "--machine", "mppa3", "--precision", "fp16"])
+    assert ok.exit_code == 0 and "3.07 Tflop/s peak fp16" in ok.output
+    unknown = runner.invoke(app, ["check", alexnet, "--precision", "fp8"])
+    assert unknown.exit_code == 2 and "unknown precision 'fp8'" in unknown.output
+
+
 def test_machines_lists_presets():
     result = runner.invoke(app, ["machines"])
     assert result.exit_code == 0
-    assert "manticore" in result.output and "4.10 Tflop/s" in result.output
+    rows = {line.split()[1]: line for line in result.output.splitlines()
+            if line.startswith("│")}
+    assert set(rows) == {"manticore", "manticore-package", "mppa3", "sw26010-cg"}
+    assert "4.10 Tflop/s" in rows["manticore"] and "256.00 GB/s" in rows["manticore"]
+    assert "16.38 Tflop/s" in rows["manticore-package"] and "1.02 TB/s" in rows["manticore-package"]
+    assert "3.07 Tflop/s" in rows["mppa3"] and "51.20 GB/s" in rows["mppa3"]
+    assert "742.40 Gflop/s" in rows["sw26010-cg"] and "36.00 GB/s" in rows["sw26010-cg"]
 
 
 def test_version():
