@@ -14,6 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune import __version__
@@ -44,7 +45,7 @@ AUTO_MAX_BATCH = 256
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line to stderr and exit (2: bad input)."""
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
