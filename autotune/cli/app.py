@@ -334,7 +334,7 @@ def _choose_batch(network: Path, net, mach, budget_s: float, max_batch: int,
 
 def _ms(seconds: float) -> str:
     ms = seconds * 1e3
-    return f"{ms:,.1f}" if ms >= 100 else f"{ms:.3f}" if ms >= 1 else f"{ms:#.4g}"
+    return f"{ms:,.3f}" if ms >= 1 else f"{ms:#.4g}"
 
 
 def _print_choice(choice, result) -> None:
