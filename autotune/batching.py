@@ -25,11 +25,14 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
 from autotune.model.analysis import Analysis
+
+if TYPE_CHECKING:
+    from autotune.api import TuneResult
 
 #: The default sweep: powers of two from 1 to 256.
 DEFAULT_BATCHES: tuple[int, ...] = tuple(2**i for i in range(9))
@@ -105,7 +108,7 @@ class SweepResult:
     refine: bool
     verify: bool
     points: tuple[BatchPoint, ...]
-    results: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    results: dict[int, TuneResult] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def batches(self) -> tuple[int, ...]:
@@ -285,7 +288,7 @@ def powers_of_two(max_batch: int) -> tuple[int, ...]:
     return tuple(values)
 
 
-def point_of(result) -> BatchPoint:
+def point_of(result: TuneResult) -> BatchPoint:
     """The ``BatchPoint`` of one ``TuneResult``."""
     t = result.totals
     fc = []
@@ -311,13 +314,14 @@ def sweep(network: str | Path | Network, machine: str | Path | Machine | None = 
           objective: str = "latency", refine: bool = False, verify: bool = False,
           seed: int = 0, progress: bool | Callable[[str, str], None] = False,
           storage: str | None = None, trials: int | None = None, search: str = "ilp",
-          time_limit: float | None = 60.0) -> SweepResult:
+          time_limit: float | None = 60.0, timeout: float | None = None) -> SweepResult:
     """Tune ``network`` at each batch of ``batches`` (``autotune.api.tune``) and compare.
 
     ``batches`` is sorted and deduplicated. Refinement and verification are off by default:
     a sweep is a planning tool, and the integer program plus the simulator give the same
     latency figure ``tune`` reports. ``progress``: True prints one line per stage to stderr;
-    a callable gets ``(stage, "layer @ batch B")``. The other arguments are ``tune``'s.
+    a callable gets ``(stage, "layer @ batch B")``. The other arguments are ``tune``'s
+    (``timeout``: seconds of refinement per layer).
 
     Example:
         >>> s = sweep("examples/alexnet.yaml", batches=(1, 8, 64))   # doctest: +SKIP
@@ -341,7 +345,7 @@ def sweep(network: str | Path | Network, machine: str | Path | Machine | None = 
         result = tune(net, mach, precision=prec, objective=objective, refine=refine,
                       verify=verify, trials=trials, storage=storage, seed=seed,
                       progress=at_batch, batch=b, search=search, time_limit=time_limit,
-                      timeout=time_limit)
+                      timeout=timeout)
         points.append(point_of(result))
         results[b] = result
     return SweepResult(net.name, mach, prec, objective, seed, search, refine, verify,

@@ -320,16 +320,24 @@ def _run_sweep(network: Path, net, mach, batches, **kwargs):
 def _choose_batch(network: Path, net, mach, budget_s: float, max_batch: int,
                   precision: str | None, objective: str, seed: int, search: str,
                   time_limit: float | None):
-    """``tune --batch auto``: the sweep and ``best_within``; no batch in budget: exit 2."""
-    from autotune.batching import BatchChoice, BudgetError, powers_of_two
+    """``tune --batch auto``: ``autotune.choose_batch`` under a progress bar; no batch
+    within the budget, bad input or infeasible: exit 2."""
+    from autotune.batching import BudgetError, choose_batch, powers_of_two
+    from autotune.search.solve import InfeasibleError
 
-    result = _run_sweep(network, net, mach, powers_of_two(max_batch), precision=precision,
-                        objective=objective, refine=False, verify=False, seed=seed,
-                        search=search, time_limit=time_limit or 60.0)
-    batch = result.best_within(budget_s)
-    if batch is None:
-        fail(f"{network}: option '--latency-budget': {BudgetError(budget_s, result)}")
-    return BatchChoice(batch, budget_s, result)
+    steps = len(powers_of_two(max_batch)) * _shapes(net)
+    with _progress_bar(f"choosing a batch for {net.name}", steps) as progress:
+        try:
+            return choose_batch(net, mach, latency_budget_s=budget_s, max_batch=max_batch,
+                                precision=precision, objective=objective, seed=seed,
+                                search=search, time_limit=time_limit or 60.0,
+                                progress=progress)
+        except BudgetError as exc:
+            fail(f"{network}: option '--latency-budget': {exc}")
+        except InfeasibleError as exc:
+            fail(f"{network}: {exc}")
+        except InputError as exc:
+            fail(str(exc))
 
 
 def _ms(seconds: float) -> str:
@@ -403,7 +411,8 @@ def sweep(
     net, mach = _load(network, machine, precision)
     result = _run_sweep(network, net, mach, batches, precision=precision, objective=objective,
                         refine=refine, verify=verify, seed=seed, storage=storage,
-                        trials=trials, search=search, time_limit=time_limit or 60.0)
+                        trials=trials, search=search, time_limit=time_limit or 60.0,
+                        timeout=time_limit)
     print_sweep(result)
     if out is not None:
         result.save(out)
