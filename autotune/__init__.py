@@ -10,9 +10,14 @@ Public API (stable):
     verify(layer, mapping, machine, precision)     execute the schedule in numpy and check it
     tune(network, machine, ...) -> TuneResult      the whole pipeline: solve, refine,
                                                    simulate, verify; .save() writes JSON
+    sweep(network, machine, batches=...)           tune at several batches -> SweepResult:
+                                                   totals, fc memory/compute-bound, turning
+                                                   batches, best_within(budget); .save()
+    choose_batch(network, latency_budget_s=...)    the batch with most images/s in a budget
 """
 
 from autotune.api import TuneResult, tune  # noqa: E402  (after the stages it chains)
+from autotune.batching import BatchChoice, BatchPoint, BudgetError, SweepResult, choose_batch, sweep
 from autotune.io.errors import InputError
 from autotune.io.network_yaml import load_network
 from autotune.ir import ALGORITHMS, Buffers, Layer, Level, Machine, Mapping, Network, Tile
@@ -23,7 +28,8 @@ from autotune.verify import Verification, verify
 
 __version__ = "0.1.0"
 
-__all__ = ["ALGORITHMS", "Analysis", "Buffers", "InputError", "Layer", "Level", "Machine",
-           "Mapping", "MappingError", "Network", "SimResult", "Tile", "TuneResult",
-           "Verification", "analyze", "load_network", "simulate", "tune", "verify",
+__all__ = ["ALGORITHMS", "Analysis", "BatchChoice", "BatchPoint", "Buffers", "BudgetError",
+           "InputError", "Layer", "Level", "Machine", "Mapping", "MappingError", "Network",
+           "SimResult", "SweepResult", "Tile", "TuneResult", "Verification", "analyze",
+           "choose_batch", "load_network", "simulate", "sweep", "tune", "verify",
            "__version__"]

@@ -21,3 +21,29 @@ NETWORKS = ("resnet50", "vgg16", "yolov3", "mobilenetv2", "alexnet")
 @pytest.fixture(scope="session")
 def manticore() -> Machine:
     return Machine.preset("manticore")
+
+
+# -- batch sweeps (autotune.batching) ------------------------------------------------------
+#: One conv and two fc layers, quick to tune: fc1 (1024 -> 1024) is memory-bound at batch 1
+#: and compute-bound from batch 32 on manticore; fc2 (1024 -> 10) stays memory-bound.
+TINY_FC_YAML = """network: tiny
+layers:
+  - {name: c1, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, padding: 1}
+  - {name: fc1, kind: fc, in: [1, 1, 1024], out_channels: 1024}
+  - {name: fc2, kind: fc, in: [1, 1, 1024], out_channels: 10}
+"""
+TINY_FC_BATCHES = (1, 4, 16, 32, 64)
+
+
+@pytest.fixture(scope="session")
+def tiny_fc_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("nets") / "tiny.yaml"
+    path.write_text(TINY_FC_YAML)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_fc_sweep(tiny_fc_file):
+    from autotune import sweep
+
+    return sweep(tiny_fc_file, batches=TINY_FC_BATCHES)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune import __version__
@@ -37,10 +39,13 @@ def _console(stderr: bool = False) -> Console:
 stdout = _console()
 stderr = _console(stderr=True)
 
+#: ``tune --batch auto`` tries the powers of two up to this batch unless --max-batch says.
+AUTO_MAX_BATCH = 256
+
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line to stderr and exit (2: bad input)."""
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -146,8 +151,15 @@ def tune(
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
     = None,
-    batch: Annotated[int | None, typer.Option(min=1, help="images per inference "
-                                                         "(default: the file's)")] = None,
+    batch: Annotated[str | None, typer.Option(
+        metavar="N|auto", help="images per inference (default: the file's); 'auto' picks the "
+                               "batch with the most images/s within --latency-budget")] = None,
+    latency_budget: Annotated[str | None, typer.Option(
+        metavar="MS", help="with --batch auto: the largest latency per batch, in "
+                           "milliseconds")] = None,
+    max_batch: Annotated[int | None, typer.Option(
+        help="with --batch auto: try the powers of two from 1 to this batch "
+             f"(default {AUTO_MAX_BATCH})")] = None,
     objective: Annotated[str, typer.Option(help="latency | traffic | energy")] = "latency",
     search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")]
     = "ilp",
@@ -168,11 +180,91 @@ def tune(
     = 0,
     out: Annotated[Path | None, typer.Option(help="write the schedules as JSON here")] = None,
 ) -> None:
-    """Choose, refine, simulate and verify every layer's mapping; print the schedule table."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    """Choose, refine, simulate and verify every layer's mapping; print the schedule table.
 
+    With --batch auto --latency-budget MS, first sweep the powers of two from 1 to
+    --max-batch without refinement or verification (integer program + simulator), take the
+    batch with the most images/s whose simulated latency is within the budget, then tune
+    that batch as usual. Refinement never raises a layer's simulated cycles above the
+    integer program's winner, so the budget still holds (checked; exit 1 if it does not).
+    """
     from autotune.api import tune as run_tune
-    from autotune.search.solve import SEARCH_MODES, InfeasibleError
+    from autotune.search.solve import InfeasibleError
+
+    n_batch, auto = _tune_batch(batch)
+    if latency_budget is not None and not auto:
+        fail("option '--latency-budget': only with --batch auto")
+    if max_batch is not None and not auto:
+        fail("option '--max-batch': only with --batch auto")
+    if auto and latency_budget is None:
+        fail("option '--batch': 'auto' needs --latency-budget MS")
+    budget_ms = None if latency_budget is None else _positive_ms(latency_budget)
+    if max_batch is not None and max_batch < 1:
+        fail(f"option '--max-batch': must be a positive integer, got {max_batch}")
+    _check_common(objective, search, precision)
+    if out is not None and not out.parent.exists():
+        fail(f"option '--out': folder {str(out.parent)!r} does not exist")
+    net, mach = _load(network, machine, precision)
+    choice = None
+    if auto:
+        choice = _choose_batch(network, net, mach, budget_ms / 1e3,
+                               max_batch or AUTO_MAX_BATCH, precision, objective, seed,
+                               search, time_limit)
+        n_batch = choice.batch
+    stages = ["solve"] + ([] if no_refine else ["refine"]) + ([] if no_verify else ["verify"])
+    if choice is not None and no_refine and no_verify:
+        result = choice.sweep.results[choice.batch]     # exactly this run, already done
+    else:
+        with _progress_bar(f"tuning {net.name}", _shapes(net) * len(stages)) as progress:
+            try:
+                result = run_tune(net, mach, precision=precision, objective=objective,
+                                  refine=not no_refine, verify=not no_verify, trials=trials,
+                                  storage=storage, seed=seed, progress=progress,
+                                  batch=n_batch, search=search,
+                                  time_limit=time_limit or 60.0, timeout=time_limit,
+                                  workers=workers)
+            except InfeasibleError as exc:
+                fail(f"{network}: {exc}")
+            except InputError as exc:
+                fail(str(exc))
+    print_result(result)
+    if choice is not None:
+        _print_choice(choice, result)
+    if out is not None:
+        result.save(out)
+        stdout.print(f"wrote {out}")
+    failed = [r.layer.name for r in result.layers if r.verified is not None
+              and not r.verified.ok]
+    if failed:
+        fail(f"verification failed for {len(failed)} layer(s): {', '.join(failed)}", code=1)
+
+
+def _tune_batch(text: str | None) -> tuple[int | None, bool]:
+    """``--batch`` of ``tune``: (batch or None, auto?)."""
+    if text is None:
+        return None, False
+    if text.strip().lower() == "auto":
+        return None, True
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        fail(f"option '--batch': expected a positive integer or 'auto', got {text!r}")
+    return int(value), False
+
+
+def _positive_ms(text: str) -> float:
+    """``--latency-budget``: a positive, finite number of milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        fail(f"option '--latency-budget': expected a positive number of milliseconds, "
+             f"got {text!r}")
+    return value
+
+
+def _check_common(objective: str, search: str, precision: str | None) -> None:
+    from autotune.search.solve import SEARCH_MODES
 
     if objective not in ("latency", "traffic", "energy"):
         fail(f"option '--objective': unknown objective {objective!r} "
@@ -181,42 +273,232 @@ def tune(
         fail(f"option '--search': unknown search mode {search!r} (choose ilp, exhaustive)")
     if precision is not None and precision not in ("fp64", "fp32", "fp16"):
         fail(f"option '--precision': unknown precision {precision!r}")
-    if out is not None and not out.parent.exists():
-        fail(f"option '--out': folder {str(out.parent)!r} does not exist")
+
+
+def _load(network: Path, machine: str | None, precision: str | None):
+    """The network and the machine, or exit 2 naming the file and field."""
     try:
         net = load_network(network)
         mach = resolve_machine(machine)
         mach.check_precision(precision or net.precision)
     except (InputError, ValueError) as exc:
         fail(str(exc))
-    shapes = len({layer.shape_key() for layer in net.layers})
-    stages = ["solve"] + ([] if no_refine else ["refine"]) + ([] if no_verify else ["verify"])
+    return net, mach
+
+
+def _shapes(net) -> int:
+    return len({layer.shape_key() for layer in net.layers})
+
+
+@contextmanager
+def _progress_bar(description: str, total: int):
+    """A transient progress bar on stderr; yields the ``progress(stage, name)`` callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   MofNCompleteColumn(), TextColumn("{task.fields[layer]}"),
                   console=stderr, transient=True) as bar:
-        task = bar.add_task(f"tuning {net.name}", total=shapes * len(stages), layer="")
+        task = bar.add_task(description, total=total, layer="")
 
         def progress(stage: str, name: str) -> None:
             bar.update(task, advance=1, layer=f"{stage} {name}")
 
+        yield progress
+
+
+def _run_sweep(network: Path, net, mach, batches, **kwargs):
+    """``autotune.batching.sweep`` under a progress bar; bad input or infeasible: exit 2."""
+    from autotune.batching import sweep as run_sweep
+    from autotune.search.solve import InfeasibleError
+
+    stages = 1 + bool(kwargs.get("refine")) + bool(kwargs.get("verify"))
+    with _progress_bar(f"sweeping {net.name}", len(batches) * _shapes(net) * stages
+                       ) as progress:
         try:
-            result = run_tune(net, mach, precision=precision, objective=objective,
-                              refine=not no_refine, verify=not no_verify, trials=trials,
-                              storage=storage, seed=seed, progress=progress, batch=batch,
-                              search=search, time_limit=time_limit or 60.0,
-                              timeout=time_limit, workers=workers)
+            return run_sweep(net, mach, batches=batches, progress=progress, **kwargs)
         except InfeasibleError as exc:
             fail(f"{network}: {exc}")
         except InputError as exc:
             fail(str(exc))
-    print_result(result)
+
+
+def _choose_batch(network: Path, net, mach, budget_s: float, max_batch: int,
+                  precision: str | None, objective: str, seed: int, search: str,
+                  time_limit: float | None):
+    """``tune --batch auto``: ``autotune.choose_batch`` under a progress bar; no batch
+    within the budget, bad input or infeasible: exit 2."""
+    from autotune.batching import BudgetError, choose_batch, powers_of_two
+    from autotune.search.solve import InfeasibleError
+
+    steps = len(powers_of_two(max_batch)) * _shapes(net)
+    with _progress_bar(f"choosing a batch for {net.name}", steps) as progress:
+        try:
+            return choose_batch(net, mach, latency_budget_s=budget_s, max_batch=max_batch,
+                                precision=precision, objective=objective, seed=seed,
+                                search=search, time_limit=time_limit or 60.0,
+                                progress=progress)
+        except BudgetError as exc:
+            fail(f"{network}: option '--latency-budget': {exc}")
+        except InfeasibleError as exc:
+            fail(f"{network}: {exc}")
+        except InputError as exc:
+            fail(str(exc))
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.3f}" if ms >= 1 else f"{ms:#.4g}"
+
+
+def _print_choice(choice, result) -> None:
+    """The ``batch auto`` line; exit 1 if the tuned latency broke the budget."""
+    budget = choice.latency_budget_s
+    candidates = ", ".join(
+        f"{p.batch}: {_ms(p.latency_s)} ms {p.images_per_s:,.0f}/s"
+        + ("" if p.latency_s <= budget else " over budget") for p in choice.sweep.points)
+    t = result.totals
+    stdout.print(f"batch auto: chose batch {choice.batch} (latency {_ms(t.latency_s)} ms <= "
+                 f"budget {_ms(budget)} ms, {t.images_per_s:,.1f} images/s); candidates: "
+                 f"{candidates}", highlight=False)
+    # Refinement keeps or lowers every layer's simulated cycles (the integer program's winner
+    # is its incumbent), so the tuned batch is at most as slow as the swept one.
+    if t.cycles > choice.point.cycles or t.latency_s > budget:
+        fail(f"internal error: batch {choice.batch} tuned to {_ms(t.latency_s)} ms, more than "
+             f"the {_ms(choice.point.latency_s)} ms of the sweep (budget {_ms(budget)} ms)",
+             code=1)
+
+
+@app.command()
+def sweep(
+    network: Annotated[Path, typer.Argument(help="network.yaml or .onnx file to sweep")],
+    batch: Annotated[str, typer.Option(
+        metavar="LIST", help="batches to tune: a comma list (sorted, duplicates dropped) or a "
+                             "progression ending '...,LAST': 1,2,4,...,256 doubles, "
+                             "1,2,3,...,8 counts")] = "1,2,4,...,256",
+    machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
+    = None,
+    objective: Annotated[str, typer.Option(help="latency | traffic | energy")] = "latency",
+    search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")]
+    = "ilp",
+    refine: Annotated[bool, typer.Option(
+        help="refine every batch against the simulator with Optuna (off: a sweep is a "
+             "planning tool; the integer program and the simulator give the latency tune "
+             "reports, and refinement only lowers it)")] = False,
+    verify: Annotated[bool, typer.Option(help="verify every batch's schedules in numpy")]
+    = False,
+    trials: Annotated[int | None, typer.Option(min=1, help="with --refine: trials per "
+                                                          "distinct layer shape")] = None,
+    time_limit: Annotated[float | None, typer.Option(
+        min=0.1, help="seconds per layer for the integer program and for refinement")] = None,
+    storage: Annotated[str | None, typer.Option(help="with --refine: Optuna storage, as for "
+                                                     "tune")] = None,
+    seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")]
+    = 0,
+    out: Annotated[Path | None, typer.Option(help="write the sweep as JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="draw latency and images/s against the batch, fc turning batches marked "
+             "(PNG, SVG or PDF; needs the plot extra)")] = None,
+) -> None:
+    """Tune the network at several batch sizes; print latency, images/s, and which fc layers
+    are memory- or compute-bound at each batch (the turning batch is marked →)."""
+    from autotune.batching import parse_batches
+
+    try:
+        batches = parse_batches(batch)
+    except ValueError as exc:
+        fail(f"option '--batch': {exc}")
+    _check_common(objective, search, precision)
+    if out is not None and not out.parent.exists():
+        fail(f"option '--out': folder {str(out.parent)!r} does not exist")
+    if plot is not None:
+        _check_plot(plot)
+    net, mach = _load(network, machine, precision)
+    result = _run_sweep(network, net, mach, batches, precision=precision, objective=objective,
+                        refine=refine, verify=verify, seed=seed, storage=storage,
+                        trials=trials, search=search, time_limit=time_limit or 60.0,
+                        timeout=time_limit)
+    print_sweep(result)
     if out is not None:
         result.save(out)
         stdout.print(f"wrote {out}")
-    failed = [r.layer.name for r in result.layers if r.verified is not None
-              and not r.verified.ok]
+    if plot is not None:
+        from autotune.report.sweep_plot import draw_sweep
+
+        draw_sweep(result, plot)
+        stdout.print(f"wrote {plot}")
+    failed = [p.batch for p in result.points if p.verified is False]
     if failed:
-        fail(f"verification failed for {len(failed)} layer(s): {', '.join(failed)}", code=1)
+        fail(f"verification failed at batch {', '.join(map(str, failed))} "
+             f"(run tune --batch B for the layers)", code=1)
+
+
+def _check_plot(path: Path) -> None:
+    """Before any work: matplotlib importable, the folder there, the format known."""
+    try:
+        import matplotlib
+    except ImportError:
+        fail("option '--plot': needs matplotlib: pip install 'autotune[plot]'")
+    matplotlib.use("Agg")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if not path.parent.exists():
+        fail(f"option '--plot': folder {str(path.parent)!r} does not exist")
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix and suffix not in kinds:
+        fail(f"option '--plot': unknown image format {path.suffix!r} of {str(path)!r} "
+             f"(use .png, .svg or .pdf)")
+
+
+def print_sweep(result) -> None:
+    """The sweep table, one line per fc layer on where it turns, and the best batch."""
+    turning = result.turning_batches()
+    table = Table(title=f"{result.network}: batch sweep, {result.precision}, objective "
+                        f"{result.objective}, machine {result.machine.name}"
+                        + (", refined" if result.refine else ""), title_justify="left")
+    for col in ("batch", "latency (ms)", "images/s", "Tflop/s", "% peak"):
+        table.add_column(col, justify="right")
+    for name in result.fc_layers:
+        table.add_column(name, justify="left")
+    if result.verify:
+        table.add_column("verified")
+    for p in result.points:
+        cells = []
+        for f in p.fc:
+            text = "mem" if f.bound == "memory" else "compute"
+            cells.append(f"[bold]→ {text}[/]" if turning[f.layer] == p.batch else text)
+        row = [str(p.batch), _ms(p.latency_s), f"{p.images_per_s:,.1f}", f"{p.tflops:.3f}",
+               f"{100 * p.peak_fraction:.1f}", *cells]
+        if result.verify:
+            row.append("ok" if p.verified else "FAILED")
+        table.add_row(*row)
+    stdout.print(table)
+    m, prec = result.machine, result.precision
+    stdout.print(f"ridge point {result.ridge_flop_per_byte:.1f} flop per off-chip byte "
+                 f"({_si(m.peak_flops(prec), 'flop/s')} {prec} peak × "
+                 f"{m.fpu_utilization:.0%} FPU utilisation / "
+                 f"{_si(m.hbm_bytes_per_s, 'B/s')} HBM); fc layers below it are memory-bound",
+                 highlight=False)
+    last = result.batches[-1]
+    for name in result.fc_layers:
+        turn = turning[name]
+        if turn is None:
+            f = result.point(last).fc_bound(name)
+            stdout.print(f"{name} stays memory-bound up to batch {last} "
+                         f"({f.flop_per_byte:.1f} flop/B at batch {last})", highlight=False)
+            continue
+        f = result.point(turn).fc_bound(name)
+        again = result.memory_again(name)
+        stdout.print(f"{name} turns compute-bound at batch {turn} ({f.flop_per_byte:.1f} "
+                     f"flop/B)" + ("" if again is None else
+                                   f"; memory-bound again at batch {again}"),
+                     highlight=False)
+    if not result.fc_layers:
+        stdout.print("no fc layers", highlight=False)
+    best = result.point(result.best())
+    stdout.print(f"most images/s: batch {best.batch} ({best.images_per_s:,.1f} images/s, "
+                 f"{_ms(best.latency_s)} ms per batch)", highlight=False)
 
 
 def print_result(result) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from autotune.report.figure import save_figure
 
 
 def draw_roofline(result, path: str | Path) -> None:
@@ -45,14 +45,4 @@ def draw_roofline(result, path: str | Path) -> None:
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
