@@ -65,6 +65,9 @@ class MappingRecord(_Model):
     share_group: int
     tile: TileRecord
     buffers: BuffersRecord
+    chiplet_split: Literal["none", "output_channels", "spatial", "images"] = Field(
+        default="none", description="how the layer is divided among a package's chiplets; "
+        "the rest of the mapping is what each chiplet runs on its part")
 
 
 class PredictedRecord(_Model):
@@ -75,6 +78,8 @@ class PredictedRecord(_Model):
     l1_bytes: int
     ccr: float = Field(description="MAC per off-chip word (loads and stores)")
     bound: str
+    d2d_bytes: int = Field(default=0, description="bytes over the die-to-die links (package)")
+    d2d_cycles: int = Field(default=0, description="cycles the link transfer adds (package)")
 
 
 class SimulatedRecord(_Model):
@@ -82,6 +87,7 @@ class SimulatedRecord(_Model):
     breakdown: dict[str, float] = Field(default_factory=dict)
     hbm_bytes_per_cycle: float | None = None
     fpu_utilization: float | None = None
+    d2d_bytes: int = Field(default=0, description="bytes over the die-to-die links (package)")
 
 
 class SearchRecord(_Model):
@@ -169,7 +175,8 @@ def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -
         buffers=BuffersRecord(**{op: buffer_bytes.get(op, 0) for op in
                                  ("input", "filter", "output", "share")},
                               input_depth=b.input_depth, filter_depth=b.filter_depth,
-                              output_depth=b.output_depth))
+                              output_depth=b.output_depth),
+        chiplet_split=mapping.chiplet_split)
 
 
 def mapping_from_record(record: MappingRecord) -> Mapping:
@@ -180,7 +187,8 @@ def mapping_from_record(record: MappingRecord) -> Mapping:
                    tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w,
                              in_c=record.tile.in_c),
                    buffers=Buffers(input_depth=b.input_depth, filter_depth=b.filter_depth,
-                                   output_depth=b.output_depth))
+                                   output_depth=b.output_depth),
+                   chiplet_split=record.chiplet_split)
 
 
 # -- files -----------------------------------------------------------------------------------
