@@ -90,6 +90,8 @@ class TuneResult:
             a = r.predicted
             sim = r.simulated
             ver = r.verified
+            package_figures = (dict(d2d_bytes=a.d2d_bytes, d2d_cycles=a.d2d_cycles)
+                               if self.machine.chiplets > 1 else {})
             records.append(LayerRecord(
                 name=r.layer.name, kind=r.layer.kind, shape=shape_record(r.layer),
                 mapping=mapping_record(r.mapping, r.layer.c_out, a.buffer_bytes),
@@ -97,14 +99,13 @@ class TuneResult:
                                           offchip_bytes=a.offchip_bytes,
                                           intercluster_bytes=a.intercluster_bytes,
                                           l1_bytes=a.l1_bytes, ccr=round(a.ccr, 6),
-                                          bound=a.bound, d2d_bytes=a.d2d_bytes,
-                                          d2d_cycles=a.d2d_cycles),
+                                          bound=a.bound, **package_figures),
                 simulated=None if sim is None else SimulatedRecord(
                     cycles=sim.cycles,
                     breakdown={k: round(v, 3) for k, v in sim.breakdown.as_dict().items()},
                     hbm_bytes_per_cycle=round(sim.hbm_bytes_per_cycle, 6),
                     fpu_utilization=round(sim.fpu_utilization, 6),
-                    d2d_bytes=sim.d2d_bytes),
+                    d2d_bytes=sim.d2d_bytes if self.machine.chiplets > 1 else None),
                 search=SearchRecord(mode=r.search.mode, status=r.search.status,
                                     objective=r.search.objective, value=r.search.value,
                                     bound=r.search.bound,

@@ -59,7 +59,7 @@ def simulate_package(layer: Layer, mapping: Mapping, machine: Machine, precision
     results = [run[2] for run in runs]
     return replace(
         last, layer=layer.name, batch=batch, cycles=end,
-        breakdown=replace(last.breakdown, d2d=stage),
+        breakdown=replace(last.breakdown, d2d=float(math.ceil(stage - 1e-9))),
         macs=sum(r.macs for r in results), tasks=sum(r.tasks for r in results),
         clusters=machine.total_clusters,
         peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
