@@ -24,15 +24,17 @@ Data placement, the assumptions behind what crosses the die-to-die links (also l
 * Weights are replicated in every chiplet's private HBM (read-only; 8 GB per chiplet is
   ample): no weight crosses a link.
 * A layer's input is where its producer left it, and the producer is taken to have been
-  divided the way this layer needs, so only what the split itself forces crosses: ``images``
-  needs nothing; ``spatial`` needs the halo rows held by the neighbouring bands (chiplet i
-  holds input rows ``[r0 * stride, r1 * stride)`` for its output rows ``[r0, r1)``, the first
-  from row 0 and the last to the bottom: with stride 1 exactly the rows a producer split
-  into the same bands wrote, so a 3x3 band reads one row from each neighbour); ``output_channels`` of a dense layer needs the whole input, of which each chiplet
-  holds a balanced block of input channels, so it reads the other blocks from its siblings
-  (about (P-1)/P of the input); of a grouped layer it needs only its own groups' channels,
-  which it holds; ``none`` runs where the input is. Re-laying out activations between two
-  consecutive layers with different splits is not costed (the model is per layer).
+  divided the way this layer needs, so only what the split itself forces crosses:
+  ``images`` needs nothing; ``spatial`` needs the halo rows held by the neighbouring bands
+  (chiplet i holds input rows ``[r0 * stride, r1 * stride)`` for its output rows
+  ``[r0, r1)``, the first from row 0 and the last to the bottom: with stride 1 exactly the
+  rows a producer split into the same bands wrote, so a 3x3 band reads one row from each
+  neighbour); ``output_channels`` of a dense layer needs the whole input, of which each
+  chiplet holds a balanced block of input channels, so it reads the other blocks from its
+  siblings (about (P-1)/P of the input); of a grouped layer it needs only its own groups'
+  channels, which it holds; ``none`` runs where the input is. Re-laying out activations
+  between two consecutive layers with different splits is not costed (the model is per
+  layer).
 * A chiplet reads each sibling's share over the direct link to that sibling, all links at
   once; each link direction carries one reader's flow. Rows are read whole (all columns).
 """

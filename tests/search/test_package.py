@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune import Layer, analyze
+from autotune import Layer
 from autotune.search.solve import solve_layer
 from tests.package_machine import small_package
 from tests.strategies import conv_layers, fc_layers
