@@ -90,6 +90,8 @@ class TuneResult:
             a = r.predicted
             sim = r.simulated
             ver = r.verified
+            package_figures = (dict(d2d_bytes=a.d2d_bytes, d2d_cycles=a.d2d_cycles)
+                               if self.machine.chiplets > 1 else {})
             records.append(LayerRecord(
                 name=r.layer.name, kind=r.layer.kind, shape=shape_record(r.layer),
                 mapping=mapping_record(r.mapping, r.layer.c_out, a.buffer_bytes),
@@ -97,12 +99,13 @@ class TuneResult:
                                           offchip_bytes=a.offchip_bytes,
                                           intercluster_bytes=a.intercluster_bytes,
                                           l1_bytes=a.l1_bytes, ccr=round(a.ccr, 6),
-                                          bound=a.bound),
+                                          bound=a.bound, **package_figures),
                 simulated=None if sim is None else SimulatedRecord(
                     cycles=sim.cycles,
                     breakdown={k: round(v, 3) for k, v in sim.breakdown.as_dict().items()},
                     hbm_bytes_per_cycle=round(sim.hbm_bytes_per_cycle, 6),
-                    fpu_utilization=round(sim.fpu_utilization, 6)),
+                    fpu_utilization=round(sim.fpu_utilization, 6),
+                    d2d_bytes=sim.d2d_bytes if self.machine.chiplets > 1 else None),
                 search=SearchRecord(mode=r.search.mode, status=r.search.status,
                                     objective=r.search.objective, value=r.search.value,
                                     bound=r.search.bound,
@@ -231,17 +234,23 @@ def _finish_layer(sol: LayerSolution, machine: Machine, precision: str, batch: i
     n_trials, ilp_cycles = 0, None
     if refine:
         from autotune.search.exhaustive import top_k
-        from autotune.search.refine import refine_layer
+        from autotune.search.refine import refine_layer, refinement_target
         from autotune.search.space import search_space
 
-        space = search_space(layer, machine, batch)
-        seeds = [mapping] + [space.decode(i) for i in top_k(space, machine, precision,
-                                                            objective, SEED_MAPPINGS)]
-        refined = refine_layer(layer, machine, precision, batch, seeds,
+        # on a package: the split's largest part on one chiplet, the split fixed
+        part, part_machine, part_batch, inner = refinement_target(layer, mapping, machine,
+                                                                  precision, batch)
+        space = search_space(part, part_machine, part_batch)
+        seeds = [inner] + [space.decode(i) for i in top_k(space, part_machine, precision,
+                                                          objective, SEED_MAPPINGS)]
+        refined = refine_layer(part, part_machine, precision, part_batch, seeds,
                                trials=trials or DEFAULT_TRIALS, timeout=timeout,
                                storage=storage, seed=seed, objective=objective,
                                workers=workers)
         mapping, n_trials, ilp_cycles = refined.mapping, refined.trials, refined.ilp_cycles
+        if machine.chiplets > 1:
+            mapping = mapping.with_(chiplet_split=sol.mapping.chiplet_split)
+            ilp_cycles = None   # the study's cycles are the part's, not the package's
         report("refine", layer.name)
     simulated = simulate(layer, mapping, machine, precision, batch)
     if ilp_cycles is None:

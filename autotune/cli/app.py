@@ -507,10 +507,13 @@ def print_result(result) -> None:
     peak = mach.peak_macs_per_cycle(prec)
     table = Table(title=f"{result.network}: batch {result.batch}, {prec}, objective "
                         f"{result.objective}, machine {mach.name}", title_justify="left")
-    for col in ("layer", "algorithm", "ΔO", "batch tile", "share", "tile h×w×c", "L1",
-                "cycles", "% peak", "bound", "verified", "search"):
-        table.add_column(col, justify="left" if col in ("layer", "algorithm", "bound",
-                                                        "verified", "search") else "right")
+    package = mach.chiplets > 1        # a package adds the chiplet split of each layer
+    for col in ("layer", "algorithm", *(("chiplets",) if package else ()), "ΔO", "batch tile",
+                "share", "tile h×w×c", "L1", "cycles", "% peak", "bound", "verified",
+                "search"):
+        table.add_column(col, justify="left" if col in ("layer", "algorithm", "chiplets",
+                                                        "bound", "verified", "search")
+                         else "right")
     for r in result.layers:
         a, m = r.predicted, r.mapping
         cycles = r.simulated.cycles if r.simulated is not None else a.cycles
@@ -520,7 +523,9 @@ def print_result(result) -> None:
                   + (f" +{r.trials} trials" if r.trials else "")
                   if s.shared_with is None else f"= {s.shared_with}")
         verified = "-" if r.verified is None else ("ok" if r.verified.ok else "FAILED")
-        table.add_row(r.layer.name, m.algorithm, str(m.delta_o), str(m.batch_tile),
+        split = (f"{m.chiplet_split} ×{a.chiplets}" if m.chiplet_split != "none"
+                 else "none",) if package else ()
+        table.add_row(r.layer.name, m.algorithm, *split, str(m.delta_o), str(m.batch_tile),
                       str(m.share_group), _tile_text(m), _bytes(a.l1_bytes), f"{cycles:,}",
                       f"{100 * a.macs / (cycles * peak):.1f}", a.bound, verified, status)
     stdout.print(table)
@@ -597,8 +602,11 @@ def simulate(
         fail("option '--trace': name one layer with --layer")
     table = Table(title=f"{result.network}: simulated on {result.machine.name}",
                   title_justify="left")
+    package = result.machine.chiplets > 1     # a package adds the die-to-die stage-in
+    parts = ("compute", "dma_wait", "contention", "sync", "idle", *(("d2d",) if package else ()))
     for col in ("layer", "algorithm", "cycles", "predicted", "sim/model", "compute",
-                "DMA wait", "contention", "sync", "idle", "HBM B/cycle", "FPU util"):
+                "DMA wait", "contention", "sync", "idle", *(("d2d",) if package else ()),
+                "HBM B/cycle", "FPU util"):
         table.add_column(col, justify="left" if col in ("layer", "algorithm") else "right")
     total = 0
     for r in chosen:
@@ -608,8 +616,7 @@ def simulate(
         b = sim.breakdown.as_dict()
         table.add_row(r.layer.name, r.mapping.algorithm, f"{sim.cycles:,}",
                       f"{r.predicted.cycles:,}", f"{sim.cycles / r.predicted.cycles:.2f}",
-                      *(f"{100 * b[k] / sim.cycles:.0f}%" for k in
-                        ("compute", "dma_wait", "contention", "sync", "idle")),
+                      *(f"{100 * b.get(k, 0.0) / sim.cycles:.0f}%" for k in parts),
                       f"{sim.hbm_bytes_per_cycle:.1f}", f"{100 * sim.fpu_utilization:.1f}%")
         if trace is not None:
             sim.write_trace(trace)

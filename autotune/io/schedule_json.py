@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from autotune.io.errors import InputError, first_validation_error
 from autotune.ir.layer import Layer
@@ -25,6 +25,12 @@ SCHEMA_VERSION = 1
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _omit_none(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Leave out optional package-only fields that are absent (single-chiplet files keep
+    their layout)."""
+    return {k: v for k, v in data.items() if not (k in keys and v is None)}
 
 
 class ShapeRecord(_Model):
@@ -65,6 +71,9 @@ class MappingRecord(_Model):
     share_group: int
     tile: TileRecord
     buffers: BuffersRecord
+    chiplet_split: Literal["none", "output_channels", "spatial", "images"] = Field(
+        default="none", description="how the layer is divided among a package's chiplets; "
+        "the rest of the mapping is what each chiplet runs on its part")
 
 
 class PredictedRecord(_Model):
@@ -75,6 +84,13 @@ class PredictedRecord(_Model):
     l1_bytes: int
     ccr: float = Field(description="MAC per off-chip word (loads and stores)")
     bound: str
+    d2d_bytes: int | None = Field(default=None, description="bytes over the die-to-die "
+                                  "links (package machines only)")
+    d2d_cycles: int | None = Field(default=None, description="cycles the die-to-die transfer "
+                                   "adds (package machines only)")
+
+    _omit_absent = model_serializer(mode="wrap")(lambda self, handler: _omit_none(
+        handler(self), ("d2d_bytes", "d2d_cycles")))
 
 
 class SimulatedRecord(_Model):
@@ -82,6 +98,11 @@ class SimulatedRecord(_Model):
     breakdown: dict[str, float] = Field(default_factory=dict)
     hbm_bytes_per_cycle: float | None = None
     fpu_utilization: float | None = None
+    d2d_bytes: int | None = Field(default=None, description="bytes over the die-to-die "
+                                  "links (package machines only)")
+
+    _omit_absent = model_serializer(mode="wrap")(lambda self, handler: _omit_none(
+        handler(self), ("d2d_bytes",)))
 
 
 class SearchRecord(_Model):
@@ -169,7 +190,8 @@ def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -
         buffers=BuffersRecord(**{op: buffer_bytes.get(op, 0) for op in
                                  ("input", "filter", "output", "share")},
                               input_depth=b.input_depth, filter_depth=b.filter_depth,
-                              output_depth=b.output_depth))
+                              output_depth=b.output_depth),
+        chiplet_split=mapping.chiplet_split)
 
 
 def mapping_from_record(record: MappingRecord) -> Mapping:
@@ -180,7 +202,8 @@ def mapping_from_record(record: MappingRecord) -> Mapping:
                    tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w,
                              in_c=record.tile.in_c),
                    buffers=Buffers(input_depth=b.input_depth, filter_depth=b.filter_depth,
-                                   output_depth=b.output_depth))
+                                   output_depth=b.output_depth),
+                   chiplet_split=record.chiplet_split)
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -14,6 +14,10 @@ The report (seed 000) gives five algorithms; autotune runs three generalised pro
 The generalisations the report lacks are fields of the mapping: ``tile`` splits the output
 into spatial tiles (with halo) and the input depth into steps, ``batch_tile`` sets the images
 per task, ``buffers`` sets the bytes and buffering depth of each L1 buffer.
+
+On a package of several chiplets (seed 002, Chiplet Architecture) ``chiplet_split`` says how
+the layer is divided among the chiplets (``autotune/chiplets.py``); the rest of the mapping
+then describes what *each* chiplet runs on its part.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ ALGORITHMS: dict[str, str] = {
     "output_stack_shared": "Alg. 3: Alg. 2 with input slices forwarded within a quadrant",
     "input_parallel": "Alg. 4 (one stack) and Alg. 5: input depth slices over clusters + "
                       "tree reduction of private outputs",
+}
+
+#: How a layer is divided among the chiplets of a package, in tie-break order (seed 002).
+CHIPLET_SPLITS: dict[str, str] = {
+    "none": "the whole layer on one chiplet",
+    "output_channels": "each chiplet computes a block of output channels (whole groups)",
+    "spatial": "each chiplet computes a band of output rows (its input band with halo)",
+    "images": "each chiplet computes a block of the batch's images",
 }
 
 KIB = 1024
@@ -101,8 +113,14 @@ class Mapping:
     share_group: int = 1
     tile: Tile = field(default_factory=Tile)
     buffers: Buffers = field(default_factory=Buffers)
+    #: How the layer is divided among a package's chiplets (``CHIPLET_SPLITS``); single-chiplet
+    #: machines accept only "none".
+    chiplet_split: str = "none"
 
     def __post_init__(self) -> None:
+        if self.chiplet_split not in CHIPLET_SPLITS:
+            known = ", ".join(CHIPLET_SPLITS)
+            raise ValueError(f"unknown chiplet_split {self.chiplet_split!r} (known: {known})")
         if self.algorithm not in ALGORITHMS:
             known = ", ".join(ALGORITHMS)
             raise ValueError(f"unknown algorithm {self.algorithm!r} (known: {known})")

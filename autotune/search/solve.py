@@ -9,13 +9,15 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
+from autotune.chiplets import SPLITS, split_parts
 from autotune.ir.layer import Layer, Network
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.precision import word_bytes
 from autotune.model.analysis import Analysis, analyze
 from autotune.search import exhaustive
 from autotune.search.ilp import model as ilp
-from autotune.search.objective import check_objective
+from autotune.search.objective import ORDER, check_objective
 from autotune.search.space import search_space
 
 SEARCH_MODES = ("ilp", "exhaustive")
@@ -69,6 +71,9 @@ def solve_layer(layer: Layer, machine: Machine, precision: str = "fp32", batch: 
     if search not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {search!r} (choose: {', '.join(SEARCH_MODES)})")
     machine.check_precision(precision)
+    if machine.chiplets > 1:
+        return _solve_package(layer, machine, precision, batch, objective=objective,
+                              search=search, time_limit=time_limit, workers=workers, seed=seed)
     space = search_space(layer, machine, batch)
     key = {"latency": "cycles", "traffic": "offchip_bytes", "energy": "energy"}[objective]
     if search == "exhaustive":
@@ -92,6 +97,61 @@ def solve_layer(layer: Layer, machine: Machine, precision: str = "fp32", batch: 
     if analysis.cycles != values["cycles"] or not analysis.fits:  # the model is one formula
         raise AssertionError(f"layer {layer.name!r}: search and analyze disagree "
                              f"({values['cycles']} vs {analysis.cycles} cycles)")
+    return LayerSolution(layer, mapping, analysis, report)
+
+
+def package_key(analysis: Analysis, objective: str) -> tuple[int, ...]:
+    """A package layer's figures compared in the objective's order (``ORDER``)."""
+    values = {"cycles": analysis.cycles, "offchip_bytes": analysis.offchip_bytes,
+              "energy": round(analysis.energy_pj * 1000), "l1": analysis.l1_bytes}
+    return tuple(values[name] for name in ORDER[objective])
+
+
+def _solve_package(layer: Layer, machine: Machine, precision: str, batch: int,
+                   **kwargs: object) -> LayerSolution:
+    """Every chiplet split (``autotune.chiplets``): its largest part solved on one chiplet
+    to proven optimality (or enumerated), plus the die-to-die cost (``model.package``); the
+    best split under the objective, ties to the earlier split in ``SPLITS`` order.
+
+    For the latency objective the link cost does not depend on the inner mapping, so this is
+    the optimum over (split, mapping); for traffic and energy each split keeps its largest
+    part's optimum and the package totals (all parts) decide between splits.
+    """
+    chiplet = machine.chiplet()
+    objective = str(kwargs["objective"])
+    solved: dict[tuple, LayerSolution | None] = {}
+    best: tuple | None = None
+    wall, candidates, statuses, smallest = 0.0, 0, set(), None
+    for order, split in enumerate(SPLITS):
+        part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
+        key = (part.layer.shape_key(), part.batch)
+        if key not in solved:
+            try:
+                solved[key] = solve_layer(part.layer, chiplet, precision, part.batch, **kwargs)
+            except InfeasibleError as exc:
+                solved[key] = None
+                if exc.smallest is not None:
+                    smallest = exc.smallest if smallest is None else min(smallest, exc.smallest)
+                continue
+            wall += solved[key].search.wall_s
+            candidates += solved[key].search.candidates
+            statuses.add(solved[key].search.status)
+        sub = solved[key]
+        if sub is None:
+            continue
+        mapping = sub.mapping.with_(chiplet_split=split)
+        analysis = analyze(layer, mapping, machine, precision, batch)
+        rank = (*package_key(analysis, objective), order)
+        if best is None or rank < best[0]:
+            best = (rank, mapping, analysis, sub.search)
+    if best is None:
+        raise InfeasibleError(layer.name, machine.l1_bytes, smallest)
+    _, mapping, analysis, sub_report = best
+    status = "OPTIMAL" if statuses == {"OPTIMAL"} else sub_report.status
+    value = best[0][0]
+    report = SearchReport(sub_report.mode, status, objective, value,
+                          value if status == "OPTIMAL" else None,
+                          0.0 if status == "OPTIMAL" else None, wall, candidates)
     return LayerSolution(layer, mapping, analysis, report)
 
 

@@ -29,10 +29,16 @@ class Breakdown:
     contention: float
     sync: float
     idle: float
+    #: On a package: cycles the last chiplet to finish waited for its remote input over the
+    #: die-to-die links before its part started (a sixth part, listed only when non-zero).
+    d2d: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
-        return dict(compute=self.compute, dma_wait=self.dma_wait, contention=self.contention,
-                    sync=self.sync, idle=self.idle)
+        parts = dict(compute=self.compute, dma_wait=self.dma_wait, contention=self.contention,
+                     sync=self.sync, idle=self.idle)
+        if self.d2d:
+            parts["d2d"] = self.d2d
+        return parts
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,12 @@ class SimResult:
     intercluster_bytes: int
     events: int
     trace: Trace | None = field(default=None, repr=False)
+    #: On a package (``autotune.sim.package``): the split, the chiplets that got a part, the
+    #: bytes over all die-to-die links and the stage-in cycles of the last chiplet to finish.
+    chiplet_split: str = "none"
+    chiplets: int = 1
+    d2d_bytes: int = 0
+    d2d_cycles: int = 0
 
     @property
     def hbm_bytes(self) -> int:

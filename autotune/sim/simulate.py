@@ -14,7 +14,7 @@ from autotune.sim.l1 import plan_l1
 from autotune.sim.network import Network
 from autotune.sim.program import fc_runs, stack_runs
 from autotune.sim.result import Breakdown, SimResult, Trace
-from autotune.tiling import task_grid
+from autotune.tiling import MappingError, task_grid
 
 
 def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
@@ -34,6 +34,13 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
         (6, True)
     """
     machine.check_precision(precision)
+    if machine.chiplets > 1:
+        from autotune.sim.package import simulate_package
+
+        return simulate_package(layer, mapping, machine, precision, batch, trace=trace)
+    if mapping.chiplet_split != "none":
+        raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
+                           f"several chiplets; {machine.name!r} has one")
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch)
     plan = plan_l1(grid, machine, wb)

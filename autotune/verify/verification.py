@@ -33,6 +33,7 @@ import numpy as np
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.tiling import MappingError
 from autotune.verify.build import build_program
 from autotune.verify.executor import DTYPES, ScheduleError, execute, expected_shapes
 from autotune.verify.program import Program
@@ -101,6 +102,13 @@ def verify(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "f
         >>> v.ok, v.max_rel_error <= v.tolerance
         (True, True)
     """
+    if machine.chiplets > 1:
+        from autotune.verify.package import verify_package
+
+        return verify_package(layer, mapping, machine, precision, batch, seed)
+    if mapping.chiplet_split != "none":
+        raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
+                           f"several chiplets; {machine.name!r} has one")
     return verify_program(build_program(layer, mapping, machine, precision, batch), seed)
 
 

@@ -216,6 +216,24 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
                         time.perf_counter() - start, name)
 
 
+def refinement_target(layer: Layer, mapping: Mapping, machine: Machine, precision: str,
+                      batch: int) -> tuple[Layer, Machine, int, Mapping]:
+    """What a refinement study runs on: (layer, machine, batch, incumbent mapping).
+
+    On one chiplet, the layer itself. On a package, the largest part of ``mapping``'s chiplet
+    split (``autotune.chiplets``) on one chiplet, with the mapping without its split: the
+    split stays fixed and the study refines what each chiplet runs (put the split back with
+    ``.with_(chiplet_split=...)``).
+    """
+    if machine.chiplets == 1:
+        return layer, machine, batch, mapping
+    from autotune.chiplets import split_parts
+
+    part = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
+                       word_bytes(precision))[0]
+    return part.layer, machine.chiplet(), part.batch, mapping.with_(chiplet_split="none")
+
+
 def _worker(layer: Layer, machine: Machine, precision: str, batch: int, url: str, name: str,
             trials: int, timeout: float | None, seed: int, simulate) -> None:
     """A helper process: run trials of the shared study until it holds ``trials``."""

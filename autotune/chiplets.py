@@ -1,0 +1,190 @@
+"""The one definition of how a chiplet split divides a layer among a package's chiplets.
+
+The Manticore package (seed 002, Chiplet Architecture) has four chiplets, each with a private
+HBM and "three short-range, multichannel, in-package chip-to-chip links, one to each
+sibling" used for "chiplet-to-chiplet nonuniform memory access". A layer may run on one
+chiplet or be divided among them (``Mapping.chiplet_split``):
+
+``none``             the whole layer on chiplet 0.
+``output_channels``  balanced blocks of output channels; a grouped convolution is divided by
+                     whole groups (each part is itself a grouped convolution).
+``spatial``          balanced bands of output rows; a band's sub-layer reads the input rows
+                     its outputs need, halo included, with the zero padding rows made explicit
+                     (``pad_h = 0`` on the band: the edge bands hold ``pad_h`` zero rows).
+``images``           balanced blocks of the batch's images (batch 1: one part, P-1 chiplets
+                     idle).
+
+Balanced: ``n`` items over ``P`` chiplets give the first ``n mod P`` parts ``ceil(n/P)`` items
+and the rest ``floor(n/P)``; empty parts are dropped. Part 0 is therefore the largest, and
+it is the sub-layer the search solves and the cost model charges (``autotune.model.package``).
+
+Data placement, the assumptions behind what crosses the die-to-die links (also listed in
+``autotune/machines/manticore-package.yaml``):
+
+* Weights are replicated in every chiplet's private HBM (read-only; 8 GB per chiplet is
+  ample): no weight crosses a link.
+* A layer's input is where its producer left it, and the producer is taken to have been
+  divided the way this layer needs, so only what the split itself forces crosses:
+  ``images`` needs nothing; ``spatial`` needs the halo rows held by the neighbouring bands
+  (chiplet i holds input rows ``[r0 * stride, r1 * stride)`` for its output rows
+  ``[r0, r1)``, the first from row 0 and the last to the bottom: with stride 1 exactly the
+  rows a producer split into the same bands wrote, so a 3x3 band reads one row from each
+  neighbour); ``output_channels`` of a dense layer needs the whole input, of which each
+  chiplet holds a balanced block of input channels, so it reads the other blocks from its
+  siblings (about (P-1)/P of the input); of a grouped layer it needs only its own groups'
+  channels, which it holds; ``none`` runs where the input is. Re-laying out activations
+  between two consecutive layers with different splits is not costed (the model is per
+  layer).
+* A chiplet reads each sibling's share over the direct link to that sibling, all links at
+  once; each link direction carries one reader's flow. Rows are read whole (all columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from autotune.ir.layer import Layer
+from autotune.ir.mapping import CHIPLET_SPLITS, Mapping, Tile
+from autotune.tiling import MappingError, output_stacks
+
+Span = tuple[int, int]
+SPLITS = tuple(CHIPLET_SPLITS)
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one chiplet computes: a sub-layer for ``batch`` images, and where it sits.
+
+    ``images``, ``out_channels``, ``out_rows`` locate the part's output in the layer's output;
+    ``in_channels`` and ``in_rows`` the input it reads, rows counted in the input padded by
+    the layer's ``pad_h`` (a sub-layer that keeps ``pad_h`` reads ``(pad_h, pad_h + h_in)``).
+    Filters are those of ``out_channels``. ``remote`` maps a sibling chiplet to the bytes this
+    chiplet reads from it over their link.
+    """
+
+    chiplet: int
+    layer: Layer
+    batch: int
+    images: Span
+    out_channels: Span
+    out_rows: Span
+    in_channels: Span
+    in_rows: Span
+    remote: dict[int, int] = field(default_factory=dict)
+
+
+def balanced(n: int, parts: int) -> list[Span]:
+    """``n`` items over ``parts``: (start, stop) of each non-empty part, largest first."""
+    q, r = divmod(n, parts)
+    sizes = [q + 1] * r + [q] * (parts - r)
+    spans, start = [], 0
+    for size in sizes:
+        if size:
+            spans.append((start, start + size))
+            start += size
+    return spans
+
+
+def _overlap(a: Span, b: Span) -> int:
+    return max(0, min(a[1], b[1]) - max(a[0], b[0]))
+
+
+def split_parts(layer: Layer, split: str, chiplets: int, batch: int = 1,
+                word_bytes: int = 4) -> tuple[Part, ...]:
+    """The parts ``split`` divides ``layer`` (``batch`` images) into on ``chiplets`` chiplets.
+
+    Example:
+        >>> from autotune import Layer
+        >>> conv = Layer("c", "conv", 8, 8, 4, 6, 3, 3, pad_h=1, pad_w=1)
+        >>> [(p.out_rows, p.layer.h_in, p.remote) for p in split_parts(conv, "spatial", 2)]
+        [((0, 4), 6, {1: 128}), ((4, 8), 6, {0: 128})]
+    """
+    if split not in CHIPLET_SPLITS:
+        raise ValueError(f"unknown chiplet_split {split!r} (known: {', '.join(SPLITS)})")
+    if chiplets < 1:
+        raise ValueError(f"chiplets must be >= 1, got {chiplets}")
+    if split != "none" and chiplets == 1:
+        raise MappingError(f"chiplet_split {split!r} needs a package of several chiplets")
+    whole_rows = (layer.pad_h, layer.pad_h + layer.h_in)
+    everything = dict(images=(0, batch), out_channels=(0, layer.c_out),
+                      out_rows=(0, layer.h_out), in_channels=(0, layer.c_in),
+                      in_rows=whole_rows)
+    if split == "none":
+        return (Part(0, layer, batch, **everything),)
+    parts: list[Part] = []
+    if split == "images":
+        for i, images in enumerate(balanced(batch, chiplets)):
+            parts.append(Part(i, layer, images[1] - images[0],
+                              **{**everything, "images": images}))
+        return tuple(parts)
+    if split == "output_channels":
+        g_in, g_out = layer.cin_per_group, layer.cout_per_group
+        if layer.groups > 1:
+            # whole groups; each chiplet holds its own groups' input channels
+            blocks = balanced(layer.groups, chiplets)
+            for i, (g0, g1) in enumerate(blocks):
+                sub = replace(layer, name=f"{layer.name}/oc{i}", c_in=(g1 - g0) * g_in,
+                              c_out=(g1 - g0) * g_out, groups=g1 - g0)
+                parts.append(Part(i, sub, batch, **{
+                    **everything, "out_channels": (g0 * g_out, g1 * g_out),
+                    "in_channels": (g0 * g_in, g1 * g_in)}))
+            return tuple(parts)
+        held = balanced(layer.c_in, chiplets)     # chiplet j holds input channels held[j]
+        per_channel = batch * layer.h_in * layer.w_in * word_bytes
+        for i, (c0, c1) in enumerate(balanced(layer.c_out, chiplets)):
+            sub = replace(layer, name=f"{layer.name}/oc{i}", c_out=c1 - c0)
+            remote = {j: (span[1] - span[0]) * per_channel
+                      for j, span in enumerate(held) if j != i}
+            parts.append(Part(i, sub, batch, **{**everything, "out_channels": (c0, c1)},
+                              remote={j: b for j, b in remote.items() if b}))
+        return tuple(parts)
+    # spatial: bands of output rows, the padding rows explicit in each band's input
+    bands = balanced(layer.h_out, chiplets)
+    s, k, p = layer.stride_h, layer.kernel_h, layer.pad_h
+    starts = [0] + [min(r0 * s, layer.h_in) for r0, _ in bands[1:]]
+    held_rows = [(a, b) for a, b in zip(starts, [*starts[1:], layer.h_in], strict=True)]
+    per_row = batch * layer.w_in * layer.c_in * word_bytes
+    for i, (r0, r1) in enumerate(bands):
+        lo, hi = r0 * s, (r1 - 1) * s + k                 # padded input rows the band reads
+        sub = replace(layer, name=f"{layer.name}/rows{i}", h_in=hi - lo, pad_h=0)
+        needed = (max(lo - p, 0), min(hi - p, layer.h_in))  # real input rows
+        remote = {j: _overlap(needed, rows) * per_row
+                  for j, rows in enumerate(held_rows) if j != i}
+        parts.append(Part(i, sub, batch, **{**everything, "out_rows": (r0, r1),
+                                            "in_rows": (lo, hi)},
+                          remote={j: b for j, b in remote.items() if b}))
+    return tuple(parts)
+
+
+def link_bytes(parts: tuple[Part, ...]) -> dict[tuple[int, int], int]:
+    """Bytes over each die-to-die link direction: (from sibling, to reader) -> bytes."""
+    return {(j, p.chiplet): b for p in parts for j, b in p.remote.items()}
+
+
+def part_mapping(mapping: Mapping, part: Part) -> Mapping:
+    """The single-chiplet mapping a part runs: ``mapping`` without its split, with the
+    stack depth, batch tile and step clamped to a smaller part (part 0, the largest, runs
+    ``mapping`` unchanged)."""
+    m = mapping.with_(chiplet_split="none")
+    sub = part.layer
+    if m.delta_o > sub.c_out:
+        m = m.with_(delta_o=sub.c_out)
+    if m.batch_tile > part.batch:
+        m = m.with_(batch_tile=part.batch)
+    if m.algorithm != "input_parallel":
+        slices = int(output_stacks(sub, m.delta_o).in_size.max())
+        if m.tile.in_c > slices:
+            m = m.with_(tile=Tile(m.tile.out_h, m.tile.out_w, slices))
+    return m
+
+
+def coverage(layer: Layer, parts: tuple[Part, ...], batch: int) -> np.ndarray:
+    """How many parts write each output word (images x channels x rows; 1 everywhere for a
+    correct split)."""
+    count = np.zeros((batch, layer.c_out, layer.h_out), dtype=np.int64)
+    for p in parts:
+        count[p.images[0]:p.images[1], p.out_channels[0]:p.out_channels[1],
+              p.out_rows[0]:p.out_rows[1]] += 1
+    return count

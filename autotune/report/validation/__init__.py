@@ -1,0 +1,1 @@
+"""Validations against the seeds' published figures (one module per figure or paper)."""

@@ -1,0 +1,73 @@
+"""Simulating a chiplet split: every part on its own chiplet, after its remote input arrives.
+
+The parts come from ``autotune.chiplets`` (the data placement assumptions are stated there).
+Each distinct part is simulated on one chiplet (``machine.chiplet()``) by the ordinary
+tile-level simulator. Before its part starts, a chiplet stages in the input it reads from
+its siblings: each incoming link direction carries one flow at the link's bandwidth, all at
+once, after the link's round-trip latency, so the stage-in lasts
+``latency + max over incoming links of bytes / bandwidth``. The layer ends when the last
+chiplet ends. (The analytical model, ``autotune.model.package``, charges the largest part
+and the busiest link of the whole package; this simulates every part and its own links.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from autotune.chiplets import link_bytes, part_mapping, split_parts
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.precision import word_bytes
+from autotune.sim.result import SimResult
+
+
+def stage_in_cycles(incoming: list[int], machine: Machine) -> float:
+    """Cycles until a chiplet holds the remote input that reaches it over ``incoming`` links."""
+    if not any(incoming):
+        return 0.0
+    return machine.d2d_latency_cycles + max(incoming) / machine.d2d_bytes_per_cycle
+
+
+def simulate_package(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
+                     batch: int = 1, *, trace: bool = False) -> SimResult:
+    """``simulate`` on a package: the figures of the whole split layer.
+
+    ``cycles``: when the last chiplet finishes (stage-in + its part); ``breakdown``: that
+    chiplet's, with the stage-in as ``d2d``; bytes, MACs, tasks and events: sums over all
+    parts. ``trace=True`` records chiplet 0's timeline.
+    """
+    from autotune.sim.simulate import simulate
+
+    chiplet = machine.chiplet()
+    parts = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
+                        word_bytes(precision))
+    links = link_bytes(parts)
+    memo: dict[tuple, SimResult] = {}
+    runs = []
+    for part in parts:
+        inner = part_mapping(mapping, part)
+        key = (part.layer.shape_key(), part.batch, inner)
+        if key not in memo or (trace and part.chiplet == 0):
+            memo[key] = simulate(part.layer, inner, chiplet, precision, part.batch,
+                                 trace=trace and part.chiplet == 0)
+        stage = stage_in_cycles([b for (_, dst), b in links.items() if dst == part.chiplet],
+                                machine)
+        runs.append((math.ceil(stage - 1e-9) + memo[key].cycles, stage, memo[key]))
+    end, stage, last = max(runs, key=lambda run: run[0])  # first of the latest on ties
+    results = [run[2] for run in runs]
+    return replace(
+        last, layer=layer.name, batch=batch, cycles=end,
+        breakdown=replace(last.breakdown, d2d=float(math.ceil(stage - 1e-9))),
+        macs=sum(r.macs for r in results), tasks=sum(r.tasks for r in results),
+        clusters=machine.total_clusters,
+        peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
+        hbm_load_bytes=sum(r.hbm_load_bytes for r in results),
+        hbm_store_bytes=sum(r.hbm_store_bytes for r in results),
+        level_bytes={name: sum(r.level_bytes[name] for r in results)
+                     for name in last.level_bytes},
+        intercluster_bytes=sum(r.intercluster_bytes for r in results),
+        events=sum(r.events for r in results), trace=results[0].trace,
+        chiplet_split=mapping.chiplet_split, chiplets=len(parts),
+        d2d_bytes=sum(links.values()), d2d_cycles=math.ceil(stage - 1e-9))
