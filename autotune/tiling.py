@@ -22,6 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 
 
@@ -207,9 +208,6 @@ class TaskGrid:
             return self.in_steps[self._index[4]]
         return self.stacks.in_size[self._index[3]]
 
-
-
-
     @cached_property
     def task_slot(self) -> np.ndarray:
         """Cluster slot of each task within its phase (cluster = slot mod C)."""
@@ -232,6 +230,63 @@ class TaskGrid:
         n = self.stacks.count
         group = s // g
         return np.minimum(g, n - group * g)
+
+
+# -- contiguous runs in main memory ------------------------------------------------------------
+#
+# The layout every stage assumes follows the report's indexing, innermost first: a depth
+# slice of the input ``I[x, y, d]`` is row-major (a row of ``w_in`` words is contiguous),
+# the slices of an image are consecutive, images are outermost; filters are
+# ``F[x, y, d_i, d_o]`` (the ``cin/groups * kh * kw`` words of one output channel are
+# contiguous); the output is ``O[x, y, d_o]`` with images outermost. A transfer of a tile is
+# a set of equal *runs* (contiguous blocks): their length decides both the DMA's bus beats
+# (the simulator) and the fraction of the main-memory bandwidth it reaches (swDNN's measured
+# block-size dependence, seed 004 Sec. III-D and Table II), so the model and the simulator
+# read it from here.
+
+def volume_runs(rows: np.ndarray | int, cols: np.ndarray | int, slices: np.ndarray | int,
+                full_rows: int, full_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """(run words, runs) of one image's ``slices x rows x cols`` box of a row-major volume of
+    ``full_rows x full_cols`` slices: the whole box is one run when it covers whole slices,
+    one run per slice when it covers whole rows, else one run per row of every slice."""
+    rows, cols, slices = (np.asarray(v, dtype=np.int64) for v in (rows, cols, slices))
+    whole_rows = cols == full_cols
+    whole = whole_rows & (rows == full_rows)
+    pixels = rows * cols
+    run = np.where(whole, slices * pixels, np.where(whole_rows, pixels, cols))
+    count = np.where(whole, 1, np.where(whole_rows, slices, slices * rows))
+    return run, count
+
+
+def input_runs(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
+               slices: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """(run words, runs) of loading ``slices`` input slices of a ``rows x cols`` band, per
+    image (an fc task's input of ``in_c`` slices is the whole-slice case)."""
+    return volume_runs(rows, cols, slices, layer.h_in, layer.w_in)
+
+
+def filter_runs(layer: Layer, slices: np.ndarray | int) -> np.ndarray:
+    """Run words of one filter tile ``F[:, :, d_i:d_i+slices, d_o]`` (one run per tile)."""
+    return np.asarray(slices, dtype=np.int64) * (layer.kernel_h * layer.kernel_w)
+
+
+def output_runs(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
+                channels: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """(run words, runs) of storing ``channels`` output slices of a ``rows x cols`` tile,
+    per image."""
+    return volume_runs(rows, cols, channels, layer.h_out, layer.w_out)
+
+
+def dma_efficiency(machine: Machine, run_bytes: np.ndarray | int,
+                   write: bool = False) -> np.ndarray:
+    """``machine.dma_efficiency`` over an array of run lengths (1.0 without a table)."""
+    run = np.asarray(run_bytes, dtype=np.int64)
+    table = machine.dma_write_efficiency if write else machine.dma_read_efficiency
+    if not table:
+        return np.ones(run.shape)
+    sizes = np.asarray([size for size, _ in table], dtype=np.int64)
+    fractions = np.asarray([fraction for _, fraction in table], dtype=np.float64)
+    return fractions[np.maximum(np.searchsorted(sizes, run, side="right") - 1, 0)]
 
 
 def task_grid(layer: Layer, mapping: Mapping, batch: int) -> TaskGrid:

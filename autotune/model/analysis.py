@@ -9,7 +9,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes as precision_word_bytes
 from autotune.model.footprint import buffer_override, footprint_from
-from autotune.model.formulas import consts, evaluate
+from autotune.model.formulas import SCALE, consts, evaluate
 from autotune.model.ops import NumpyOps, as_int
 from autotune.model.quantities import grid_quantities
 from autotune.tiling import MappingError, TaskGrid, task_grid, used_extent
@@ -114,11 +114,13 @@ def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "
 def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:
     layer, mapping = grid.layer, grid.mapping
     k = consts(layer, machine, precision, wb, grid.batch)
-    v = evaluate(NumpyOps(), grid_quantities(grid), k, buffer_override(grid))
+    v = evaluate(NumpyOps(), grid_quantities(grid, machine, wb), k, buffer_override(grid))
     fp = footprint_from(v, grid, machine, wb)
     macs = grid.batch * layer.macs
     compute_ideal = macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
-    memory_ideal = as_int(v["offchip_bytes"]) / machine.hbm_bytes_per_cycle
+    # Main-memory occupancy: payload over the DMA efficiency of its runs (= bytes without
+    # efficiency tables, to the bit: occupied is bytes x SCALE).
+    memory_ideal = as_int(v["memory_occupied"]) / SCALE / machine.hbm_bytes_per_cycle
     cycles = as_int(v["cycles"])
     if max(compute_ideal, memory_ideal) < 0.5 * cycles:
         bound = "latency"

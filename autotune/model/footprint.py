@@ -71,5 +71,6 @@ def footprint(grid: TaskGrid, machine: Machine, word_bytes: int,
     if precision is None:
         precision = next(iter(machine.macs_per_cycle_per_core))
     k = consts(grid.layer, machine, precision, word_bytes, grid.batch)
-    values = evaluate(NumpyOps(), grid_quantities(grid), k, buffer_override(grid))
+    q = grid_quantities(grid, machine, word_bytes)
+    values = evaluate(NumpyOps(), q, k, buffer_override(grid))
     return footprint_from(values, grid, machine, word_bytes)

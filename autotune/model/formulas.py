@@ -24,6 +24,17 @@ DMA port, its fair share of HBM and of each uplink above it when ``active`` clus
 pay the round-trip latency ``L`` per load; each transfer pays the DMA set-up. A task pays ``L``
 to start and, unless its output is double buffered, ``L`` plus the transfer to store.
 ``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one store.
+
+DMA efficiency (machines with ``dma_read_efficiency``/``dma_write_efficiency`` tables, e.g.
+the SW26010 core group: swDNN, seed 004 Sec. III-D and Table II, 4 GB/s with 32 B blocks up
+to 32 GB/s with 4 KB of 36 GB/s): the per-candidate quantities ``ie_in``, ``ie_f`` and
+``ie_out`` are SCALE / efficiency of the contiguous runs of the largest task's input step,
+filter tile and output store (layout in ``tiling``). A stream's time is then the larger of
+its payload over the ports and links (``rho_net``) and its main-memory occupancy
+``bytes x ie`` over its share of the HBM (``rho_hbm``), and ``memory_floor`` is the total
+occupancy over the HBM bandwidth. Traffic in bytes does not change. Without tables every
+``ie`` is SCALE and the formula is built exactly as before (same numbers, same constraints).
+The fc reduction's root store and forwarded tiles are costed at the DMA port, as before.
 """
 
 from __future__ import annotations
@@ -44,7 +55,8 @@ SCALE = 1000
 
 #: The per-mapping quantities the formula reads (see ``quantities.py``).
 QUANTITIES = ("alg", "n_s", "s_max", "s_in_sum", "in_max", "n_sp", "out_px_max", "in_px_max",
-              "in_px_sum", "n_b", "b_max", "tc", "tc_f", "nk", "g", "d_in", "d_f", "d_out")
+              "in_px_sum", "n_b", "b_max", "tc", "tc_f", "nk", "g", "d_in", "d_f", "d_out",
+              "ie_in", "ie_f", "ie_out")
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,11 @@ class Consts:
     e_mac: int = 0          # energy per MAC, fJ
     e_hbm: int = 0          # energy per off-chip byte, fJ
     e_noc: int = 0          # energy per inter-cluster byte, fJ
+    #: The machine has DMA efficiency tables: main-memory time per byte depends on the runs
+    #: (``ie_*`` quantities); the HBM's share of ``rho`` is then applied separately.
+    efficiency: bool = False
+    rho_net: np.ndarray | None = None  # [active - 1] -> ``rho`` without the HBM term
+    rho_hbm: np.ndarray | None = None  # [active - 1] -> the HBM term: active / HBM x SCALE
 
 
 def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int) -> Consts:
@@ -82,12 +99,13 @@ def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int
     c = machine.clusters
     active = np.arange(1, c + 1, dtype=np.float64)
     inverse = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
-    inverse = np.maximum(inverse, active / machine.hbm_bytes_per_cycle)
     below = 1
     for level in machine.levels:
         below *= level.fanout
         inverse = np.maximum(inverse, np.minimum(active, below) / level.uplink_bytes_per_cycle)
-    rho = np.ceil(inverse * SCALE - 1e-9).astype(np.int64)
+    rho_net = np.ceil(inverse * SCALE - 1e-9).astype(np.int64)
+    rho_hbm = np.ceil(active / machine.hbm_bytes_per_cycle * SCALE - 1e-9).astype(np.int64)
+    rho = np.maximum(rho_net, rho_hbm)   # = ceil(max(...) x SCALE): ceil is monotone
     steps, links, latency_sum = [], [], np.zeros(c, dtype=np.int64)
     nodes = np.arange(1, c + 1, dtype=np.int64)
     for level in machine.levels:
@@ -114,6 +132,8 @@ def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int
         e_mac=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
         e_hbm=int(round(energy.get("hbm_byte", 0.0) * 1000)),
         e_noc=int(round(energy.get("noc_byte", 0.0) * 1000)),
+        efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
+        rho_net=rho_net, rho_hbm=rho_hbm,
     )
 
 
@@ -171,31 +191,53 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     waves = cdiv(slots, k.clusters)
     active = ops.min(slots, k.clusters)
     phases = choose(alg, [1, 1, mul(q["n_b"], n_s)])
-    rho = ops.lookup(active - 1, k.rho)
+    ie_in, ie_f, ie_out = q["ie_in"], q["ie_f"], q["ie_out"]
+    if not k.efficiency:
+        rho = ops.lookup(active - 1, k.rho)
+    else:
+        assert k.rho_net is not None and k.rho_hbm is not None
+        rho_net = ops.lookup(active - 1, k.rho_net)
+        rho_hbm = ops.lookup(active - 1, k.rho_hbm)
 
-    def stream(nbytes: Any) -> Any:
-        """Cycles to move ``nbytes`` at this cluster's share of the bandwidth."""
-        return cdiv(mul(nbytes, rho), SCALE)
+    def stream(nbytes: Any, occupied: Any = None) -> Any:
+        """Cycles to move ``nbytes`` at this cluster's share of the bandwidth.
+
+        ``occupied``: main-memory bytes x SCALE the transfer takes, ``bytes x ie`` (the
+        inverse DMA efficiency of its runs, seed 004 Table II). Only the HBM's term of the
+        share is slowed by it; ports and links carry payload. Without efficiency tables
+        ``ie = SCALE`` and this is ``nbytes x rho`` exactly, so it is not built at all.
+        """
+        if not k.efficiency:
+            return cdiv(mul(nbytes, rho), SCALE)
+        return mx(cdiv(mul(nbytes, rho_net), SCALE),
+                  cdiv(mul(occupied, rho_hbm), SCALE * SCALE))
 
     in_bytes, filter_bytes = offchip_in * w, filter_words * w
     in_double, in_single = q["d_in"] - 1, 2 - q["d_in"]      # 0/1 flags
     f_double, f_single = q["d_f"] - 1, 2 - q["d_f"]
     double_bytes = mul(in_double, in_bytes) + mul(f_double, filter_bytes)
     single_bytes = mul(in_single, in_bytes) + mul(f_single, filter_bytes)
+    double_occupied = single_occupied = store_occupied = None
+    if k.efficiency:
+        in_occupied, f_occupied = mul(in_bytes, ie_in), mul(filter_bytes, ie_f)
+        double_occupied = mul(in_double, in_occupied) + mul(f_double, f_occupied)
+        single_occupied = mul(in_single, in_occupied) + mul(f_single, f_occupied)
     # Little's law: a double buffer keeps (allocated - one tile) bytes in flight.
     in_flight = (mul(in_double, alloc["input"] - tile["input"] * w)
                  + mul(f_double, alloc["filter"] - tile["filter"] * w))
     little = cdiv(mul(double_bytes, big_l), ops.max(in_flight, 1))
     filter_loads = mul(steps, s)
     transfers = steps + filter_loads + choose(alg, [1, 1, 0])
-    dma_double = (mx(stream(double_bytes), little) + cdiv(forwarded * w, k.dma)
+    dma_double = (mx(stream(double_bytes, double_occupied), little) + cdiv(forwarded * w, k.dma)
                   + transfers * k.setup)
     single_loads = mul(in_single, steps) + mul(f_single, filter_loads)
-    dma_single = stream(single_bytes) + single_loads * big_l
+    dma_single = stream(single_bytes, single_occupied) + single_loads * big_l
     compute = cdiv(macs_task * SCALE, k.mac_rate)
     store_bytes = store_words * w
+    if k.efficiency:
+        store_occupied = mul(store_bytes, ie_out)
     out_single = 2 - q["d_out"]        # 1 if the store is exposed
-    store_time = stream(store_bytes) + big_l
+    store_time = stream(store_bytes, store_occupied) + big_l
     store = mul(out_single, choose(alg, [store_time, store_time, 0]))
     task = big_l + mx(compute, dma_double) + dma_single + store
 
@@ -207,7 +249,8 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
             reduce = reduce + mul(ops.lookup(active - 1, level_steps),
                                   cdiv(stack_bytes * SCALE, link))
     phase_extra = choose(alg, [0, 0, reduce])
-    tail = mul(q["d_out"] - 1, choose(alg, [stream(store_bytes), stream(store_bytes), 0]))
+    store_stream = stream(store_bytes, store_occupied)
+    tail = mul(q["d_out"] - 1, choose(alg, [store_stream, store_stream, 0]))
     total = mul(phases, mul(waves, task) + phase_extra) + tail
 
     # -- traffic (Eq. 7, 9, 10, 12/13 generalised) ---------------------------------------------
@@ -221,7 +264,13 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     intercluster = choose(alg, [0, mul(n_s - groups, px) * (k.batch * k.c_in),
                                 (active - 1) * (k.c_out * k.batch)])
     offchip_bytes = (input_load + filter_load + store_total) * w
-    memory_floor = cdiv(offchip_bytes * SCALE, k.hbm)
+    # Main-memory occupancy (bytes x SCALE): payload over the DMA efficiency of each
+    # operand's runs; the traffic in bytes above is unchanged by it.
+    if k.efficiency:
+        occupied = (mul(input_load, ie_in) + mul(filter_load, ie_f) + store_total * ie_out) * w
+    else:
+        occupied = offchip_bytes * SCALE
+    memory_floor = cdiv(occupied, k.hbm)
     # Energy (fJ): MACs are fixed by the layer; mappings differ in the bytes they move.
     energy = (k.batch * k.outputs * k.kf * k.e_mac + offchip_bytes * k.e_hbm
               + intercluster * (w * k.e_noc))
@@ -231,6 +280,7 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         dma_single=dma_single, reduce=mul(phases, phase_extra),
         input_load=input_load, filter_load=filter_load, store=store_total,
         intercluster=intercluster, offchip_bytes=offchip_bytes, memory_floor=memory_floor,
+        memory_occupied=occupied,
         cycles=mx(total, memory_floor), energy=energy,
     )
     return out

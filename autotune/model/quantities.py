@@ -7,9 +7,21 @@ candidate's quantities are exactly those of the mapping it decodes to.
 
 from __future__ import annotations
 
+import numpy as np
+
 from autotune.ir.layer import Layer
-from autotune.model.formulas import ALGORITHM_CODES
-from autotune.tiling import SpatialAxis, Stacks, TaskGrid, chunks
+from autotune.ir.machine import Machine
+from autotune.model.formulas import ALGORITHM_CODES, SCALE
+from autotune.tiling import (
+    SpatialAxis,
+    Stacks,
+    TaskGrid,
+    chunks,
+    dma_efficiency,
+    filter_runs,
+    input_runs,
+    output_runs,
+)
 
 
 def stack_quantities(stacks: Stacks) -> dict[str, int]:
@@ -33,7 +45,49 @@ def in_step_quantities(layer: Layer, in_c: int) -> dict[str, int]:
     return {"tc": in_c, "tc_f": min(in_c, layer.cin_per_group), "nk": -(-layer.c_in // in_c)}
 
 
-def grid_quantities(grid: TaskGrid) -> dict[str, int]:
+# -- main-memory runs and the DMA efficiency they reach (seed 004, Table II) ------------------
+# The formula costs the largest task (full tiles), so the runs are those of the largest tile
+# of each operand, in the layout ``tiling`` defines (the simulator reads the same functions
+# per task).
+
+def input_run_words(layer: Layer, rows_in: int, cols_in: int, in_c: int) -> int:
+    """Words per contiguous run of a full input step: ``in_c`` slices of the largest band."""
+    return int(input_runs(layer, rows_in, cols_in, in_c)[0])
+
+
+def filter_run_words(layer: Layer, in_c: int) -> int:
+    """Words per run of a full filter tile (``min(in_c, cin/groups)`` slices of one output)."""
+    return int(filter_runs(layer, min(in_c, layer.cin_per_group)))
+
+
+def output_run_words(layer: Layer, rows_out: int, cols_out: int, channels: int) -> int:
+    """Words per run of the largest output tile's store (``channels`` = the largest stack)."""
+    return int(output_runs(layer, rows_out, cols_out, channels)[0])
+
+
+def inverse_efficiency(machine: Machine, run_bytes: np.ndarray | int,
+                       write: bool = False) -> np.ndarray:
+    """``SCALE / dma_efficiency`` rounded up: main-memory time per byte in fixed point;
+    exactly ``SCALE`` on a machine without efficiency tables."""
+    eff = dma_efficiency(machine, run_bytes, write)
+    return np.ceil(SCALE / eff - 1e-9).astype(np.int64)
+
+
+def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
+    """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers."""
+    layer, in_c = grid.layer, grid.mapping.tile.in_c
+    rows, cols = grid.rows, grid.cols
+    runs = {"ie_in": (input_run_words(layer, int(rows.in_size.max()),
+                                      int(cols.in_size.max()), in_c), False),
+            "ie_f": (filter_run_words(layer, in_c), False),
+            "ie_out": (output_run_words(layer, int(rows.out_size.max()),
+                                        int(cols.out_size.max()),
+                                        int(grid.stacks.out_size.max())), True)}
+    return {name: int(inverse_efficiency(machine, words * wb, write))
+            for name, (words, write) in runs.items()}
+
+
+def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
     m = grid.mapping
     q = {"alg": ALGORITHM_CODES[m.algorithm], "g": m.share_group,
          "d_in": m.buffers.input_depth, "d_f": m.buffers.filter_depth,
@@ -42,4 +96,5 @@ def grid_quantities(grid: TaskGrid) -> dict[str, int]:
     q.update(spatial_quantities(grid.rows, grid.cols))
     q.update(batch_quantities(grid.batch, m.batch_tile))
     q.update(in_step_quantities(grid.layer, m.tile.in_c))
+    q.update(efficiency_quantities(grid, machine, wb))
     return q

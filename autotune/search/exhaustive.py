@@ -18,7 +18,13 @@ from autotune.model.formulas import SHARED, consts, evaluate
 from autotune.model.ops import NumpyOps
 from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
-from autotune.search.space import QUANTITY_SOURCE, SearchSpace
+from autotune.search.space import (
+    QUANTITY_SOURCE,
+    RUN_SOURCE,
+    SearchSpace,
+    efficiency_tables,
+    flat_index,
+)
 
 #: Candidates evaluated per numpy batch (bounds memory: ~100 int64 temporaries of this size).
 CHUNK = 1 << 18
@@ -46,9 +52,13 @@ def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray
     return ranges
 
 
-def quantities(space: SearchSpace, idx: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The formula's quantities for candidates given as index arrays."""
+def quantities(space: SearchSpace, idx: dict[str, np.ndarray],
+               efficiency: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The formula's quantities for candidates given as index arrays (``efficiency``: the
+    inverse DMA efficiency tables, ``space.efficiency_tables(...)``)."""
     q = {name: space.tables[name][idx[var]] for name, var in QUANTITY_SOURCE.items()}
+    for name, (_, variables, _) in RUN_SOURCE.items():
+        q[name] = efficiency[name][flat_index(space, variables, idx)]
     for name, var in (("d_in", "d_in"), ("d_f", "d_f"), ("d_out", "d_out")):
         q[name] = space.tables["depth"][idx[var]]
     return q
@@ -75,6 +85,7 @@ def ranking(space: SearchSpace, machine: Machine, precision: str, objective: str
     check_objective(objective)
     start = time.perf_counter()
     k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
+    efficiency = efficiency_tables(space, machine, precision)
     order = ORDER[objective]
     kept: list[tuple[tuple, dict[str, int], dict[str, int]]] = []
     candidates = feasible = 0
@@ -90,7 +101,7 @@ def ranking(space: SearchSpace, machine: Machine, precision: str, objective: str
             grids = np.meshgrid(deltas, *[ranges[v] for v in inner], indexing="ij")
             idx = {"alg": np.full(grids[0].size, a), "delta_o": grids[0].ravel()}
             idx.update({v: g.ravel() for v, g in zip(inner, grids[1:], strict=True)})
-            q = quantities(space, idx)
+            q = quantities(space, idx, efficiency)
             legal = np.ones(grids[0].size, dtype=bool)
             if space.algorithms[a] != "input_parallel":
                 legal &= q["tc"] <= q["in_max"]  # a step cannot exceed the slices a stack reads

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,11 @@ from autotune.model.footprint import footprint
 from autotune.model.formulas import ALGORITHM_CODES
 from autotune.model.quantities import (
     batch_quantities,
+    filter_run_words,
     in_step_quantities,
+    input_run_words,
+    inverse_efficiency,
+    output_run_words,
     spatial_quantities,
     stack_quantities,
 )
@@ -208,12 +213,15 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
 
     for d in deltas:
         add(stack_quantities(output_stacks(layer, d)))
+    extents = []      # per spatial value: the largest tile's (rows, cols) in and out
     for out_h, out_w in spatial:
         rows = spatial_axis(layer.h_out, out_h, layer.h_in, layer.kernel_h, layer.stride_h,
                             layer.pad_h)
         cols = spatial_axis(layer.w_out, out_w, layer.w_in, layer.kernel_w, layer.stride_w,
                             layer.pad_w)
         add(spatial_quantities(rows, cols))
+        extents.append((int(rows.in_size.max()), int(cols.in_size.max()),
+                        int(rows.out_size.max()), int(cols.out_size.max())))
     for bt in batch_tiles:
         add(batch_quantities(batch, bt))
     for c in in_cs:
@@ -221,6 +229,12 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     tables["g"] = list(share)
     tables["depth"] = [1, 2]
     tables["alg"] = [ALGORITHM_CODES[a] for a in algorithms]
+    # Run lengths (words) of the largest tiles, flattened over RUN_SOURCE's variable pairs.
+    tables["run_in"] = [input_run_words(layer, ri, ci, c)
+                        for ri, ci, _, _ in extents for c in in_cs]
+    tables["run_f"] = [filter_run_words(layer, c) for c in in_cs]
+    tables["run_out"] = [output_run_words(layer, ro, co, s)
+                         for s in tables["s_max"] for _, _, ro, co in extents]
     return SearchSpace(layer, batch, algorithms, tuple(deltas), tuple(spatial),
                        tuple(batch_tiles), tuple(in_cs), share, (1, 2),
                        {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()})
@@ -233,3 +247,29 @@ QUANTITY_SOURCE = {
     "n_b": "batch_tile", "b_max": "batch_tile", "tc": "in_c", "tc_f": "in_c", "nk": "in_c",
     "g": "share", "alg": "alg",
 }
+
+#: The inverse DMA efficiencies: quantity -> (run table, the variables it is indexed by,
+#: first variable major, write?). Their values depend on the machine and the word size, so
+#: ``efficiency_tables`` derives them from the run lengths where the precision is known.
+RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "ie_in": ("run_in", ("spatial", "in_c"), False),
+    "ie_f": ("run_f", ("in_c",), False),
+    "ie_out": ("run_out", ("delta_o", "spatial"), True),
+}
+
+
+def efficiency_tables(space: SearchSpace, machine: Machine,
+                      precision: str) -> dict[str, np.ndarray]:
+    """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs."""
+    wb = word_bytes(precision)
+    return {name: inverse_efficiency(machine, space.tables[run] * wb, write)
+            for name, (run, _, write) in RUN_SOURCE.items()}
+
+
+def flat_index(space: SearchSpace, variables: tuple[str, ...], index: dict[str, Any]) -> Any:
+    """Index into a table over ``variables`` (first major) from per-variable indices; works
+    on ints, numpy arrays and linear CP-SAT expressions alike."""
+    flat: Any = 0
+    for v in variables:
+        flat = flat * space.sizes[v] + index[v]
+    return flat

@@ -12,11 +12,15 @@ largest of these bounds, each the cycle time of one loop of the program's depend
 
 * the cores: compute plus every load a single buffer serialises with it;
 * the DMA engine: a setup per transfer plus one cycle per bus beat (short runs of a strided
-  transfer still occupy whole beats, so small and strided transfers are slower: the effect
-  swDNN measures, seed 004 Table II);
+  transfer still occupy whole beats, so small and strided transfers are slower);
 * each double-buffered stream: a tile's round trip (setup, latency, beats) divided by the
   tiles its buffer can hold in flight beyond the one in use (Little's law, report Sec.
   2.1.2); filter tiles also wait behind the input tile issued before them in the engine.
+
+Main memory: where the machine gives measured block-size efficiencies (swDNN, seed 004 Sec.
+III-D, Table II: 4 GB/s with 32 B blocks, 32 GB/s with 4 KB, of 36 GB/s), each transfer's
+``hbm`` is its payload divided by the efficiency of its runs (``tiling.dma_efficiency``):
+the network charges that much of the memory's bandwidth, while byte counters stay payload.
 
 Contention is not here: ``engine`` shares the network between the flows these parts become.
 """
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.ir.machine import Machine
-from autotune.tiling import TaskGrid
+from autotune.tiling import TaskGrid, dma_efficiency, filter_runs, input_runs, output_runs
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class Transfers:
     beats: np.ndarray     # bus beats: cycles of the port at full width
     count: np.ndarray     # transfers, each paying the setup
     tiles: np.ndarray     # buffer tiles (each waits one round trip)
+    hbm: np.ndarray       # main-memory occupancy: payload / DMA efficiency of its runs
+
+    def hbm_per_byte(self) -> np.ndarray:
+        """Main-memory bytes of bandwidth one payload byte occupies (1 without a table)."""
+        return np.where(self.bytes > 0, self.hbm / np.maximum(self.bytes, 1), 1.0)
 
     def engine_per_tile(self, setup: int) -> np.ndarray:
         """Cycles the DMA engine spends on one average tile."""
@@ -67,20 +76,19 @@ def task_costs(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Tas
     """DMA transfer totals and compute cycles of every task of ``grid``."""
     rate = machine.cluster_macs_per_cycle(precision) * machine.fpu_utilization
     if grid.algorithm == "input_parallel":
-        return _fc_costs(grid, machine.dma_bytes_per_cycle, rate, wb)
-    return _conv_costs(grid, machine.dma_bytes_per_cycle, rate, wb)
+        return _fc_costs(grid, machine, rate, wb)
+    return _conv_costs(grid, machine, rate, wb)
 
 
-def _conv_costs(grid: TaskGrid, width: int, rate: float, wb: int) -> TaskCosts:
+def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskCosts:
     """Output-stack tasks: input bands per step, filter slices per output channel, a store.
 
-    Layouts follow the report's indexing (innermost first): a depth slice is row-major and
-    slices are consecutive, filters are ``F[x, y, d_i, d_o]``, the output is ``O[x, y, d_o]``,
-    images outermost. A band of whole rows is one contiguous run per slice (the whole
-    volume is one run when the band is the whole slice); a band of partial rows is one 2D
-    transfer per slice with one run per row.
+    Runs follow the layout of ``tiling`` (``input_runs``, ``filter_runs``, ``output_runs``):
+    a band of whole rows is one contiguous run per slice (the whole volume is one run when
+    the band is the whole slice); a band of partial rows is one 2D transfer per slice with
+    one run per row. Each run occupies main memory for ``bytes / dma_efficiency(run)``.
     """
-    layer, in_c = grid.layer, grid.mapping.tile.in_c
+    layer, in_c, width = grid.layer, grid.mapping.tile.in_c, machine.dma_bytes_per_cycle
     _, ri, ci, _, _ = grid.task_index
     images, out_ch, in_ch = grid.task_images, grid.task_out_channels, grid.task_in_channels
     rows_in, cols_in = grid.rows.in_size[ri], grid.cols.in_size[ci]
@@ -89,52 +97,57 @@ def _conv_costs(grid: TaskGrid, width: int, rate: float, wb: int) -> TaskCosts:
     last = in_ch - (steps - 1) * in_c                  # slices of the ragged last step
     pix_in = rows_in * cols_in
 
-    whole_rows, whole_slice = cols_in == layer.w_in, (cols_in == layer.w_in) & (
-        rows_in == layer.h_in)
-    # Runs and transfers of the input, per image, over all steps.
-    run_beats = np.where(
-        whole_slice,
-        ((steps - 1) * _beats(in_c * pix_in * wb, width) + _beats(last * pix_in * wb, width)),
-        np.where(whole_rows, in_ch * _beats(pix_in * wb, width),
-                 in_ch * rows_in * _beats(cols_in * wb, width)))
-    count = np.where(whole_rows, steps, in_ch)
-    inputs = Transfers(images * in_ch * pix_in * wb, images * run_beats, images * count, steps)
+    # Runs and transfers of the input, per image, over all steps (full steps, the last one).
+    run_full, n_full = input_runs(layer, rows_in, cols_in, in_c)
+    run_last, n_last = input_runs(layer, rows_in, cols_in, last)
+    run_beats = (steps - 1) * n_full * _beats(run_full * wb, width) + n_last * _beats(
+        run_last * wb, width)
+    hbm_in = ((steps - 1) * in_c * pix_in * wb / dma_efficiency(machine, run_full * wb)
+              + last * pix_in * wb / dma_efficiency(machine, run_last * wb))
+    count = np.where(cols_in == layer.w_in, steps, in_ch)
+    inputs = Transfers(images * in_ch * pix_in * wb, images * run_beats, images * count, steps,
+                       images * hbm_in)
 
     k2 = layer.kernel_h * layer.kernel_w
     cpg = layer.cin_per_group
     f_slices = min(in_c, cpg)
     per_out = -(-cpg // f_slices)                        # filter tiles per output channel
     f_last = cpg - (per_out - 1) * f_slices
-    f_beats = (per_out - 1) * _beats(f_slices * k2 * wb, width) + _beats(f_last * k2 * wb, width)
+    f_run, f_run_last = filter_runs(layer, f_slices) * wb, filter_runs(layer, f_last) * wb
+    f_beats = (per_out - 1) * _beats(f_run, width) + _beats(f_run_last, width)
+    f_hbm = ((per_out - 1) * f_run / dma_efficiency(machine, f_run)
+             + f_run_last / dma_efficiency(machine, f_run_last))
     n_f = out_ch * per_out
-    filters = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f)
+    filters = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
 
-    out_whole_rows = cols_out == layer.w_out
-    out_whole = out_whole_rows & (rows_out == layer.h_out)
+    out_run, out_runs = output_runs(layer, rows_out, cols_out, out_ch)
     pix_out = rows_out * cols_out
-    out_beats = np.where(out_whole, _beats(out_ch * pix_out * wb, width),
-                         np.where(out_whole_rows, out_ch * _beats(pix_out * wb, width),
-                                  out_ch * rows_out * _beats(cols_out * wb, width)))
-    outputs = Transfers(images * out_ch * pix_out * wb, images * out_beats,
-                        images * np.where(out_whole_rows, 1, out_ch), np.ones_like(images))
+    out_bytes = images * out_ch * pix_out * wb
+    outputs = Transfers(out_bytes, images * out_runs * _beats(out_run * wb, width),
+                        images * np.where(cols_out == layer.w_out, 1, out_ch),
+                        np.ones_like(images),
+                        out_bytes / dma_efficiency(machine, out_run * wb, write=True))
 
     macs = images * out_ch * pix_out * cpg * k2
     return TaskCosts(macs / rate, macs, inputs, filters, outputs)
 
 
-def _fc_costs(grid: TaskGrid, width: int, rate: float, wb: int) -> TaskCosts:
+def _fc_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskCosts:
     """Input-parallel tasks (Alg. 4/5): the input batch of ``in_c`` slices (one 2D transfer,
     one run per image), then one filter tile ``F[:, :, d_i:d_i+in_c, d_o]`` per output."""
-    layer = grid.layer
+    layer, width = grid.layer, machine.dma_bytes_per_cycle
     pixels = layer.h_in * layer.w_in
     images, out_ch, slices = grid.task_images, grid.task_out_channels, grid.task_in_channels
     ones = np.ones_like(images)
-    run = slices * pixels * wb
-    inputs = Transfers(images * run, images * _beats(run, width), ones, ones)
-    filters = Transfers(out_ch * run, out_ch * _beats(run, width), out_ch, out_ch)
+    run = input_runs(layer, layer.h_in, layer.w_in, slices)[0] * wb
+    f_run = filter_runs(layer, slices) * wb
+    inputs = Transfers(images * run, images * _beats(run, width), ones, ones,
+                       images * run / dma_efficiency(machine, run))
+    filters = Transfers(out_ch * f_run, out_ch * _beats(f_run, width), out_ch, out_ch,
+                        out_ch * f_run / dma_efficiency(machine, f_run))
     zero = np.zeros_like(images)
     macs = images * slices * pixels * out_ch
-    return TaskCosts(macs / rate, macs, inputs, filters, Transfers(zero, zero, zero, ones))
+    return TaskCosts(macs / rate, macs, inputs, filters, Transfers(zero, zero, zero, ones, zero))
 
 
 def stream_own(compute: np.ndarray, in_tiles: np.ndarray, in_unit: np.ndarray,

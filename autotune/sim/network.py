@@ -7,7 +7,9 @@ Resources (each with a bandwidth in B/cycle, all from the machine file):
 * one slave port per cluster, through which other clusters read its L1 (same width);
 * per node of every quadrant level, its link to the parent, one per direction
   (``uplink_bytes_per_cycle``); the root level's link is the one to the HBM controller;
-* the HBM (``hbm_bytes_per_cycle``), shared by loads and stores.
+* the HBM (``hbm_bytes_per_cycle``), shared by loads and stores; a transfer whose runs reach
+  only a fraction of its bandwidth (the machine's DMA efficiency tables) occupies it for
+  payload / fraction bytes.
 
 A *route* says what fraction of a flow's payload goes where: loaded from HBM, stored to HBM,
 or read from a peer cluster's L1. Its row of weights is bytes of resource capacity per payload
@@ -97,12 +99,16 @@ class Network:
         return np.asarray([lv.latency_cycles for lv in self.machine.levels])[lca]
 
     def route(self, cluster: int, load: float = 0.0, store: float = 0.0, peer: int = -1,
-              peer_frac: float = 0.0, pad: float = 1.0) -> Route:
+              peer_frac: float = 0.0, pad: float = 1.0, hbm: float | None = None) -> Route:
         """The route of a flow of ``cluster``: payload fractions ``load`` (from HBM),
         ``store`` (to HBM) and ``peer_frac`` (read from cluster ``peer``); ``pad`` >= 1 is
-        DMA bus-beat bytes per payload byte (charged on the ports). Cached: the tasks of a
+        DMA bus-beat bytes per payload byte (charged on the ports); ``hbm`` is HBM bandwidth
+        bytes per payload byte, ``load + store`` unless short runs reach only a fraction of
+        the memory's bandwidth (``costs``: payload / DMA efficiency). Cached: the tasks of a
         layer repeat a few shapes on every cluster."""
-        key = (cluster, load, store, peer, peer_frac, pad)
+        if hbm is None:
+            hbm = load + store
+        key = (cluster, load, store, peer, peer_frac, pad, hbm)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -123,7 +129,7 @@ class Network:
                 idx[2 + 2 * n + lv] = self._up0[lv] + self._anc[lv, peer]
                 w[2 + 2 * n + lv] = crosses
             levels[lv] = load + store + 2 * crosses
-        idx[-1], w[-1] = self.hbm, load + store
+        idx[-1], w[-1] = self.hbm, hbm
         route = Route(idx, w, load, store, peer_frac, levels)
         self._cache[key] = route
         return route

@@ -54,12 +54,12 @@ from autotune.sim.costs import TaskCosts, stream_own
 from autotune.sim.engine import Instr, Part, SetFlag, StartTransfer, WaitFlag, WaitTransfer, Work
 from autotune.sim.l1 import L1Plan
 from autotune.sim.network import Network
-from autotune.tiling import TaskGrid
+from autotune.tiling import TaskGrid, dma_efficiency, output_runs
 
 #: Agent items per run beyond which an agent's middle tasks are merged into chunks.
 ITEM_BUDGET = 1024
 
-_FIELDS = ("bytes", "own", "own_agent", "compute", "load", "store", "peer", "beats")
+_FIELDS = ("bytes", "own", "own_agent", "compute", "load", "store", "peer", "beats", "hbm")
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ class _Part:
     store: np.ndarray
     peer: np.ndarray
     beats: np.ndarray
+    hbm: np.ndarray          # HBM bandwidth bytes the loads and stores occupy (costs)
 
 
 class _Tasks:
@@ -105,7 +106,7 @@ class _Tasks:
         if b > 0:
             route = self.net.route(cluster, float(v.load[t]) / b, float(v.store[t]) / b,
                                    int(self.peer[t]), float(v.peer[t]) / b,
-                                   float(v.beats[t]) * self.width / b)
+                                   float(v.beats[t]) * self.width / b, float(v.hbm[t]) / b)
         return Part(cluster, b, route, float(v.compute[t]), float(v.own[t]))
 
     def work(self, label: str, name: str, tasks: list[int]) -> Work:
@@ -181,7 +182,7 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
         return np.sum(values, axis=0)
 
     sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
-            for f in ("bytes", "compute", "load", "store", "peer", "beats")}
+            for f in ("bytes", "compute", "load", "store", "peer", "beats", "hbm")}
     blocking = [p for p in parts if p not in tasks.background]
     own = over([total(tasks.arrays[p].own) for p in blocking])
     # The agent's own time: each item's lockstep duration once (shared by its members).
@@ -199,7 +200,8 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
         if b > 0:
             peer = int(tasks.peer[ids[first[i]]])
             route = tasks.net.route(cluster, sums["load"][i] / b, sums["store"][i] / b, peer,
-                                    sums["peer"][i] / b, sums["beats"][i] * tasks.width / b)
+                                    sums["peer"][i] / b, sums["beats"][i] * tasks.width / b,
+                                    sums["hbm"][i] / b)
         out.setdefault((a, c), []).append(Part(cluster, b, route, float(sums["compute"][i]),
                                                float(own[i])))
     return {k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v)))
@@ -270,18 +272,21 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
     first_lat = np.where(first_hbm, lat, 1.5 * net.latency(cluster, peer)) if shared else lat
     pro_bytes = in_tile + f_tile
     pro_in_hbm = np.where(first_hbm, in_tile, 0.0)
+    in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
     pro = _Part(pro_bytes, in_eng + f_eng + first_lat, np.zeros(0), np.zeros_like(in_tile),
                 pro_in_hbm + f_tile, np.zeros_like(in_tile), in_tile - pro_in_hbm,
-                inp.beats / steps + fil.beats / n_f)
+                inp.beats / steps + fil.beats / n_f, pro_in_hbm * in_occ + f_tile * f_occ)
     in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
     st = _Part(in_rest + f_rest,
                stream_own(costs.compute, steps - 1, in_unit, in_eng, in_window, n_f - 1,
                           f_eng + lat, f_eng, k_f),
                np.zeros(0), costs.compute, h * in_rest + f_rest, np.zeros_like(in_tile),
-               (1 - h) * in_rest, inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f)
+               (1 - h) * in_rest, inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f,
+               h * in_rest * in_occ + f_rest * f_occ)
     zero = np.zeros(len(slot))
     store = _Part(out.bytes.astype(float), out.count * setup + out.beats + lat, np.zeros(0), zero,
-                  zero, out.bytes.astype(float), zero, out.beats.astype(float))
+                  zero, out.bytes.astype(float), zero, out.beats.astype(float),
+                  out.hbm.astype(float))
     group = slot // g
     for part in (pro, st, store):
         lock = np.zeros(int(group.max()) + 1)
@@ -327,20 +332,22 @@ def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precis
     keep = ~prefetched
     pro_bytes = keep * inp.bytes + f_tile
     zero = np.zeros(n)
+    in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
     pro = _Part(pro_bytes, keep * in_eng + f_eng + lat, np.zeros(0), zero, pro_bytes, zero, zero,
-                keep * inp.beats + f_beats)
+                keep * inp.beats + f_beats, keep * inp.bytes * in_occ + f_tile * f_occ)
     # A double input buffer prefetches the next task's input in the background while this
     # task streams its filters; the next prologue waits for it (Alg. 2's prefetch applied to
     # Alg. 4/5's input batch). Its engine time still delays the filter tiles behind it.
     next_bytes = has_next * inp.bytes[nxt]
     fetch = _Part(next_bytes, in_eng[nxt] + lat, np.zeros(0), zero, next_bytes, zero, zero,
-                  has_next * inp.beats[nxt])
+                  has_next * inp.beats[nxt], next_bytes * in_occ[nxt])
     st_bytes = (fil.tiles - 1) * f_tile
     st = _Part(st_bytes,
                stream_own(costs.compute, has_next.astype(float), in_eng[nxt], in_eng[nxt],
                           np.ones(n), fil.tiles - 1, f_eng + lat, f_eng,
                           plan.spare_tiles("filter", f_tile)),
-               np.zeros(0), costs.compute, st_bytes, zero, zero, (fil.tiles - 1) * f_beats)
+               np.zeros(0), costs.compute, st_bytes, zero, zero, (fil.tiles - 1) * f_beats,
+               st_bytes * f_occ)
     for part in (pro, st, fetch):
         part.own_agent = part.own
     tasks = _Tasks(net, width, cluster, cluster, dict(load=pro, prefetch=fetch, stream=st), True)
@@ -357,8 +364,11 @@ def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precis
         stack = int(grid.task_out_channels[ids[0]])
         key = (images, stack, phase == grid.n_phases - 1)
         if key not in built:    # phases of one shape have equal tasks: build their run once
+            run = int(output_runs(grid.layer, 1, 1, stack)[0]) * word_bytes
+            occupancy = 1.0 / float(dma_efficiency(m, run, write=True))
             reduce = _Reduction(net, setup, lat, width, stack * images / rate,
-                                stack * images * word_bytes, images, active, out_depth, key[2])
+                                stack * images * word_bytes, images, active, out_depth, key[2],
+                                occupancy)
             seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total, budget)
             built[key] = RunSpec(key, partial(_fc_programs, tasks, seqs, reduce), participates,
                                  barrier)
@@ -404,6 +414,7 @@ class _Reduction:
     active: int
     out_depth: int
     last: bool
+    store_occupancy: float = 1.0   # HBM bytes per stored byte (DMA efficiency of its runs)
 
     def program(self, c: int) -> Iterator[Instr]:
         if c >= self.active:
@@ -426,7 +437,8 @@ class _Reduction:
         if c == 0:
             own = self.setup + self.images * (-(-self.stack_bytes // self.images // self.width)) \
                 + self.latency
-            part = Part(0, float(self.stack_bytes), self.net.route(0, store=1.0), 0.0, own)
+            route = self.net.route(0, store=1.0, hbm=self.store_occupancy)
+            part = Part(0, float(self.stack_bytes), route, 0.0, own)
             if self.out_depth == 1:
                 yield Work("store", own, (part,))
             else:

@@ -39,7 +39,12 @@ from autotune.verify.program import (
     collector_paused,
 )
 
-DTYPES = {"fp32": np.float32, "fp64": np.float64}
+#: Storage type of each precision: main memory and L1 data.
+DTYPES = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
+#: Accumulation type: fp16 is FP16.32 as on the MPPA3 coprocessor (seed 003 Sec. II: FP16
+#: multiplicands, FP32 accumulators), so products and partial sums are float32 and the output
+#: is rounded to fp16 when it is stored. The others accumulate in their own precision.
+ACCUMULATOR_DTYPES = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float32}
 
 
 class ScheduleError(Exception):
@@ -154,6 +159,7 @@ class _Machine:
             raise ValueError(f"the executor computes in {', '.join(DTYPES)}, "
                              f"not {program.precision}")
         self.dtype = DTYPES[program.precision]
+        self.acc_dtype = ACCUMULATOR_DTYPES[program.precision]
         self.wb = program.word_bytes
         self.clusters: dict[int, _Cluster] = {}
         shapes = expected_shapes(layer, program.batch)
@@ -233,7 +239,13 @@ def _zero(m: _Machine, op: Zero) -> None:
     buffer = m.buffer(op.cluster, op.buffer)
     m.tensor(op.region, ("output",))
     data = buffer.span(op.offset, op.region.words, op.region)
-    data[...] = 0
+    if m.acc_dtype != m.dtype:
+        # FP16.32: the partial sums are float32. They occupy the words the schedule gave the
+        # output buffer (checked above); their extra width is kept beside the arena (the
+        # model counts output buffers in fp16 words: see verification's docstring).
+        data = np.zeros(data.size, dtype=m.acc_dtype)
+    else:
+        data[...] = 0
     buffer.write(op.offset, data, op.region, 0)
 
 
@@ -298,8 +310,10 @@ def _conv(m: _Machine, op: Conv) -> None:
         raise ScheduleError(f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
                             f"but buffer {op.filter_buffer!r} holds {filt.region}")
     x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0]:i1 - p_ch[0]]
-    result = conv_block(x, filt.data.reshape(filt.region.shape), groups, op.stride,
-                        (rows[2], rows[3], cols[2], cols[3]))
+    w = filt.data.reshape(filt.region.shape)
+    if m.acc_dtype != m.dtype:   # FP16.32: fp16 products are exact in fp32, summed in fp32
+        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
+    result = conv_block(x, w, groups, op.stride, (rows[2], rows[3], cols[2], cols[3]))
     y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0]:o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")

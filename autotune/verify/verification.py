@@ -21,6 +21,24 @@ the same (rounded) operands, so its own error adds ``lambda * sqrt(K + 1) * 2^-5
 ``tolerance`` is that factor; ``max_rel_error`` is the largest ``|error| / sum(|x| |w|)`` over
 the outputs, the quantity the bound limits (``|error| / |exact|`` is unbounded where an
 output is close to zero).
+
+fp16 is FP16.32, as the MPPA3 coprocessor computes it (seed 003 Sec. II: "multiply-accumulate
+of two 4x4 FP16 matrices into a 4x4 FP32 matrix"): inputs and filters are fp16 in main memory
+and L1, products of two fp16 numbers are exact in fp32, partial sums (across input steps and
+the fc reduction tree too) are fp32, and the output is rounded once to fp16 when it is
+stored, which is what an inference engine writes for the next layer. The bound is then the
+fp32 summation bound above plus that one rounding: ``|fl16(y) - y| <= u16 |y| <= u16
+sum(|x| |w|)`` with ``u16 = 2^-11`` for a normal fp16 result; a result below the smallest
+normal (2^-14) is rounded on the subnormal grid with absolute error at most 2^-25, which is
+``u16`` relative to a scale of 2^-14, so the relative error is measured against
+``max(sum(|x| |w|), 2^-14)`` and the tolerance is ``lambda sqrt(K + 1) (u32 + u64) + 2 u16``
+(about 1e-3: a missing input step or channel of a K <= 1000 reduction still exceeds it, and
+the executor's pair count catches any missing step regardless). Coprocessor accumulators are
+exact 4-deep dot products (Kulisch), more accurate than the fp32 sum this bound assumes.
+Deviation, noticed and left to the model: the partial sums of an output tile held in L1 are
+fp32 (4 B) on the machine, but the model and the program count output buffers in 2 B words;
+the executor keeps the fp32 partial sums beside the L1 arena, in the words the schedule gave
+the buffer.
 """
 
 from __future__ import annotations
@@ -40,7 +58,11 @@ from autotune.verify.program import Program
 from autotune.verify.reference import reference
 
 LAMBDA = 10.0
-UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp64": 2.0 ** -53}
+UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp64": 2.0 ** -53, "fp16": 2.0 ** -11}
+#: Precision partial sums are accumulated in (FP16.32: fp16 operands, fp32 sums).
+ACCUMULATION = {"fp32": "fp32", "fp64": "fp64", "fp16": "fp32"}
+#: Smallest normal fp16 number: below it the output's rounding error is absolute.
+FP16_MIN_NORMAL = 2.0 ** -14
 
 
 @dataclass(frozen=True)
@@ -72,9 +94,14 @@ def reduction_length(layer: Layer) -> int:
 
 
 def tolerance(layer: Layer, precision: str) -> float:
-    """``lambda * sqrt(K + 1) * (u + u_fp64)``: the bound relative to ``sum(|x| |w|)``."""
+    """``lambda * sqrt(K + 1) * (u + u_fp64)``: the bound relative to ``sum(|x| |w|)``, with
+    ``u`` that of the accumulation; plus ``2 u16`` for the fp16 output's rounding (FP16.32)."""
     k = reduction_length(layer)
-    return LAMBDA * math.sqrt(k + 1) * (UNIT_ROUNDOFF[precision] + UNIT_ROUNDOFF["fp64"])
+    u = UNIT_ROUNDOFF[ACCUMULATION[precision]]
+    bound = LAMBDA * math.sqrt(k + 1) * (u + UNIT_ROUNDOFF["fp64"])
+    if precision == "fp16":
+        bound += 2 * UNIT_ROUNDOFF["fp16"]
+    return bound
 
 
 def random_inputs(layer: Layer, batch: int, precision: str,
@@ -116,7 +143,7 @@ def verify_program(program: Program, seed: int = 0) -> Verification:
     """Execute an already built (possibly hand-modified) program and check its output."""
     layer, precision = program.layer, program.precision
     if precision not in UNIT_ROUNDOFF:
-        raise ValueError(f"verification runs fp32 and fp64, not {precision}")
+        raise ValueError(f"verification runs fp16, fp32 and fp64, not {precision}")
     data = random_inputs(layer, program.batch, precision, seed)
     tol = tolerance(layer, precision)
     common = dict(layer=layer.name, algorithm=program.mapping.algorithm, precision=precision,
@@ -129,7 +156,12 @@ def verify_program(program: Program, seed: int = 0) -> Verification:
     x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
     exact = reference(layer, x, w)
     # The scale of the bound needs no more than a few digits: fp32 halves its cost.
-    scale = reference(layer, np.abs(data["input"]), np.abs(data["filter"])).astype(np.float64)
+    magnitudes = [np.abs(data[name]) for name in ("input", "filter")]
+    if precision == "fp16":   # sums of up to K products would lose digits (or overflow) in fp16
+        magnitudes = [a.astype(np.float32) for a in magnitudes]
+        scale = np.maximum(reference(layer, *magnitudes).astype(np.float64), FP16_MIN_NORMAL)
+    else:
+        scale = reference(layer, *magnitudes).astype(np.float64)
     max_abs, max_rel, errors = compare(run.output, exact, scale, tol)
     return Verification(ok=not errors, max_abs_error=max_abs, max_rel_error=max_rel,
                         errors=errors, op_counts=run.stats.op_counts,

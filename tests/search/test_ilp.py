@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune import Layer, Network, analyze
+from autotune import Layer, Machine, Network, analyze
 from autotune.search.exhaustive import search as exhaustive_search
 from autotune.search.ilp.model import count_candidates, solve
 from autotune.search.solve import InfeasibleError, solve_layer, solve_network
@@ -41,6 +41,28 @@ def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objec
         assert result.values[key] == best.values[key]
     # the decoded mapping, analysed on its own, has exactly those costs
     a = analyze(layer, space.decode(best.index), manticore, precision, batch)
+    assert a.fits and a.cycles == best.values["cycles"]
+    assert a.offchip_bytes == best.values["offchip_bytes"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layer=st.one_of(conv_layers(max_hw=20, max_c=40), fc_layers(max_c=200)),
+       batch=st.sampled_from([1, 2, 3]), precision=st.sampled_from(["fp32", "fp64"]),
+       objective=st.sampled_from(["latency", "latency", "traffic"]))
+def test_ilp_optimum_equals_exhaustive_with_dma_efficiency(layer, batch, precision, objective):
+    """The same law with the inverse DMA efficiencies active (SW26010's measured tables,
+    seed 004 Table II: two-variable tables read with element constraints)."""
+    sw = Machine.preset("sw26010-cg")
+    space = search_space(layer, sw, batch)
+    best = exhaustive_search(space, sw, precision, objective)
+    if best is None or not best.index:
+        return                                    # nothing fits the 64 KB LDM
+    result = solve(space, sw, precision, objective)
+    assert result.status == "OPTIMAL"
+    assert result.index == best.index
+    for key in ("cycles", "offchip_bytes", "l1", "memory_occupied"):
+        assert result.values[key] == best.values[key]
+    a = analyze(layer, space.decode(best.index), sw, precision, batch)
     assert a.fits and a.cycles == best.values["cycles"]
     assert a.offchip_bytes == best.values["offchip_bytes"]
 

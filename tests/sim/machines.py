@@ -22,3 +22,16 @@ def with_fanout(machine: Machine, level: int, factor: int) -> Machine:
     levels = list(machine.levels)
     levels[level] = dataclasses.replace(levels[level], fanout=levels[level].fanout * factor)
     return dataclasses.replace(machine, levels=tuple(levels))
+
+
+def with_dma_efficiency(machine: Machine, source: str = "sw26010-cg") -> Machine:
+    """``machine`` with the measured DMA efficiency tables of preset ``source`` (swDNN, seed
+    004 Table II): every main-memory transfer then reaches a fraction of the bandwidth that
+    depends on its contiguous runs."""
+    tables = Machine.preset(source)
+    return dataclasses.replace(machine, dma_read_efficiency=tables.dma_read_efficiency,
+                               dma_write_efficiency=tables.dma_write_efficiency)
+
+
+def without_dma_efficiency(machine: Machine) -> Machine:
+    return dataclasses.replace(machine, dma_read_efficiency=(), dma_write_efficiency=())

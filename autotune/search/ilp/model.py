@@ -27,7 +27,13 @@ from autotune.ir.precision import word_bytes
 from autotune.model.formulas import INPUT_PARALLEL, SHARED, consts, evaluate
 from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
-from autotune.search.space import QUANTITY_SOURCE, SearchSpace
+from autotune.search.space import (
+    QUANTITY_SOURCE,
+    RUN_SOURCE,
+    SearchSpace,
+    efficiency_tables,
+    flat_index,
+)
 
 
 @dataclass
@@ -100,6 +106,8 @@ def build(space: SearchSpace, machine: Machine, precision: str, *,
     q = {qname: ops.lookup(index[var], space.tables[qname])
          for qname, var in QUANTITY_SOURCE.items() if qname != "alg"}
     q["alg"] = alg
+    for qname, table in efficiency_tables(space, machine, precision).items():
+        q[qname] = ops.lookup(flat_index(space, RUN_SOURCE[qname][1], index), table)
     for qname in ("d_in", "d_f", "d_out"):
         q[qname] = index[qname] + 1 if isinstance(index[qname], Expr) else 1 + index[qname]
     # A step reads at most the input slices its stack has (convolution algorithms).
