@@ -277,6 +277,33 @@ def output_runs(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
     return volume_runs(rows, cols, channels, layer.h_out, layer.w_out)
 
 
+def input_transfers(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
+                    images: np.ndarray | int, steps: np.ndarray | int,
+                    slices: np.ndarray | int) -> np.ndarray:
+    """2D DMA transfers (each paying one set-up) to load a task's input: ``steps`` steps of a
+    ``rows x cols`` band for ``images`` images, ``slices`` slices in all.
+
+    The cluster DMA moves 2D transfers (runs at a fixed stride) in hardware. When the band is
+    the whole slice, a step's slices of one image are one run and the images are a stride
+    apart: one transfer per step. A band of whole rows is one run per slice: one transfer per
+    image and step. Partial rows: one transfer (one run per row) per slice and image.
+    """
+    whole_rows = np.asarray(cols) == layer.w_in
+    whole_slice = whole_rows & (np.asarray(rows) == layer.h_in)
+    return np.where(whole_slice, steps,
+                    np.asarray(images) * np.where(whole_rows, steps, slices)).astype(np.int64)
+
+
+def output_transfers(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
+                     images: np.ndarray | int, channels: np.ndarray | int) -> np.ndarray:
+    """2D DMA transfers to store a task's ``channels`` output slices of a ``rows x cols`` tile
+    for ``images`` images (the same rule as ``input_transfers``, with one step)."""
+    whole_rows = np.asarray(cols) == layer.w_out
+    whole_slice = whole_rows & (np.asarray(rows) == layer.h_out)
+    return np.where(whole_slice, 1,
+                    np.asarray(images) * np.where(whole_rows, 1, channels)).astype(np.int64)
+
+
 def dma_efficiency(machine: Machine, run_bytes: np.ndarray | int,
                    write: bool = False) -> np.ndarray:
     """``machine.dma_efficiency`` over an array of run lengths (1.0 without a table)."""

@@ -32,7 +32,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.ir.machine import Machine
-from autotune.tiling import TaskGrid, dma_efficiency, filter_runs, input_runs, output_runs
+from autotune.tiling import (
+    TaskGrid,
+    dma_efficiency,
+    filter_runs,
+    input_runs,
+    input_transfers,
+    output_runs,
+    output_transfers,
+)
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,8 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
         run_last * wb, width)
     hbm_in = ((steps - 1) * in_c * pix_in * wb / dma_efficiency(machine, run_full * wb)
               + last * pix_in * wb / dma_efficiency(machine, run_last * wb))
-    count = np.where(cols_in == layer.w_in, steps, in_ch)
-    inputs = Transfers(images * in_ch * pix_in * wb, images * run_beats, images * count, steps,
+    count = input_transfers(layer, rows_in, cols_in, images, steps, in_ch)
+    inputs = Transfers(images * in_ch * pix_in * wb, images * run_beats, count, steps,
                        images * hbm_in)
 
     k2 = layer.kernel_h * layer.kernel_w
@@ -124,7 +132,7 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
     pix_out = rows_out * cols_out
     out_bytes = images * out_ch * pix_out * wb
     outputs = Transfers(out_bytes, images * out_runs * _beats(out_run * wb, width),
-                        images * np.where(cols_out == layer.w_out, 1, out_ch),
+                        output_transfers(layer, rows_out, cols_out, images, out_ch),
                         np.ones_like(images),
                         out_bytes / dma_efficiency(machine, out_run * wb, write=True))
 
