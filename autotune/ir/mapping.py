@@ -14,6 +14,25 @@ The report (seed 000) gives five algorithms; autotune runs three generalised pro
 The generalisations the report lacks are fields of the mapping: ``tile`` splits the output
 into spatial tiles (with halo) and the input depth into steps, ``batch_tile`` sets the images
 per task, ``buffers`` sets the bytes and buffering depth of each L1 buffer.
+
+``multicast`` (``output_stack`` only, on machines with ``Machine.dma_multicast``: MPPA3's RDMA
+NoC, seed 003 Sec. IV) runs each wave's tasks in lockstep and delivers every main-memory datum
+the wave needs (a stack's filter slices, a spatial/batch tile's input band) with ONE read that
+the DMA multicasts to every task of the wave that needs it. ``tiling.TaskGrid`` fixes which
+tasks share a wave (a rectangle of tiles x stacks, see there). KaNN's two strategies
+(seed 003 Sec. IV) are these options:
+
+* *spatial splitting* ("each compute cluster only accesses an input activation tile and its
+  shadow region, while all the operator parameters are required; these are read once from
+  the DDR memory and multicasted"): ``output_stack`` with one stack (``delta_o = C_out``) or
+  few, spatial tiles (``tile.out_h``/``out_w``; the halo is the shadow region) and
+  ``multicast=True``: the weights are read once per wave instead of once per tile;
+* *channel splitting* ("the full input layer must be replicated in the local memory of each
+  compute cluster, but only the corresponding slice of parameters is read"): ``output_stack``
+  with stacks of channels and whole-map tiles; the replicated input is read once per wave with
+  ``multicast=True``, once per stack without it (plain Alg. 2).
+
+``search.space.kann_spatial`` and ``search.space.kann_channel`` build the two for a layer.
 """
 
 from __future__ import annotations
@@ -101,6 +120,8 @@ class Mapping:
     share_group: int = 1
     tile: Tile = field(default_factory=Tile)
     buffers: Buffers = field(default_factory=Buffers)
+    #: One main-memory read per datum and wave, multicast to the wave's tasks (see module doc).
+    multicast: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -113,6 +134,11 @@ class Mapping:
         if self.algorithm != "output_stack_shared" and self.share_group != 1:
             raise ValueError(f"share_group applies to output_stack_shared only, "
                              f"not to {self.algorithm}")
+        if not isinstance(self.multicast, bool):
+            raise ValueError(f"multicast must be a boolean, got {self.multicast!r}")
+        if self.multicast and self.algorithm != "output_stack":
+            raise ValueError(f"multicast applies to output_stack only, not to {self.algorithm} "
+                             f"(Alg. 3 forwards instead; Alg. 4/5 tasks share no data)")
 
     @property
     def report_algorithm(self) -> int | None:
@@ -133,7 +159,7 @@ class Mapping:
             if self.tile.in_c != 1:
                 return None
             return 4 if c_out is not None and self.delta_o >= c_out else 5
-        if not untiled or self.batch_tile != 1:
+        if not untiled or self.batch_tile != 1 or self.multicast:
             return None
         if self.algorithm == "output_stack":
             return 1 if self.delta_o == 1 else 2

@@ -95,7 +95,7 @@ def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "
     """
     machine.check_precision(precision)
     wb = precision_word_bytes(precision)
-    return analyze_grid(task_grid(layer, mapping, batch), machine, precision, wb)
+    return analyze_grid(task_grid(layer, mapping, batch, machine), machine, precision, wb)
 
 
 def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:

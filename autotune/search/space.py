@@ -52,7 +52,7 @@ def algorithms_for(layer: Layer) -> list[str]:
 
 def fits(layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int) -> bool:
     try:
-        grid = task_grid(layer, mapping, batch)
+        grid = task_grid(layer, mapping, batch, machine)
     except MappingError:
         return False
     return footprint(grid, machine, word_bytes(precision)).fits
@@ -146,7 +146,9 @@ class SearchSpace:
 
     Variables (each an index into its value list): ``alg``, ``delta_o``, ``spatial`` (a pair
     ``(out_h, out_w)``), ``batch_tile``, ``in_c``, ``share`` (share group size; 1 unless the
-    algorithm is ``output_stack_shared``) and the depths ``d_in``, ``d_f``, ``d_out``. The
+    algorithm is ``output_stack_shared``), the depths ``d_in``, ``d_f``, ``d_out`` and
+    ``multicast`` (False, and True on machines with ``dma_multicast``; True only with
+    ``output_stack``). The
     tables give the formula's quantities (``model/quantities.py``) for each value; they are
     built by calling ``tiling`` for each value, so they are exactly the quantities of the
     decoded mapping.
@@ -162,13 +164,15 @@ class SearchSpace:
     share: tuple[int, ...]
     depths: tuple[int, ...]
     tables: dict[str, np.ndarray]
+    multicast: tuple[bool, ...] = (False,)
 
     @property
     def sizes(self) -> dict[str, int]:
         return {"alg": len(self.algorithms), "delta_o": len(self.delta_o),
                 "spatial": len(self.spatial), "batch_tile": len(self.batch_tile),
                 "in_c": len(self.in_c), "share": len(self.share), "d_in": len(self.depths),
-                "d_f": len(self.depths), "d_out": len(self.depths)}
+                "d_f": len(self.depths), "d_out": len(self.depths),
+                "multicast": len(self.multicast)}
 
     def decode(self, index: dict[str, int]) -> Mapping:
         """The mapping a candidate (one index per variable) stands for."""
@@ -181,7 +185,8 @@ class SearchSpace:
             tile=Tile(out_h=out_h, out_w=out_w, in_c=self.in_c[index["in_c"]]),
             buffers=Buffers(input_depth=self.depths[index["d_in"]],
                             filter_depth=self.depths[index["d_f"]],
-                            output_depth=self.depths[index["d_out"]]))
+                            output_depth=self.depths[index["d_out"]]),
+            multicast=self.multicast[index.get("multicast", 0)])
 
 
 def spatial_values(layer: Layer) -> list[tuple[int | None, int | None]]:
@@ -193,7 +198,9 @@ def spatial_values(layer: Layer) -> list[tuple[int | None, int | None]]:
 
 def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     """The candidate values of every mapping variable for ``layer`` and their quantities."""
-    algorithms = tuple(algorithms_for(layer))
+    # Alg. 3 needs a quadrant below the root to share in (MPPA3's one-level NoC has none).
+    algorithms = tuple(a for a in algorithms_for(layer)
+                       if a != "output_stack_shared" or machine.share_group_sizes())
     deltas = delta_o_values(layer)
     spatial = spatial_values(layer)
     batch_tiles = chunk_sizes(batch)
@@ -221,9 +228,13 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     tables["g"] = list(share)
     tables["depth"] = [1, 2]
     tables["alg"] = [ALGORITHM_CODES[a] for a in algorithms]
+    # Multicast only where the machine can (no new candidates elsewhere: same results).
+    multicast = (False, True) if machine.dma_multicast else (False,)
+    tables["mc"] = [int(m) for m in multicast]
     return SearchSpace(layer, batch, algorithms, tuple(deltas), tuple(spatial),
                        tuple(batch_tiles), tuple(in_cs), share, (1, 2),
-                       {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()})
+                       {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()},
+                       multicast)
 
 
 #: Which table each formula quantity is read from, by variable.
@@ -231,5 +242,5 @@ QUANTITY_SOURCE = {
     "n_s": "delta_o", "s_max": "delta_o", "s_in_sum": "delta_o", "in_max": "delta_o",
     "n_sp": "spatial", "out_px_max": "spatial", "in_px_max": "spatial", "in_px_sum": "spatial",
     "n_b": "batch_tile", "b_max": "batch_tile", "tc": "in_c", "tc_f": "in_c", "nk": "in_c",
-    "g": "share", "alg": "alg",
+    "g": "share", "alg": "alg", "mc": "multicast",
 }

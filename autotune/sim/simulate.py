@@ -35,7 +35,7 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
     """
     machine.check_precision(precision)
     wb = word_bytes(precision)
-    grid = task_grid(layer, mapping, batch)
+    grid = task_grid(layer, mapping, batch, machine)
     plan = plan_l1(grid, machine, wb)
     costs = task_costs(grid, machine, precision, wb)
     net = Network(machine)

@@ -59,7 +59,7 @@ def build_program(layer: Layer, mapping: Mapping, machine: Machine, precision: s
     """
     machine.check_precision(precision)
     wb = word_bytes(precision)
-    grid = task_grid(layer, mapping, batch)
+    grid = task_grid(layer, mapping, batch, machine)
     fp = footprint(grid, machine, wb)
     builder = _Builder(grid, fp.allocated_bytes, fp.depth, machine.clusters, wb)
     with collector_paused():
