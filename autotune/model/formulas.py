@@ -29,9 +29,9 @@ Multicast (``mc = 1``; ``output_stack`` on a machine with ``dma_multicast``, MPP
 seed 003 Sec. IV). A wave is a rectangle of ``a`` tiles x ``b`` stacks (``tiling``:
 ``b = min(n_s, C)``, ``a = floor(C / b)``), so, with ``T`` = batch tiles x spatial tiles:
 
-    waves        = ceil(T / a) x ceil(n_s / b)          (slots = waves x C: unfilled slots idle)
-    filter_load  = ceil(T / a) x weights                 (each wave reads its b stacks' filters once)
-    input_load   = ceil(n_s / b) x B x C_in x in_px_sum  (groups = 1; else as without multicast)
+    waves        = ceil(T / a) x ceil(n_s / b)   (slots = waves x C; unfilled slots idle)
+    filter_load  = ceil(T / a) x weights          (a wave reads its b stacks' filters once)
+    input_load   = ceil(n_s / b) x B x C_in x in_px_sum     (groups = 1; else as without)
 
 Each receiving cluster's DMA port still receives every byte of its task, but the shared DDR/HBM
 (and the NoC links above the clusters) carry each multicast datum once. So a multicast stream
