@@ -65,6 +65,8 @@ class MappingRecord(_Model):
     share_group: int
     tile: TileRecord
     buffers: BuffersRecord
+    multicast: bool = Field(False, description="one main-memory read per datum and wave, "
+                            "multicast to the wave's tasks (machines with dma_multicast)")
 
 
 class PredictedRecord(_Model):
@@ -169,7 +171,8 @@ def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -
         buffers=BuffersRecord(**{op: buffer_bytes.get(op, 0) for op in
                                  ("input", "filter", "output", "share")},
                               input_depth=b.input_depth, filter_depth=b.filter_depth,
-                              output_depth=b.output_depth))
+                              output_depth=b.output_depth),
+        multicast=mapping.multicast)
 
 
 def mapping_from_record(record: MappingRecord) -> Mapping:
@@ -180,7 +183,8 @@ def mapping_from_record(record: MappingRecord) -> Mapping:
                    tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w,
                              in_c=record.tile.in_c),
                    buffers=Buffers(input_depth=b.input_depth, filter_depth=b.filter_depth,
-                                   output_depth=b.output_depth))
+                                   output_depth=b.output_depth),
+                   multicast=record.multicast)
 
 
 # -- files -----------------------------------------------------------------------------------
