@@ -103,6 +103,87 @@ def hand_choice(layer: Layer, machine: Machine, precision: str, batch: int = 1) 
     raise MappingError(f"layer {layer.name!r}: the report's recipe fits no mapping in L1")
 
 
+def kann_spatial(layer: Layer, machine: Machine, precision: str, batch: int = 1) -> Mapping:
+    """KaNN's spatial splitting (seed 003 Sec. IV) for ``layer``: every cluster computes a
+    spatial tile for all output channels, and the parameters are "read once from the DDR
+    memory and multicasted to all the target compute clusters".
+
+    ``output_stack`` with one stack (``delta_o = C_out``), row bands of at most
+    ``ceil(H_out / C)`` rows so that the clusters share the map (columns split only when a
+    band does not fit), ``multicast=True``; the largest tiles that fit: fewest tiles first,
+    then the most input slices per step. Only when no tile fits one stack are the outputs cut
+    into the fewest stacks that fit ("few stacks"). Every value is one the search space
+    offers, so the integer program's optimum is never worse in the model. Raises
+    ``MappingError`` if the machine does not multicast or nothing fits.
+    """
+    _need_multicast(machine)
+    c = machine.clusters
+    band = -(-layer.h_out // c)
+    shapes = sorted(((r, w) for r, w in spatial_values(layer)
+                     if (r or layer.h_out) <= band or layer.h_out <= 1),
+                    key=lambda rw: (_tiles(layer, rw), -(rw[1] or layer.w_out)))
+    for delta_o in sorted(delta_o_values(layer), reverse=True):
+        for out_h, out_w in shapes:
+            found = _largest_in_c(layer, Mapping(
+                "output_stack", delta_o=delta_o, tile=Tile(out_h=out_h, out_w=out_w),
+                multicast=True), machine, precision, batch)
+            if found is not None:
+                return found
+    raise MappingError(f"layer {layer.name!r}: KaNN's spatial splitting fits no tile in L1")
+
+
+def kann_channel(layer: Layer, machine: Machine, precision: str, batch: int = 1) -> Mapping:
+    """KaNN's channel splitting (seed 003 Sec. IV) for ``layer``: every cluster computes a
+    slice of the output channels over the whole map; "the full input layer must be
+    replicated in the local memory of each compute cluster, but only the corresponding slice
+    of parameters is read from the DDR memory".
+
+    ``output_stack`` with whole-map tiles and stacks of at most ``ceil(C_out / C)`` channels
+    (one slice per cluster; smaller when that does not fit), ``multicast=True`` (the
+    replicated input is read once per wave and multicast), the most input slices per step
+    that fit. Raises ``MappingError`` if the machine does not multicast or nothing fits.
+    """
+    _need_multicast(machine)
+    per_cluster = -(-layer.c_out // machine.clusters)
+    deltas = sorted((d for d in delta_o_values(layer) if d <= per_cluster), reverse=True)
+    for delta_o in deltas or [min(delta_o_values(layer))]:
+        found = _largest_in_c(layer, Mapping("output_stack", delta_o=delta_o, multicast=True),
+                              machine, precision, batch)
+        if found is not None:
+            return found
+    raise MappingError(f"layer {layer.name!r}: KaNN's channel splitting (whole maps) fits no "
+                       f"stack in L1")
+
+
+def _need_multicast(machine: Machine) -> None:
+    if not machine.dma_multicast:
+        raise MappingError(f"KaNN's strategies multicast; machine {machine.name!r} cannot")
+
+
+def _tiles(layer: Layer, shape: tuple[int | None, int | None]) -> int:
+    rows, cols = shape
+    return -(-layer.h_out // (rows or layer.h_out)) * -(-layer.w_out // (cols or layer.w_out))
+
+
+def _largest_in_c(layer: Layer, base: Mapping, machine: Machine, precision: str,
+                  batch: int) -> Mapping | None:
+    """``base`` with the most input slices per step (the space's powers of two) that fits,
+    double-buffered if possible, else single-buffered; None if nothing fits."""
+    try:
+        in_max = int(output_stacks(layer, base.delta_o).in_size.max())
+    except MappingError:
+        return None
+    in_cs = [1 << i for i in range(MAX_IN_C_LOG2, -1, -1) if (1 << i) <= min(in_max,
+                                                                             layer.c_in)]
+    for buffers in (Buffers(), Buffers(input_depth=1, filter_depth=1, output_depth=1)):
+        for in_c in in_cs:
+            mapping = base.with_(tile=Tile(base.tile.out_h, base.tile.out_w, in_c),
+                                 buffers=buffers)
+            if fits(layer, mapping, machine, precision, batch):
+                return mapping
+    return None
+
+
 def _largest_fitting(layer: Layer, base: Mapping, deltas: list[int], machine: Machine,
                      precision: str, batch: int) -> Mapping | None:
     """The fitting mapping with the largest ``delta_o`` (the footprint grows with it)."""
