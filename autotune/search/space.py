@@ -116,7 +116,7 @@ def kann_spatial(layer: Layer, machine: Machine, precision: str, batch: int = 1)
     offers, so the integer program's optimum is never worse in the model. Raises
     ``MappingError`` if the machine does not multicast or nothing fits.
     """
-    _need_multicast(machine)
+    _need_multicast(machine, precision)
     c = machine.clusters
     band = -(-layer.h_out // c)
     shapes = sorted(((r, w) for r, w in spatial_values(layer)
@@ -143,7 +143,7 @@ def kann_channel(layer: Layer, machine: Machine, precision: str, batch: int = 1)
     replicated input is read once per wave and multicast), the most input slices per step
     that fit. Raises ``MappingError`` if the machine does not multicast or nothing fits.
     """
-    _need_multicast(machine)
+    _need_multicast(machine, precision)
     per_cluster = -(-layer.c_out // machine.clusters)
     deltas = sorted((d for d in delta_o_values(layer) if d <= per_cluster), reverse=True)
     for delta_o in deltas or [min(delta_o_values(layer))]:
@@ -155,7 +155,8 @@ def kann_channel(layer: Layer, machine: Machine, precision: str, batch: int = 1)
                        f"stack in L1")
 
 
-def _need_multicast(machine: Machine) -> None:
+def _need_multicast(machine: Machine, precision: str) -> None:
+    machine.check_precision(precision)
     if not machine.dma_multicast:
         raise MappingError(f"KaNN's strategies multicast; machine {machine.name!r} cannot")
 
