@@ -10,6 +10,20 @@ consumes ``tile.in_c`` input depth slices for one stack of output slices and one
 accumulating a private partial output; the tasks of one (stack, batch tile) *phase* are
 reduced by a tree reduction before the next phase starts (the outer loop of Alg. 5).
 
+A ``multicast`` mapping (``output_stack`` only, MPPA3's RDMA multicast, seed 003 Sec. IV)
+places its tasks in *waves* of C cluster slots that each read every datum once: a wave is a
+rectangle of ``a`` consecutive spatial/batch tiles x ``b`` consecutive stacks, with
+``b = min(stacks, C)`` and ``a = floor(C / b)``; waves run tile chunk by tile chunk, stack
+chunk fastest, and inside a wave the slot of (tile ``i``, stack ``j``) is ``i * b + j``. Slots
+of a wave that the rectangle does not fill (``C - a*b``, or a ragged last chunk) stay idle.
+Hence the exact traffic: every wave reads the filters of its ``b`` stacks once, so the filters
+are read once per tile chunk (``ceil(T / a) x weights``), and every wave reads each of its
+tiles' input once (``groups = 1``: all stacks read all input slices), so the input is read
+once per stack chunk (``ceil(S / b) x`` one input pass). With ``groups > 1`` different
+stacks read different input slices, and inputs are loaded per task as without multicast.
+KaNN's spatial splitting is ``b = 1`` (one stack, C tiles per wave), its channel splitting
+``a = 1`` (one whole-map tile, C stacks per wave).
+
 Axes are described by small integer arrays (one entry per chunk), so totals are separable
 sums and per-task arrays are outer products: both cheap with numpy.
 """
@@ -129,6 +143,8 @@ class TaskGrid:
     (a quadrant), leaving slots idle when the stacks do not fill the last group.
     ``input_parallel`` runs one phase per (batch tile, stack); within a phase task ``k``
     takes input slices ``[k*in_c, (k+1)*in_c)`` and runs on cluster ``k mod C``.
+    A ``multicast`` mapping places the same tasks in the waves of the module docstring
+    (``clusters`` = C is then known; None otherwise).
     """
 
     layer: Layer
@@ -139,6 +155,7 @@ class TaskGrid:
     cols: SpatialAxis
     batch_tiles: np.ndarray
     in_steps: np.ndarray  # input_parallel: input slices per task of a phase
+    clusters: int | None = None  # C, for multicast mappings (their waves depend on it)
 
     @property
     def algorithm(self) -> str:
@@ -167,6 +184,23 @@ class TaskGrid:
         """Share groups per spatial/batch tile (``output_stack_shared``), else stacks."""
         g = self.mapping.share_group
         return -(-self.stacks.count // g)
+
+    @property
+    def multicast_wave(self) -> tuple[int, int]:
+        """(tiles ``a``, stacks ``b``) of a multicast wave: ``b = min(S, C)``, ``a = C // b``."""
+        assert self.mapping.multicast and self.clusters is not None
+        b = min(self.stacks.count, self.clusters)
+        return self.clusters // b, b
+
+    @property
+    def n_tiles(self) -> int:
+        """Spatial/batch tiles (``T``): batch tiles x row tiles x column tiles."""
+        return len(self.batch_tiles) * self.n_spatial
+
+    def task_tile(self) -> np.ndarray:
+        """Per task: its spatial/batch tile in task order ``(b * rows + r) * cols + c``."""
+        b, r, c, _, _ = self._index
+        return (b * self.rows.count + r) * self.cols.count + c
 
     # -- per-task arrays (task order above) ------------------------------------------------
     @cached_property
@@ -214,6 +248,11 @@ class TaskGrid:
         b, r, c, s, k = self._index
         if self.algorithm == "input_parallel":
             return k
+        if self.mapping.multicast:
+            a, nb = self.multicast_wave
+            tile = self.task_tile()
+            wave = (tile // a) * (-(-self.stacks.count // nb)) + s // nb
+            return wave * self.clusters + (tile % a) * nb + s % nb
         if self.algorithm == "output_stack_shared":
             g = self.mapping.share_group
             per_tile = self.share_groups_per_tile * g
@@ -316,13 +355,25 @@ def dma_efficiency(machine: Machine, run_bytes: np.ndarray | int,
     return fractions[np.maximum(np.searchsorted(sizes, run, side="right") - 1, 0)]
 
 
-def task_grid(layer: Layer, mapping: Mapping, batch: int) -> TaskGrid:
+def task_grid(layer: Layer, mapping: Mapping, batch: int,
+              machine: Machine | None = None) -> TaskGrid:
     """Cut ``layer`` (for ``batch`` images) into the tasks ``mapping`` describes.
 
-    Raises ``MappingError`` when the mapping does not apply to the layer.
+    A ``multicast`` mapping needs the ``machine`` (its waves depend on the cluster count, and
+    the machine must multicast). Raises ``MappingError`` when the mapping does not apply to the
+    layer or the machine.
     """
     if batch < 1:
         raise MappingError(f"batch must be >= 1, got {batch}")
+    clusters = None
+    if mapping.multicast:
+        if machine is None:
+            raise MappingError("a multicast mapping needs the machine: its waves depend on "
+                               "the number of clusters")
+        if not machine.dma_multicast:
+            raise MappingError(f"machine {machine.name!r} has no DMA multicast "
+                               f"(dma_multicast is false): multicast mappings do not apply")
+        clusters = machine.clusters
     tile = mapping.tile
     if mapping.algorithm == "input_parallel":
         if layer.kind != "fc":
@@ -348,4 +399,4 @@ def task_grid(layer: Layer, mapping: Mapping, batch: int) -> TaskGrid:
     cols = spatial_axis(layer.w_out, tile.out_w, layer.w_in, layer.kernel_w, layer.stride_w,
                         layer.pad_w)
     return TaskGrid(layer, mapping, batch, stacks, rows, cols, chunks(batch, mapping.batch_tile),
-                    in_steps)
+                    in_steps, clusters)

@@ -65,3 +65,15 @@ def mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
     batch = draw(st.integers(1, 4))
     mapping = draw(mappings(layer, batch))
     return layer, mapping, batch, draw(st.sampled_from(["fp32", "fp64"]))
+
+
+@st.composite
+def multicast_mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
+    """Output-stack mappings with DMA multicast (MPPA3-like machines compute fp16)."""
+    layer = draw(layers())
+    batch = draw(st.integers(1, 4))
+    mapping = draw(mappings(layer, batch))
+    mapping = Mapping("output_stack", delta_o=mapping.delta_o, batch_tile=mapping.batch_tile,
+                      tile=mapping.tile if mapping.algorithm != "input_parallel" else Tile(),
+                      buffers=mapping.buffers, multicast=True)
+    return layer, mapping, batch, "fp16"

@@ -74,6 +74,8 @@ class MappingRecord(_Model):
     chiplet_split: Literal["none", "output_channels", "spatial", "images"] = Field(
         default="none", description="how the layer is divided among a package's chiplets; "
         "the rest of the mapping is what each chiplet runs on its part")
+    multicast: bool = Field(False, description="one main-memory read per datum and wave, "
+                            "multicast to the wave's tasks (machines with dma_multicast)")
 
 
 class PredictedRecord(_Model):
@@ -191,7 +193,7 @@ def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -
                                  ("input", "filter", "output", "share")},
                               input_depth=b.input_depth, filter_depth=b.filter_depth,
                               output_depth=b.output_depth),
-        chiplet_split=mapping.chiplet_split)
+        chiplet_split=mapping.chiplet_split, multicast=mapping.multicast)
 
 
 def mapping_from_record(record: MappingRecord) -> Mapping:
@@ -203,7 +205,8 @@ def mapping_from_record(record: MappingRecord) -> Mapping:
                              in_c=record.tile.in_c),
                    buffers=Buffers(input_depth=b.input_depth, filter_depth=b.filter_depth,
                                    output_depth=b.output_depth),
-                   chiplet_split=record.chiplet_split)
+                   chiplet_split=record.chiplet_split,
+                   multicast=record.multicast)
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -18,6 +18,25 @@ per task, ``buffers`` sets the bytes and buffering depth of each L1 buffer.
 On a package of several chiplets (seed 002, Chiplet Architecture) ``chiplet_split`` says how
 the layer is divided among the chiplets (``autotune/chiplets.py``); the rest of the mapping
 then describes what *each* chiplet runs on its part.
+
+``multicast`` (``output_stack`` only, on machines with ``Machine.dma_multicast``: MPPA3's RDMA
+NoC, seed 003 Sec. IV) runs each wave's tasks in lockstep and delivers every main-memory datum
+the wave needs (a stack's filter slices, a spatial/batch tile's input band) with ONE read that
+the DMA multicasts to every task of the wave that needs it. ``tiling.TaskGrid`` fixes which
+tasks share a wave (a rectangle of tiles x stacks, see there). KaNN's two strategies
+(seed 003 Sec. IV) are these options:
+
+* *spatial splitting* ("each compute cluster only accesses an input activation tile and its
+  shadow region, while all the operator parameters are required; these are read once from
+  the DDR memory and multicasted"): ``output_stack`` with one stack (``delta_o = C_out``) or
+  few, spatial tiles (``tile.out_h``/``out_w``; the halo is the shadow region) and
+  ``multicast=True``: the weights are read once per wave instead of once per tile;
+* *channel splitting* ("the full input layer must be replicated in the local memory of each
+  compute cluster, but only the corresponding slice of parameters is read"): ``output_stack``
+  with stacks of channels and whole-map tiles; the replicated input is read once per wave with
+  ``multicast=True``, once per stack without it (plain Alg. 2).
+
+``search.space.kann_spatial`` and ``search.space.kann_channel`` build the two for a layer.
 """
 
 from __future__ import annotations
@@ -116,6 +135,8 @@ class Mapping:
     #: How the layer is divided among a package's chiplets (``CHIPLET_SPLITS``); single-chiplet
     #: machines accept only "none".
     chiplet_split: str = "none"
+    #: One main-memory read per datum and wave, multicast to the wave's tasks (see module doc).
+    multicast: bool = False
 
     def __post_init__(self) -> None:
         if self.chiplet_split not in CHIPLET_SPLITS:
@@ -131,6 +152,11 @@ class Mapping:
         if self.algorithm != "output_stack_shared" and self.share_group != 1:
             raise ValueError(f"share_group applies to output_stack_shared only, "
                              f"not to {self.algorithm}")
+        if not isinstance(self.multicast, bool):
+            raise ValueError(f"multicast must be a boolean, got {self.multicast!r}")
+        if self.multicast and self.algorithm != "output_stack":
+            raise ValueError(f"multicast applies to output_stack only, not to {self.algorithm} "
+                             f"(Alg. 3 forwards instead; Alg. 4/5 tasks share no data)")
 
     @property
     def report_algorithm(self) -> int | None:
@@ -151,7 +177,7 @@ class Mapping:
             if self.tile.in_c != 1:
                 return None
             return 4 if c_out is not None and self.delta_o >= c_out else 5
-        if not untiled or self.batch_tile != 1:
+        if not untiled or self.batch_tile != 1 or self.multicast:
             return None
         if self.algorithm == "output_stack":
             return 1 if self.delta_o == 1 else 2

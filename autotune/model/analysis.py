@@ -108,7 +108,7 @@ def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "
         raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
                            f"several chiplets; {machine.name!r} has one")
     wb = precision_word_bytes(precision)
-    return analyze_grid(task_grid(layer, mapping, batch), machine, precision, wb)
+    return analyze_grid(task_grid(layer, mapping, batch, machine), machine, precision, wb)
 
 
 def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:

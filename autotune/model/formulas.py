@@ -35,6 +35,22 @@ its payload over the ports and links (``rho_net``) and its main-memory occupancy
 occupancy over the HBM bandwidth. Traffic in bytes does not change. Without tables every
 ``ie`` is SCALE and the formula is built exactly as before (same numbers, same constraints).
 The fc reduction's root store and forwarded tiles are costed at the DMA port, as before.
+
+Multicast (``mc = 1``; ``output_stack`` on a machine with ``dma_multicast``, MPPA3's RDMA NoC,
+seed 003 Sec. IV). A wave is a rectangle of ``a`` tiles x ``b`` stacks (``tiling``:
+``b = min(n_s, C)``, ``a = floor(C / b)``), so, with ``T`` = batch tiles x spatial tiles:
+
+    waves        = ceil(T / a) x ceil(n_s / b)   (slots = waves x C; unfilled slots idle)
+    filter_load  = ceil(T / a) x weights          (a wave reads its b stacks' filters once)
+    input_load   = ceil(n_s / b) x B x C_in x in_px_sum     (groups = 1; else as without)
+
+Each receiving cluster's DMA port still receives every byte of its task, but the shared DDR/HBM
+(and the NoC links above the clusters) carry each multicast datum once. So a multicast stream
+of ``x`` bytes per cluster takes ``max(x / port, wave_bytes / shared)`` where ``wave_bytes`` is
+what the whole wave reads (``a'`` tiles' inputs + ``b`` stacks' filters, ``a'`` = tiles in the
+wave; stores are never shared) and ``shared`` is the slowest of the HBM and the level links:
+exact for MPPA3's one-level NoC, pessimistic for deeper trees (their lower links carry only
+their subtree's data). ``memory_floor`` uses the reduced off-chip bytes.
 """
 
 from __future__ import annotations
@@ -56,7 +72,7 @@ SCALE = 1000
 #: The per-mapping quantities the formula reads (see ``quantities.py``).
 QUANTITIES = ("alg", "n_s", "s_max", "s_in_sum", "in_max", "n_sp", "out_px_max", "in_px_max",
               "in_px_sum", "n_b", "b_max", "tc", "tc_f", "nk", "g", "d_in", "d_f", "d_out",
-              "ie_in", "ie_f", "ie_out")
+              "ie_in", "ie_f", "ie_out", "mc")
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,10 @@ class Consts:
     efficiency: bool = False
     rho_net: np.ndarray | None = None  # [active - 1] -> ``rho`` without the HBM term
     rho_hbm: np.ndarray | None = None  # [active - 1] -> the HBM term: active / HBM x SCALE
+    groups: int = 1
+    multicast: bool = False  # the machine multicasts: the mc = 1 branch is built
+    rho_port: int = 0        # multicast: cycles per byte x SCALE of one cluster's DMA port
+    rho_shared: int = 0      # multicast: cycles per byte x SCALE of the shared HBM / links
 
 
 def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int) -> Consts:
@@ -134,6 +154,11 @@ def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int
         e_noc=int(round(energy.get("noc_byte", 0.0) * 1000)),
         efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
         rho_net=rho_net, rho_hbm=rho_hbm,
+        groups=layer.groups, multicast=machine.dma_multicast,
+        rho_port=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
+        rho_shared=int(np.ceil(SCALE / min([machine.hbm_bytes_per_cycle]
+                                           + [lv.uplink_bytes_per_cycle
+                                              for lv in machine.levels]) - 1e-9)),
     )
 
 
@@ -188,8 +213,18 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     tiles_b_sp = mul(q["n_b"], q["n_sp"])
     groups = cdiv(n_s, q["g"])
     slots = choose(alg, [mul(tiles_b_sp, n_s), mul(tiles_b_sp, mul(groups, q["g"])), q["nk"]])
+    if k.multicast:  # waves of a x b tasks (module docstring); mc = 0 outside output_stack
+        mc = q["mc"]
+        mc_b = ops.min(n_s, k.clusters)                     # stacks per wave
+        mc_a = ops.lookup(mc_b - 1, np.asarray(                # floor(C / b): tiles per wave
+            [k.clusters // b for b in range(1, k.clusters + 1)], dtype=np.int64))
+        tile_chunks, stack_chunks = cdiv(tiles_b_sp, mc_a), cdiv(n_s, mc_b)
+        mc_tiles = ops.min(mc_a, tiles_b_sp)                 # tiles in a wave
+        slots = choose(mc, [slots, mul(mul(tile_chunks, stack_chunks), k.clusters)])
     waves = cdiv(slots, k.clusters)
     active = ops.min(slots, k.clusters)
+    if k.multicast:
+        active = choose(mc, [active, mul(mc_tiles, mc_b)])
     phases = choose(alg, [1, 1, mul(q["n_b"], n_s)])
     ie_in, ie_f, ie_out = q["ie_in"], q["ie_f"], q["ie_out"]
     if not k.efficiency:
@@ -199,7 +234,7 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         rho_net = ops.lookup(active - 1, k.rho_net)
         rho_hbm = ops.lookup(active - 1, k.rho_hbm)
 
-    def stream(nbytes: Any, occupied: Any = None) -> Any:
+    def plain_stream(nbytes: Any, occupied: Any = None) -> Any:
         """Cycles to move ``nbytes`` at this cluster's share of the bandwidth.
 
         ``occupied``: main-memory bytes x SCALE the transfer takes, ``bytes x ie`` (the
@@ -212,6 +247,15 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         return mx(cdiv(mul(nbytes, rho_net), SCALE),
                   cdiv(mul(occupied, rho_hbm), SCALE * SCALE))
 
+    def stream(nbytes: Any, occupied: Any = None, wave_bytes: Any = None) -> Any:
+        """As ``plain_stream``; with multicast, ``nbytes`` through this cluster's port while
+        the shared HBM and links carry the wave's distinct ``wave_bytes`` (charged as payload:
+        no preset both multicasts and has DMA efficiency tables)."""
+        if not k.multicast:
+            return plain_stream(nbytes, occupied)
+        shared = mx(cdiv(nbytes * k.rho_port, SCALE), cdiv(wave_bytes * k.rho_shared, SCALE))
+        return choose(mc, [plain_stream(nbytes, occupied), shared])
+
     in_bytes, filter_bytes = offchip_in * w, filter_words * w
     in_double, in_single = q["d_in"] - 1, 2 - q["d_in"]      # 0/1 flags
     f_double, f_single = q["d_f"] - 1, 2 - q["d_f"]
@@ -222,22 +266,30 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         in_occupied, f_occupied = mul(in_bytes, ie_in), mul(filter_bytes, ie_f)
         double_occupied = mul(in_double, in_occupied) + mul(f_double, f_occupied)
         single_occupied = mul(in_single, in_occupied) + mul(f_single, f_occupied)
+    wave_double = wave_single = wave_store = None
+    if k.multicast:  # what the wave reads: inputs of its tiles (x stacks if groups > 1) + filters
+        in_wave = mul(in_bytes, mc_tiles if k.groups == 1 else mul(mc_tiles, mc_b))
+        f_wave = mul(filter_bytes, mc_b)
+        wave_double = mul(in_double, in_wave) + mul(f_double, f_wave)
+        wave_single = mul(in_single, in_wave) + mul(f_single, f_wave)
     # Little's law: a double buffer keeps (allocated - one tile) bytes in flight.
     in_flight = (mul(in_double, alloc["input"] - tile["input"] * w)
                  + mul(f_double, alloc["filter"] - tile["filter"] * w))
     little = cdiv(mul(double_bytes, big_l), ops.max(in_flight, 1))
     filter_loads = mul(steps, s)
     transfers = steps + filter_loads + choose(alg, [1, 1, 0])
-    dma_double = (mx(stream(double_bytes, double_occupied), little) + cdiv(forwarded * w, k.dma)
-                  + transfers * k.setup)
+    dma_double = (mx(stream(double_bytes, double_occupied, wave_double), little)
+                  + cdiv(forwarded * w, k.dma) + transfers * k.setup)
     single_loads = mul(in_single, steps) + mul(f_single, filter_loads)
-    dma_single = stream(single_bytes, single_occupied) + single_loads * big_l
+    dma_single = stream(single_bytes, single_occupied, wave_single) + single_loads * big_l
     compute = cdiv(macs_task * SCALE, k.mac_rate)
     store_bytes = store_words * w
     if k.efficiency:
         store_occupied = mul(store_bytes, ie_out)
+    if k.multicast:
+        wave_store = mul(store_bytes, active)   # outputs are distinct: never shared
     out_single = 2 - q["d_out"]        # 1 if the store is exposed
-    store_time = stream(store_bytes, store_occupied) + big_l
+    store_time = stream(store_bytes, store_occupied, wave_store) + big_l
     store = mul(out_single, choose(alg, [store_time, store_time, 0]))
     task = big_l + mx(compute, dma_double) + dma_single + store
 
@@ -249,16 +301,22 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
             reduce = reduce + mul(ops.lookup(active - 1, level_steps),
                                   cdiv(stack_bytes * SCALE, link))
     phase_extra = choose(alg, [0, 0, reduce])
-    store_stream = stream(store_bytes, store_occupied)
+    store_stream = stream(store_bytes, store_occupied, wave_store)
     tail = mul(q["d_out"] - 1, choose(alg, [store_stream, store_stream, 0]))
     total = mul(phases, mul(waves, task) + phase_extra) + tail
 
     # -- traffic (Eq. 7, 9, 10, 12/13 generalised) ---------------------------------------------
     px = q["in_px_sum"]
-    input_load = choose(alg, [mul(q["s_in_sum"], px) * k.batch,
+    stack_input = mul(q["s_in_sum"], px) * k.batch
+    stack_filter = tiles_b_sp * k.weights
+    if k.multicast:  # once per stack chunk (groups = 1) and once per tile chunk
+        stack_input = choose(mc, [stack_input, mul(stack_chunks, px) * (k.batch * k.c_in)
+                                  if k.groups == 1 else stack_input])
+        stack_filter = choose(mc, [stack_filter, tile_chunks * k.weights])
+    input_load = choose(alg, [stack_input,
                               mul(groups, px) * (k.batch * k.c_in),
                               n_s * (k.batch * k.c_in * k.hw)])
-    filter_load = choose(alg, [tiles_b_sp * k.weights, tiles_b_sp * k.weights,
+    filter_load = choose(alg, [stack_filter, tiles_b_sp * k.weights,
                                q["n_b"] * k.weights])
     store_total = k.batch * k.outputs
     intercluster = choose(alg, [0, mul(n_s - groups, px) * (k.batch * k.c_in),

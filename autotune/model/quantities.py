@@ -91,7 +91,7 @@ def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]
     m = grid.mapping
     q = {"alg": ALGORITHM_CODES[m.algorithm], "g": m.share_group,
          "d_in": m.buffers.input_depth, "d_f": m.buffers.filter_depth,
-         "d_out": m.buffers.output_depth}
+         "d_out": m.buffers.output_depth, "mc": int(m.multicast)}
     q.update(stack_quantities(grid.stacks))
     q.update(spatial_quantities(grid.rows, grid.cols))
     q.update(batch_quantities(grid.batch, m.batch_tile))

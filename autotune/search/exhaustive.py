@@ -14,7 +14,7 @@ import numpy as np
 
 from autotune.ir.machine import Machine
 from autotune.ir.precision import word_bytes
-from autotune.model.formulas import SHARED, consts, evaluate
+from autotune.model.formulas import OUTPUT_STACK, SHARED, consts, evaluate
 from autotune.model.ops import NumpyOps
 from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
@@ -43,12 +43,15 @@ class Best:
 
 
 def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray]:
-    """Index values each variable ranges over for one algorithm (share only for Alg. 3)."""
+    """Index values each variable ranges over for one algorithm (share only for Alg. 3,
+    multicast only for output_stack)."""
     sizes = space.sizes
     shared = space.tables["alg"][alg_index] == SHARED
     ranges = {v: np.arange(sizes[v]) for v in VARIABLES}
     ranges["alg"] = np.array([alg_index])
     ranges["share"] = np.arange(1, sizes["share"]) if shared else np.array([0])
+    if space.tables["alg"][alg_index] != OUTPUT_STACK:  # multicast: output_stack only
+        ranges["multicast"] = np.array([0])
     return ranges
 
 

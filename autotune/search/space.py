@@ -57,7 +57,7 @@ def algorithms_for(layer: Layer) -> list[str]:
 
 def fits(layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int) -> bool:
     try:
-        grid = task_grid(layer, mapping, batch)
+        grid = task_grid(layer, mapping, batch, machine)
     except MappingError:
         return False
     return footprint(grid, machine, word_bytes(precision)).fits
@@ -108,6 +108,88 @@ def hand_choice(layer: Layer, machine: Machine, precision: str, batch: int = 1) 
     raise MappingError(f"layer {layer.name!r}: the report's recipe fits no mapping in L1")
 
 
+def kann_spatial(layer: Layer, machine: Machine, precision: str, batch: int = 1) -> Mapping:
+    """KaNN's spatial splitting (seed 003 Sec. IV) for ``layer``: every cluster computes a
+    spatial tile for all output channels, and the parameters are "read once from the DDR
+    memory and multicasted to all the target compute clusters".
+
+    ``output_stack`` with one stack (``delta_o = C_out``), row bands of at most
+    ``ceil(H_out / C)`` rows so that the clusters share the map (columns split only when a
+    band does not fit), ``multicast=True``; the largest tiles that fit: fewest tiles first,
+    then the most input slices per step. Only when no tile fits one stack are the outputs cut
+    into the fewest stacks that fit ("few stacks"). Every value is one the search space
+    offers, so the integer program's optimum is never worse in the model. Raises
+    ``MappingError`` if the machine does not multicast or nothing fits.
+    """
+    _need_multicast(machine, precision)
+    c = machine.clusters
+    band = -(-layer.h_out // c)
+    shapes = sorted(((r, w) for r, w in spatial_values(layer)
+                     if (r or layer.h_out) <= band or layer.h_out <= 1),
+                    key=lambda rw: (_tiles(layer, rw), -(rw[1] or layer.w_out)))
+    for delta_o in sorted(delta_o_values(layer), reverse=True):
+        for out_h, out_w in shapes:
+            found = _largest_in_c(layer, Mapping(
+                "output_stack", delta_o=delta_o, tile=Tile(out_h=out_h, out_w=out_w),
+                multicast=True), machine, precision, batch)
+            if found is not None:
+                return found
+    raise MappingError(f"layer {layer.name!r}: KaNN's spatial splitting fits no tile in L1")
+
+
+def kann_channel(layer: Layer, machine: Machine, precision: str, batch: int = 1) -> Mapping:
+    """KaNN's channel splitting (seed 003 Sec. IV) for ``layer``: every cluster computes a
+    slice of the output channels over the whole map; "the full input layer must be
+    replicated in the local memory of each compute cluster, but only the corresponding slice
+    of parameters is read from the DDR memory".
+
+    ``output_stack`` with whole-map tiles and stacks of at most ``ceil(C_out / C)`` channels
+    (one slice per cluster; smaller when that does not fit), ``multicast=True`` (the
+    replicated input is read once per wave and multicast), the most input slices per step
+    that fit. Raises ``MappingError`` if the machine does not multicast or nothing fits.
+    """
+    _need_multicast(machine, precision)
+    per_cluster = -(-layer.c_out // machine.clusters)
+    deltas = sorted((d for d in delta_o_values(layer) if d <= per_cluster), reverse=True)
+    for delta_o in deltas or [min(delta_o_values(layer))]:
+        found = _largest_in_c(layer, Mapping("output_stack", delta_o=delta_o, multicast=True),
+                              machine, precision, batch)
+        if found is not None:
+            return found
+    raise MappingError(f"layer {layer.name!r}: KaNN's channel splitting (whole maps) fits no "
+                       f"stack in L1")
+
+
+def _need_multicast(machine: Machine, precision: str) -> None:
+    machine.check_precision(precision)
+    if not machine.dma_multicast:
+        raise MappingError(f"KaNN's strategies multicast; machine {machine.name!r} cannot")
+
+
+def _tiles(layer: Layer, shape: tuple[int | None, int | None]) -> int:
+    rows, cols = shape
+    return -(-layer.h_out // (rows or layer.h_out)) * -(-layer.w_out // (cols or layer.w_out))
+
+
+def _largest_in_c(layer: Layer, base: Mapping, machine: Machine, precision: str,
+                  batch: int) -> Mapping | None:
+    """``base`` with the most input slices per step (the space's powers of two) that fits,
+    double-buffered if possible, else single-buffered; None if nothing fits."""
+    try:
+        in_max = int(output_stacks(layer, base.delta_o).in_size.max())
+    except MappingError:
+        return None
+    in_cs = [1 << i for i in range(MAX_IN_C_LOG2, -1, -1) if (1 << i) <= min(in_max,
+                                                                             layer.c_in)]
+    for buffers in (Buffers(), Buffers(input_depth=1, filter_depth=1, output_depth=1)):
+        for in_c in in_cs:
+            mapping = base.with_(tile=Tile(base.tile.out_h, base.tile.out_w, in_c),
+                                 buffers=buffers)
+            if fits(layer, mapping, machine, precision, batch):
+                return mapping
+    return None
+
+
 def _largest_fitting(layer: Layer, base: Mapping, deltas: list[int], machine: Machine,
                      precision: str, batch: int) -> Mapping | None:
     """The fitting mapping with the largest ``delta_o`` (the footprint grows with it)."""
@@ -151,7 +233,9 @@ class SearchSpace:
 
     Variables (each an index into its value list): ``alg``, ``delta_o``, ``spatial`` (a pair
     ``(out_h, out_w)``), ``batch_tile``, ``in_c``, ``share`` (share group size; 1 unless the
-    algorithm is ``output_stack_shared``) and the depths ``d_in``, ``d_f``, ``d_out``. The
+    algorithm is ``output_stack_shared``), the depths ``d_in``, ``d_f``, ``d_out`` and
+    ``multicast`` (False, and True on machines with ``dma_multicast``; True only with
+    ``output_stack``). The
     tables give the formula's quantities (``model/quantities.py``) for each value; they are
     built by calling ``tiling`` for each value, so they are exactly the quantities of the
     decoded mapping.
@@ -167,13 +251,15 @@ class SearchSpace:
     share: tuple[int, ...]
     depths: tuple[int, ...]
     tables: dict[str, np.ndarray]
+    multicast: tuple[bool, ...] = (False,)
 
     @property
     def sizes(self) -> dict[str, int]:
         return {"alg": len(self.algorithms), "delta_o": len(self.delta_o),
                 "spatial": len(self.spatial), "batch_tile": len(self.batch_tile),
                 "in_c": len(self.in_c), "share": len(self.share), "d_in": len(self.depths),
-                "d_f": len(self.depths), "d_out": len(self.depths)}
+                "d_f": len(self.depths), "d_out": len(self.depths),
+                "multicast": len(self.multicast)}
 
     def decode(self, index: dict[str, int]) -> Mapping:
         """The mapping a candidate (one index per variable) stands for."""
@@ -186,7 +272,8 @@ class SearchSpace:
             tile=Tile(out_h=out_h, out_w=out_w, in_c=self.in_c[index["in_c"]]),
             buffers=Buffers(input_depth=self.depths[index["d_in"]],
                             filter_depth=self.depths[index["d_f"]],
-                            output_depth=self.depths[index["d_out"]]))
+                            output_depth=self.depths[index["d_out"]]),
+            multicast=self.multicast[index.get("multicast", 0)])
 
 
 def spatial_values(layer: Layer) -> list[tuple[int | None, int | None]]:
@@ -198,7 +285,9 @@ def spatial_values(layer: Layer) -> list[tuple[int | None, int | None]]:
 
 def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     """The candidate values of every mapping variable for ``layer`` and their quantities."""
-    algorithms = tuple(algorithms_for(layer))
+    # Alg. 3 needs a quadrant below the root to share in (MPPA3's one-level NoC has none).
+    algorithms = tuple(a for a in algorithms_for(layer)
+                       if a != "output_stack_shared" or machine.share_group_sizes())
     deltas = delta_o_values(layer)
     spatial = spatial_values(layer)
     batch_tiles = chunk_sizes(batch)
@@ -235,9 +324,13 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     tables["run_f"] = [filter_run_words(layer, c) for c in in_cs]
     tables["run_out"] = [output_run_words(layer, ro, co, s)
                          for s in tables["s_max"] for _, _, ro, co in extents]
+    # Multicast only where the machine can (no new candidates elsewhere: same results).
+    multicast = (False, True) if machine.dma_multicast else (False,)
+    tables["mc"] = [int(m) for m in multicast]
     return SearchSpace(layer, batch, algorithms, tuple(deltas), tuple(spatial),
                        tuple(batch_tiles), tuple(in_cs), share, (1, 2),
-                       {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()})
+                       {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()},
+                       multicast)
 
 
 #: Which table each formula quantity is read from, by variable.
@@ -245,7 +338,7 @@ QUANTITY_SOURCE = {
     "n_s": "delta_o", "s_max": "delta_o", "s_in_sum": "delta_o", "in_max": "delta_o",
     "n_sp": "spatial", "out_px_max": "spatial", "in_px_max": "spatial", "in_px_sum": "spatial",
     "n_b": "batch_tile", "b_max": "batch_tile", "tc": "in_c", "tc_f": "in_c", "nk": "in_c",
-    "g": "share", "alg": "alg",
+    "g": "share", "alg": "alg", "mc": "multicast",
 }
 
 #: The inverse DMA efficiencies: quantity -> (run table, the variables it is indexed by,

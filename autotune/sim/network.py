@@ -99,23 +99,28 @@ class Network:
         return np.asarray([lv.latency_cycles for lv in self.machine.levels])[lca]
 
     def route(self, cluster: int, load: float = 0.0, store: float = 0.0, peer: int = -1,
-              peer_frac: float = 0.0, pad: float = 1.0, hbm: float | None = None) -> Route:
+              peer_frac: float = 0.0, pad: float = 1.0, hbm: float | None = None,
+              received: float | None = None) -> Route:
         """The route of a flow of ``cluster``: payload fractions ``load`` (from HBM),
         ``store`` (to HBM) and ``peer_frac`` (read from cluster ``peer``); ``pad`` >= 1 is
         DMA bus-beat bytes per payload byte (charged on the ports); ``hbm`` is HBM bandwidth
         bytes per payload byte, ``load + store`` unless short runs reach only a fraction of
-        the memory's bandwidth (``costs``: payload / DMA efficiency). Cached: the tasks of a
-        layer repeat a few shapes on every cluster."""
+        the memory's bandwidth (``costs``: payload / DMA efficiency). ``received`` (default
+        ``load``) is the fraction that arrives from main memory through this cluster's port:
+        more than ``load`` for a multicast receiver, whose data the HBM and the links above
+        carry once for all receivers (one of them, the carrier, is charged with it). Cached:
+        the tasks of a layer repeat a few shapes on every cluster."""
         if hbm is None:
             hbm = load + store
-        key = (cluster, load, store, peer, peer_frac, pad, hbm)
+        key = (cluster, load, store, peer, peer_frac, pad, hbm, received)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         n = len(self.machine.levels)
         idx = np.zeros(self.width, dtype=np.int64)
         w = np.zeros(self.width)
-        idx[0], w[0] = cluster, (load + store + peer_frac) * pad
+        port_load = load if received is None else received
+        idx[0], w[0] = cluster, (port_load + store + peer_frac) * pad
         levels = np.zeros(n)
         lca = self.lca_level(cluster, peer) if peer_frac > 0 else 0
         if peer_frac > 0:

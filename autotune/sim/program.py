@@ -13,6 +13,12 @@ HBM once. A forwarded tile's round trip is the quadrant latency plus the epoch c
 increment back to the source (half a round trip), and only as many tiles can be forwarded
 ahead as the source's forwarding buffer holds (one, unless ``share_bytes`` gives more).
 
+**Multicast** (``output_stack`` with ``multicast``, MPPA3, seed 003 Sec. IV). The tasks of a
+wave (``tiling``: a rectangle of tiles x stacks) move in lockstep as one agent, as a share
+group does: each input band and filter tile the wave needs is one main-memory read whose bytes
+arrive at every receiving cluster's port, while the HBM and the links above the clusters carry
+them once (charged to one receiver, the carrier).
+
 **Input parallel** (Alg. 4/5). One run per phase (a stack of outputs for a batch tile):
 each cluster takes tasks ``k = cid, cid + C, ...`` of ``in_c`` input slices, loads the input
 batch (prefetched during the previous task when the input buffer is double) and streams one
@@ -85,6 +91,7 @@ class _Part:
     peer: np.ndarray
     beats: np.ndarray
     hbm: np.ndarray          # HBM bandwidth bytes the loads and stores occupy (costs)
+    received: np.ndarray | None = None  # multicast: bytes through the port from main memory
 
 
 class _Tasks:
@@ -104,9 +111,11 @@ class _Tasks:
         b, cluster = float(v.bytes[t]), int(self.cluster[t])
         route = None
         if b > 0:
+            received = None if v.received is None else float(v.received[t]) / b
             route = self.net.route(cluster, float(v.load[t]) / b, float(v.store[t]) / b,
                                    int(self.peer[t]), float(v.peer[t]) / b,
-                                   float(v.beats[t]) * self.width / b, float(v.hbm[t]) / b)
+                                   float(v.beats[t]) * self.width / b, float(v.hbm[t]) / b,
+                                   received)
         return Part(cluster, b, route, float(v.compute[t]), float(v.own[t]))
 
     def work(self, label: str, name: str, tasks: list[int]) -> Work:
@@ -183,6 +192,9 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
 
     sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
             for f in ("bytes", "compute", "load", "store", "peer", "beats", "hbm")}
+    multicast = any(tasks.arrays[p].received is not None for p in parts)
+    if multicast:
+        sums["received"] = over([total(_received(tasks.arrays[p])) for p in parts])
     blocking = [p for p in parts if p not in tasks.background]
     own = over([total(tasks.arrays[p].own) for p in blocking])
     # The agent's own time: each item's lockstep duration once (shared by its members).
@@ -201,11 +213,16 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
             peer = int(tasks.peer[ids[first[i]]])
             route = tasks.net.route(cluster, sums["load"][i] / b, sums["store"][i] / b, peer,
                                     sums["peer"][i] / b, sums["beats"][i] * tasks.width / b,
-                                    sums["hbm"][i] / b)
+                                    sums["hbm"][i] / b,
+                                    sums["received"][i] / b if multicast else None)
         out.setdefault((a, c), []).append(Part(cluster, b, route, float(sums["compute"][i]),
                                                float(own[i])))
     return {k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v)))
             for k, v in out.items()}
+
+
+def _received(part: _Part) -> np.ndarray:
+    return part.load if part.received is None else part.received
 
 
 def _sequences(agent: np.ndarray, rank: np.ndarray, member: np.ndarray, merged: np.ndarray,
@@ -237,12 +254,13 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
     setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
     c_total = net.clusters
     shared = grid.algorithm == "output_stack_shared"
-    g = grid.mapping.share_group if shared else 1
+    multicast = grid.mapping.multicast
+    g = grid.mapping.share_group if shared else (c_total if multicast else 1)
     slot = grid.task_slot
     cluster = slot % c_total
     member = slot % g
     n_members = grid.share_members() if shared else np.ones_like(slot)
-    peer = cluster - member + (member + 1) % n_members
+    peer = cluster - member + (member + 1) % n_members if shared else cluster
     inp, fil, out = costs.input, costs.filter, costs.output
     steps, n_f = inp.tiles, fil.tiles
     in_tile, f_tile = inp.bytes_per_tile(), fil.bytes_per_tile()
@@ -283,6 +301,18 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
                np.zeros(0), costs.compute, h * in_rest + f_rest, np.zeros_like(in_tile),
                (1 - h) * in_rest, inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f,
                h * in_rest * in_occ + f_rest * f_occ)
+    if multicast:
+        # A wave moves in lockstep; each datum is read once and multicast to the wave's tasks
+        # that need it. Its carrier (the wave's first stack for an input tile, the first tile
+        # for a stack's filters) is charged with it on the HBM and links; every receiver's port
+        # receives all of its bytes.
+        a, b = grid.multicast_wave
+        in_carrier = (grid.task_index[3] % b == 0) if grid.layer.groups == 1 else True
+        f_carrier = grid.task_tile() % a == 0
+        for part, in_bytes, f_bytes in ((pro, in_tile, f_tile), (st, in_rest, f_rest)):
+            part.received = part.load
+            part.load = in_carrier * in_bytes + f_carrier * f_bytes
+            part.hbm = in_carrier * in_bytes * in_occ + f_carrier * f_bytes * f_occ
     zero = np.zeros(len(slot))
     store = _Part(out.bytes.astype(float), out.count * setup + out.beats + lat, np.zeros(0), zero,
                   zero, out.bytes.astype(float), zero, out.beats.astype(float),

@@ -42,7 +42,7 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
         raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
                            f"several chiplets; {machine.name!r} has one")
     wb = word_bytes(precision)
-    grid = task_grid(layer, mapping, batch)
+    grid = task_grid(layer, mapping, batch, machine)
     plan = plan_l1(grid, machine, wb)
     costs = task_costs(grid, machine, precision, wb)
     net = Network(machine)

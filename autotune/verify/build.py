@@ -29,6 +29,7 @@ from autotune.verify.program import (
     Conv,
     Copy,
     Load,
+    Multicast,
     Op,
     Program,
     Reduce,
@@ -59,7 +60,7 @@ def build_program(layer: Layer, mapping: Mapping, machine: Machine, precision: s
     """
     machine.check_precision(precision)
     wb = word_bytes(precision)
-    grid = task_grid(layer, mapping, batch)
+    grid = task_grid(layer, mapping, batch, machine)
     fp = footprint(grid, machine, wb)
     builder = _Builder(grid, fp.allocated_bytes, fp.depth, machine.clusters, wb)
     with collector_paused():
@@ -67,10 +68,13 @@ def build_program(layer: Layer, mapping: Mapping, machine: Machine, precision: s
             builder.input_parallel()
         elif mapping.algorithm == "output_stack_shared":
             builder.output_stack_shared()
+        elif mapping.multicast:
+            builder.output_stack_multicast()
         else:
             builder.output_stack()
     return Program(layer, mapping, batch, precision, wb, machine.l1_bytes,
-                   machine.l1_bank_bytes, machine.clusters, tuple(builder.ops))
+                   machine.l1_bank_bytes, machine.clusters, tuple(builder.ops),
+                   machine.dma_multicast)
 
 
 def _spans(starts: np.ndarray, sizes: np.ndarray) -> list[Span]:
@@ -213,6 +217,90 @@ class _Builder:
                                  "input", in_offset))
             self.convs(cluster, in_offset, out_offset, stack, step)
         self.ops.append(Store(cluster, "output", out_offset, out))
+
+    # -- multicast waves (MPPA3, seed 003 Sec. IV) -------------------------------------------
+    def output_stack_multicast(self) -> None:
+        """Each wave (``tiling``: a tiles x b stacks) runs in lockstep: per input step, each
+        tile's input band is one ``Multicast`` to the wave's tasks of that tile (groups = 1),
+        and each filter block of a stack one ``Multicast`` to the wave's tasks of that stack.
+        With groups > 1 the stacks read different input slices: inputs are loaded per task.
+        A datum with a single receiver is a plain ``Load``.
+        """
+        grid = self.grid
+        b, r, c, s, _ = (ix.tolist() for ix in grid.task_index)
+        slots = grid.task_slot
+        cluster = (slots % self.clusters).tolist()
+        self.alloc(sorted(set(cluster)))
+        order = np.argsort(slots, kind="stable").tolist()
+        waves: dict[int, list[int]] = {}
+        for t in order:
+            waves.setdefault(int(slots[t]) // self.clusters, []).append(t)
+        for tasks in waves.values():
+            tiles = list(dict.fromkeys((b[t], r[t], c[t]) for t in tasks))
+            stacks = list(dict.fromkeys(s[t] for t in tasks))
+            out_offset = {}
+            for t in tasks:
+                out = Region("output", (self.images[b[t]], self.stack_out[s[t]],
+                                        self.rows_out[r[t]], self.cols_out[c[t]]))
+                out_offset[t] = self.slot(cluster[t], "output")
+                self.ops.append(Zero(cluster[t], "output", out_offset[t], out))
+            if self.layer.groups == 1:   # every stack reads every input slice, in equal steps
+                for k, step in enumerate(self.stack_steps[stacks[0]]):
+                    in_offset = {}
+                    for tile in tiles:
+                        receivers = [t for t in tasks if (b[t], r[t], c[t]) == tile]
+                        offsets = [self.slot(cluster[t], "input") for t in receivers]
+                        in_offset.update(zip(receivers, offsets, strict=True))
+                        self.deliver(self.input_region(tile, step), "input",
+                                     [cluster[t] for t in receivers], offsets)
+                    for st in stacks:
+                        receivers = [t for t in tasks if s[t] == st]
+                        self.multicast_convs([(cluster[t], in_offset[t], out_offset[t])
+                                              for t in receivers], self.stack_out[st],
+                                             self.stack_steps[st][k])
+            else:
+                for st in stacks:
+                    receivers = [t for t in tasks if s[t] == st]
+                    for step in self.stack_steps[st]:
+                        in_offset = {}
+                        for t in receivers:
+                            in_offset[t] = self.slot(cluster[t], "input")
+                            self.ops.append(Load(cluster[t], self.input_region(
+                                (b[t], r[t], c[t]), step), "input", in_offset[t]))
+                        self.multicast_convs([(cluster[t], in_offset[t], out_offset[t])
+                                              for t in receivers], self.stack_out[st], step)
+            for t in tasks:
+                out = Region("output", (self.images[b[t]], self.stack_out[s[t]],
+                                        self.rows_out[r[t]], self.cols_out[c[t]]))
+                self.ops.append(Store(cluster[t], "output", out_offset[t], out))
+
+    def input_region(self, tile: tuple[int, int, int], step: Span) -> Region:
+        bt, rt, ct = tile
+        return Region("input", (self.images[bt], step, self.rows_in[rt], self.cols_in[ct]))
+
+    def deliver(self, src: Region, buffer: str, clusters: list[int], offsets: list[int]) -> None:
+        """One main-memory read of ``src`` into ``buffer`` of each cluster (a Load if one)."""
+        if len(clusters) == 1:
+            self.ops.append(Load(clusters[0], src, buffer, offsets[0]))
+        else:
+            self.ops.append(Multicast(clusters[0], src, buffer,
+                                      tuple(zip(clusters, offsets, strict=True))))
+
+    def multicast_convs(self, receivers: list[tuple[int, int, int]], stack: Span,
+                        step: Span) -> None:
+        """``convs`` for the tasks of one stack in a wave: each filter block read once and
+        multicast to them all. ``receivers``: (cluster, input offset, output offset)."""
+        kh, kw = self.layer.kernel_h, self.layer.kernel_w
+        cin = self.layer.cin_per_group
+        for oc0, oc1, ic0, ic1, ng in self.blocks(stack, step):
+            j0 = ic0 - (ic0 // cin) * cin
+            in_n = (ic1 - ic0) // ng
+            offsets = [self.slot(cl, "filter") for cl, _, _ in receivers]
+            self.deliver(Region("filter", ((oc0, oc1), (j0, j0 + in_n), (0, kh), (0, kw))),
+                         "filter", [cl for cl, _, _ in receivers], offsets)
+            for (cl, in_offset, out_offset), f_offset in zip(receivers, offsets, strict=True):
+                self.ops.append(Conv(cl, "input", in_offset, "filter", f_offset, "output",
+                                     out_offset, (oc0, oc1), (ic0, ic1), ng, self.stride))
 
     # -- Alg. 3: stacks of a share group forward input slices -------------------------------
     def output_stack_shared(self) -> None:

@@ -30,6 +30,7 @@ from autotune.verify.program import (
     Conv,
     Copy,
     Load,
+    Multicast,
     Op,
     Program,
     Reduce,
@@ -77,11 +78,15 @@ class Stats:
     store_bytes: int = 0          # L1 -> main memory
     intercluster_bytes: int = 0   # L1 -> another cluster's L1 (forwarding, reduction)
     local_bytes: int = 0          # L1 -> own L1 (publishing into the forwarding buffer)
+    multicast_bytes: int = 0      # main memory -> L1 of the 2nd, 3rd ... multicast receiver
     macs: int = 0
 
     def bytes_moved(self) -> dict[str, int]:
-        return {"load": self.load_bytes, "store": self.store_bytes,
-                "intercluster": self.intercluster_bytes, "local": self.local_bytes}
+        moved = {"load": self.load_bytes, "store": self.store_bytes,
+                 "intercluster": self.intercluster_bytes, "local": self.local_bytes}
+        if self.multicast_bytes:
+            moved["multicast_extra"] = self.multicast_bytes
+        return moved
 
 
 @dataclass(frozen=True)
@@ -235,6 +240,27 @@ def _load(m: _Machine, op: Load) -> None:
     m.stats.load_bytes += words * m.wb
 
 
+def _multicast(m: _Machine, op: Multicast) -> None:
+    """One main-memory read (counted once in ``load_bytes``) into every target's buffer."""
+    clusters = [cluster for cluster, _ in op.targets]
+    if not clusters:
+        raise ScheduleError(f"multicast of {op.src} has no receivers")
+    if len(set(clusters)) != len(clusters):
+        raise ScheduleError(f"multicast of {op.src} names a receiver twice: {clusters}")
+    if not m.program.multicast:
+        raise ScheduleError(f"multicast of {op.src}, but the machine has no DMA multicast")
+    src = m.tensor(op.src, ("input", "filter"))
+    words = op.src.words
+    block = src[op.src.slices]
+    for cluster, offset in op.targets:
+        buffer = m.buffer(cluster, op.buffer)
+        data = buffer.span(offset, words, op.src)
+        data.reshape(op.src.shape)[...] = block
+        buffer.write(offset, data, op.src, -1)
+    m.stats.load_bytes += words * m.wb
+    m.stats.multicast_bytes += (len(op.targets) - 1) * words * m.wb
+
+
 def _zero(m: _Machine, op: Zero) -> None:
     buffer = m.buffer(op.cluster, op.buffer)
     m.tensor(op.region, ("output",))
@@ -382,7 +408,8 @@ def _store(m: _Machine, op: Store) -> None:
 
 
 HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
-    Alloc: _alloc, Load: _load, Zero: _zero, Conv: _conv, Copy: _copy, Reduce: _reduce,
+    Alloc: _alloc, Load: _load, Multicast: _multicast, Zero: _zero, Conv: _conv, Copy: _copy,
+    Reduce: _reduce,
     Store: _store,
 }
 

@@ -16,6 +16,7 @@ from autotune.verify.program import (
     Conv,
     Copy,
     Load,
+    Multicast,
     Op,
     Program,
     Reduce,
@@ -118,6 +119,15 @@ def skip_input_step(program: Program) -> Program:
     return program.replace_ops(program.ops[:start] + program.ops[end:])
 
 
+def drop_multicast_receiver(program: Program) -> Program:
+    """A multicast whose receiver set misses a cluster that needs the data: the last
+    receiver of the first multicast is left out (it computes on whatever its slot holds)."""
+    for i, op in enumerate(program.ops):
+        if isinstance(op, Multicast) and len(op.targets) > 1:
+            return _with(program, i, replace(op, targets=op.targets[:-1]))
+    raise ValueError("no multicast with more than one receiver")
+
+
 def _is_input_load(op: Op) -> bool:
     return isinstance(op, Load) and op.src.tensor == "input"
 
@@ -142,5 +152,5 @@ def _without(program: Program, match: Callable[[Op], bool], none: str,
 FAULTS: dict[str, Callable[[Program], Program]] = {
     f.__name__: f for f in (overflow_l1, drop_halo_row, skip_remainder_stack,
                             drop_reduction_step, wrong_stride, forward_from_predecessor,
-                            skip_input_load, skip_input_step)
+                            skip_input_load, skip_input_step, drop_multicast_receiver)
 }

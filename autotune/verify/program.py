@@ -79,6 +79,20 @@ class Load:
 
 
 @dataclass(frozen=True, slots=True)
+class Multicast:
+    """One DMA read of ``src`` (main memory) written into ``buffer`` of every cluster of
+    ``targets`` (``(cluster, word offset)`` pairs): the RDMA multicast of MPPA3 (seed 003
+    Sec. IV, parameters "read once from the DDR memory and multicasted to all the target
+    compute clusters"). ``cluster`` issues it; main memory is read once.
+    """
+
+    cluster: int
+    src: Region
+    buffer: str
+    targets: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Zero:
     """Initialise an accumulator for output ``region`` to zero (report: "initialize O")."""
 
@@ -150,7 +164,7 @@ class Store:
     region: Region
 
 
-Op = Alloc | Load | Zero | Conv | Copy | Reduce | Store
+Op = Alloc | Load | Multicast | Zero | Conv | Copy | Reduce | Store
 
 
 @dataclass(frozen=True)
@@ -171,6 +185,7 @@ class Program:
     l1_align_bytes: int
     clusters: int
     ops: tuple[Op, ...]
+    multicast: bool = False     # the machine's DMA can multicast (``Multicast`` ops allowed)
 
     def on_cluster(self, cluster: int) -> list[Op]:
         """The operations one cluster issues, in its schedule order."""

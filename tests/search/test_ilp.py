@@ -146,3 +146,36 @@ def test_energy_objective_uses_the_machine_energies(manticore):
     expected = (layer.macs * e["mac_fp32"] + frugal.analysis.offchip_bytes * e["hbm_byte"]
                 + frugal.analysis.intercluster_bytes * e["noc_byte"])
     assert frugal.analysis.energy_pj == pytest.approx(expected, rel=1e-9)
+
+
+def multicast_machines():
+    """MPPA3 (5 clusters, one-level NoC, DMA multicast) and a copy with a small L1, where
+    capacity forces spatial tiles and multicast waves of several tiles."""
+    from autotune import Machine
+
+    mppa3 = Machine.preset("mppa3")
+    return st.sampled_from([mppa3, dataclasses.replace(mppa3, l1_bytes=48 * 1024)])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(machine=multicast_machines(), layer=small_layers(), batch=st.sampled_from([1, 1, 2, 3]),
+       objective=st.sampled_from(["latency", "latency", "traffic", "energy"]))
+def test_ilp_optimum_equals_exhaustive_with_multicast(machine, layer, batch, objective):
+    space = search_space(layer, machine, batch)
+    assert space.multicast == (False, True)
+    best = exhaustive_search(space, machine, "fp16", objective)
+    result = solve(space, machine, "fp16", objective)
+    assert result.status == "OPTIMAL"
+    assert result.candidates == best.candidates
+    assert result.index == best.index
+    for key in ("cycles", "offchip_bytes", "l1", "energy"):
+        assert result.values[key] == best.values[key]
+    mapping = space.decode(best.index)
+    a = analyze(layer, mapping, machine, "fp16", batch)
+    assert a.fits and a.cycles == best.values["cycles"]
+    assert a.offchip_bytes == best.values["offchip_bytes"]
+
+
+def test_multicast_is_only_offered_where_the_machine_multicasts(manticore):
+    layer = Layer("c", "conv", 14, 14, 32, 32, 3, 3, pad_h=1, pad_w=1)
+    assert search_space(layer, manticore, 1).multicast == (False,)

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from hypothesis import assume, given, settings
 
-from autotune import Buffers, Layer, Mapping, Tile, analyze, simulate
+from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
 from tests.sim.machines import with_bandwidth, with_fanout
-from tests.strategies import mapped_layers
+from tests.strategies import mapped_layers, multicast_mapped_layers
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -124,3 +124,21 @@ def test_double_buffers_are_never_slower_than_single(manticore, case):
     r1 = simulate(layer, depth[1], manticore, precision, batch)
     r2 = simulate(layer, depth[2], manticore, precision, batch)
     assert r2.cycles <= r1.cycles * 1.02     # within fair-sharing anomalies (0.9% found)
+
+
+@SETTINGS
+@given(multicast_mapped_layers())
+def test_multicast_laws(case):
+    """A multicast load is one main-memory read delivered to every receiver: the simulated
+    off-chip bytes equal the model's to the byte, and the physical bounds still hold."""
+    mppa3 = Machine.preset("mppa3")
+    layer, mapping, batch, precision = case
+    a = analyze(layer, mapping, mppa3, precision, batch)
+    assume(a.fits and a.tasks <= 5000)
+    r = simulate(layer, mapping, mppa3, precision, batch)
+    assert r.hbm_load_bytes == a.offchip_load_words * a.word_bytes
+    assert r.hbm_store_bytes == a.offchip_store_words * a.word_bytes
+    assert r.intercluster_bytes == a.intercluster_bytes == 0
+    assert r.tasks == a.tasks and r.macs == a.macs
+    assert r.cycles >= r.macs / mppa3.peak_macs_per_cycle(precision)
+    assert r.cycles >= r.hbm_bytes / mppa3.hbm_bytes_per_cycle

@@ -22,7 +22,21 @@ PROGRAMS = {
     "shared": lambda m: build_program(SHARED, Mapping("output_stack_shared", delta_o=3,
                                                       share_group=4), m),
     "report": lambda m: build_program(REPORT, Mapping.from_report(2, delta_o=24), m),
+    # KaNN's spatial splitting: one stack, 3 row bands in one wave, filters multicast
+    "multicast": lambda m: build_program(SHARED, Mapping("output_stack", delta_o=12,
+                                                         tile=Tile(out_h=2), multicast=True),
+                                         multicast_machine()),
 }
+
+
+def multicast_machine():
+    """MPPA3 (5 clusters, DMA multicast) given an fp32 rate so the fp32 executor runs it."""
+    import dataclasses
+
+    from autotune import Machine
+
+    mppa3 = Machine.preset("mppa3")
+    return dataclasses.replace(mppa3, macs_per_cycle_per_core={"fp16": 16, "fp32": 8})
 
 # fault, program it breaks, words the reason must contain
 CASES = [
@@ -45,6 +59,8 @@ CASES = [
     ("skip_input_load", "report", ["buffer 'input' of cluster 0 holds nothing"]),
     ("skip_input_step", "report", ["with 3048 of the 3072", "missing"]),
     ("skip_input_step", "fc", ["missing: a skipped input step"]),
+    ("drop_multicast_receiver", "multicast", ["Conv on cluster 2",
+                                              "buffer 'filter' of cluster 2 holds nothing"]),
 ]
 
 
@@ -78,7 +94,7 @@ def test_every_fault_is_exercised():
 @pytest.mark.parametrize("fault, program", [
     ("drop_halo_row", "report"), ("skip_remainder_stack", "shared"),
     ("drop_reduction_step", "bands"), ("wrong_stride", "fc"),
-    ("forward_from_predecessor", "report")])
+    ("forward_from_predecessor", "report"), ("drop_multicast_receiver", "report")])
 def test_a_fault_with_nothing_to_break_says_so(programs, fault, program):
     with pytest.raises(ValueError):
         faults.FAULTS[fault](programs[program])

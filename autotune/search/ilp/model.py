@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 
 from autotune.ir.machine import Machine
 from autotune.ir.precision import word_bytes
-from autotune.model.formulas import INPUT_PARALLEL, SHARED, consts, evaluate
+from autotune.model.formulas import INPUT_PARALLEL, OUTPUT_STACK, SHARED, consts, evaluate
 from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
@@ -66,7 +66,8 @@ def count_candidates(space: SearchSpace) -> int:
         pairs = (len(space.delta_o) * len(space.in_c) if code == INPUT_PARALLEL
                  else int((tc <= in_max).sum()))
         share = sizes["share"] - 1 if code == SHARED else 1
-        total += pairs * rest * share
+        multicast = sizes["multicast"] if code == OUTPUT_STACK else 1
+        total += pairs * rest * share * multicast
     return total
 
 
@@ -103,6 +104,13 @@ def build(space: SearchSpace, machine: Machine, precision: str, *,
             cpm.add(index["share"].expr >= 1)
         else:
             cpm.add(index["share"].expr == 0)
+    # Multicast applies to output_stack only.
+    if isinstance(index["multicast"], Expr):
+        if isinstance(alg, Expr):
+            cpm.add(index["multicast"].expr == 0).only_enforce_if(
+                ~ops.literal_equals(alg, OUTPUT_STACK))
+        elif alg != OUTPUT_STACK:
+            cpm.add(index["multicast"].expr == 0)
     q = {qname: ops.lookup(index[var], space.tables[qname])
          for qname, var in QUANTITY_SOURCE.items() if qname != "alg"}
     q["alg"] = alg

@@ -36,7 +36,7 @@ from autotune.search.space import SearchSpace, search_space
 from autotune.tiling import MappingError, task_grid
 
 #: Bump when the search space or the meaning of a trial changes: old studies are not reused.
-SPACE_VERSION = 1
+SPACE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,8 @@ def trial_params(space: SearchSpace, mapping: Mapping) -> dict[str, int | str]:
     }
     if mapping.algorithm == "output_stack_shared":
         params["share"] = space.share.index(mapping.share_group)
+    if mapping.algorithm == "output_stack" and len(space.multicast) > 1:
+        params["multicast"] = space.multicast.index(mapping.multicast)
     return params
 
 
@@ -129,6 +131,9 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
                       if algorithm == "output_stack_shared" else 0)
     for var in ("d_in", "d_f", "d_out"):
         index[var] = trial.suggest_int(var, 1, 2) - 1
+    # Only machines that multicast offer the choice (other studies are unchanged).
+    index["multicast"] = (trial.suggest_int("multicast", 0, sizes["multicast"] - 1)
+                          if algorithm == "output_stack" and sizes["multicast"] > 1 else 0)
     assert set(index) == set(VARIABLES)
     return space.decode(index)
 
@@ -256,7 +261,7 @@ def _evaluate(trial: optuna.Trial, space: SearchSpace, layer: Layer, machine: Ma
     """One trial: prune what does not apply or fit (no simulation), else simulate."""
     mapping = _suggest(trial, space)
     try:
-        grid = task_grid(layer, mapping, batch)
+        grid = task_grid(layer, mapping, batch, machine)
     except MappingError as exc:
         trial.set_user_attr("pruned", str(exc))
         raise optuna.TrialPruned() from None
@@ -270,7 +275,7 @@ def _evaluate(trial: optuna.Trial, space: SearchSpace, layer: Layer, machine: Ma
 
 def _decode_params(space: SearchSpace, params: dict) -> Mapping:
     index = {"alg": space.algorithms.index(params["alg"]),
-             "share": params.get("share", 0),
+             "share": params.get("share", 0), "multicast": params.get("multicast", 0),
              **{v: params[v] for v in ("delta_o", "spatial", "batch_tile", "in_c")},
              **{v: params[v] - 1 for v in ("d_in", "d_f", "d_out")}}
     return space.decode(index)
