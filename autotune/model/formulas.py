@@ -19,8 +19,8 @@ Alg. 5's outer loop; the others run one):
 as its largest task: remainders cost a whole wave, as on the machine. ``compute`` runs at the
 cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
 DMA port, its fair share of HBM and of each uplink above it when ``active`` clusters stream
-(``rho``), and Little's law for what its double buffers keep in flight (report Sec. 2.1.2:
-256 cycles x 64 B/cycle = 16 KiB in flight). Single-buffered streams serialise with compute and
+(``rho``), and Little's law for what each double buffer keeps in flight (report Sec. 2.1.2:
+256 cycles x 64 B/cycle = 16 KiB in flight), per stream. Single-buffered streams serialise with compute and
 pay the round-trip latency ``L`` per load; each transfer pays the DMA set-up. A task pays ``L``
 to start and, unless its output is double buffered, ``L`` plus the transfer to store.
 ``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one store.
@@ -272,10 +272,14 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         f_wave = mul(filter_bytes, mc_b)
         wave_double = mul(in_double, in_wave) + mul(f_double, f_wave)
         wave_single = mul(in_single, in_wave) + mul(f_single, f_wave)
-    # Little's law: a double buffer keeps (allocated - one tile) bytes in flight.
-    in_flight = (mul(in_double, alloc["input"] - tile["input"] * w)
-                 + mul(f_double, alloc["filter"] - tile["filter"] * w))
-    little = cdiv(mul(double_bytes, big_l), ops.max(in_flight, 1))
+    # Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
+    # and each stream needs its own (the report's footnotes 2/3: the input and the filter
+    # buffer each cover the round trip), so a tiny filter buffer is not rescued by a big
+    # input buffer: every filter tile then waits a whole round trip.
+    in_flight_in = ops.max(alloc["input"] - tile["input"] * w, 1)
+    in_flight_f = ops.max(alloc["filter"] - tile["filter"] * w, 1)
+    little = mx(cdiv(mul(mul(in_double, in_bytes), big_l), in_flight_in),
+                cdiv(mul(mul(f_double, filter_bytes), big_l), in_flight_f))
     filter_loads = mul(steps, s)
     transfers = steps + filter_loads + choose(alg, [1, 1, 0])
     dma_double = (mx(stream(double_bytes, double_occupied, wave_double), little)
