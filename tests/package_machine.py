@@ -15,12 +15,13 @@ from pathlib import Path
 import yaml
 
 from autotune import Machine
+from autotune.io.machine_yaml import with_base
 
 
 @functools.cache
 def small_package(chiplets: int = 2) -> Machine:
     text = (resources.files("autotune") / "machines" / "manticore-package.yaml").read_text()
-    doc = yaml.safe_load(text)
+    doc = with_base(yaml.safe_load(text), "manticore-package")   # the chiplet's tree too
     doc["name"] = f"test-package-{chiplets}"
     doc["parameters"]["chiplets"]["value"] = chiplets
     root = copy.deepcopy(doc["hierarchy"][-1])

@@ -233,6 +233,35 @@ def machine_from_description(description: dict[str, Any], path: str) -> Machine:
     return build_machine(spec, path)
 
 
+def with_base(raw: dict[str, Any], path: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``raw`` with ``base: PRESET`` resolved: the preset's description overlaid by this one.
+
+    A machine that differs from a preset in a few numbers (``manticore-package`` is four
+    ``manticore`` chiplets plus links) names it instead of repeating it: its ``parameters``
+    and ``energy`` entries replace or add to the base's, its ``hierarchy`` (if given)
+    replaces the base's, and ``name``/``summary`` are its own. The result is a complete,
+    self-contained description (what schedule files embed).
+    """
+    base = raw.get("base")
+    if base is None:
+        return raw
+    if not isinstance(base, str) or base not in preset_names():
+        raise InputError(path, f"unknown base preset {base!r} (presets: "
+                               f"{', '.join(preset_names())})", field="base")
+    if base in seen:
+        raise InputError(path, f"presets derive from each other in a cycle: "
+                               f"{' -> '.join((*seen, base))}", field="base")
+    text = (resources.files("autotune") / "machines" / f"{base}.yaml").read_text("utf-8")
+    parent = with_base(yaml.safe_load(text), f"<preset {base}>", (*seen, base))
+    merged = {k: v for k, v in parent.items() if k not in ("name", "summary")}
+    for key, value in raw.items():
+        if key in ("parameters", "energy") and isinstance(value, dict):
+            merged[key] = {**parent.get(key, {}), **value}
+        elif key != "base":
+            merged[key] = value
+    return merged
+
+
 def parse_machine(text: str, path: str) -> Machine:
     """Parse machine YAML text (``path`` is only used in error messages)."""
     try:
@@ -244,7 +273,7 @@ def parse_machine(text: str, path: str) -> Machine:
     if not isinstance(raw, dict):
         raise InputError(path, "expected a mapping with 'name', 'parameters' and 'hierarchy'")
     try:
-        spec = MachineSpec.model_validate(raw)
+        spec = MachineSpec.model_validate(with_base(raw, path))
     except ValidationError as exc:
         raise first_validation_error(path, exc) from None
     return build_machine(spec, path)

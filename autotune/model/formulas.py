@@ -20,10 +20,11 @@ as its largest task: remainders cost a whole wave, as on the machine. ``compute`
 cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
 DMA port, its fair share of HBM and of each uplink above it when ``active`` clusters stream
 (``rho``), and Little's law for what each double buffer keeps in flight (report Sec. 2.1.2:
-256 cycles x 64 B/cycle = 16 KiB in flight), per stream. Single-buffered streams serialise with compute and
-pay the round-trip latency ``L`` per load; each transfer pays the DMA set-up. A task pays ``L``
-to start and, unless its output is double buffered, ``L`` plus the transfer to store.
-``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one store.
+256 cycles x 64 B/cycle = 16 KiB in flight), per stream. Single-buffered streams serialise
+with compute and pay the round-trip latency ``L`` per load; each transfer pays the DMA
+set-up. A task pays ``L`` to start and, unless its output is double buffered, ``L`` plus the
+transfer to store. ``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one
+store.
 
 DMA efficiency (machines with ``dma_read_efficiency``/``dma_write_efficiency`` tables, e.g.
 the SW26010 core group: swDNN, seed 004 Sec. III-D and Table II, 4 GB/s with 32 B blocks up

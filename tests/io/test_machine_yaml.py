@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def test_every_parameter_has_unit_and_provenance():
     for path in PRESETS.glob("*.yaml"):
         raw = yaml.safe_load(path.read_text())
         params = list(raw["parameters"].values())
-        for level in raw["hierarchy"]:
+        for level in raw.get("hierarchy", []):  # a preset with ``base`` may inherit it
             params += [v for k, v in level.items() if k != "name"]
         for p in params:
             assert p["unit"]
@@ -126,3 +127,23 @@ def test_unknown_machine():
 def test_optional_parameters_are_checked(tmp_path, edit, field):
     with pytest.raises(InputError, match=field):
         Machine.from_file(mutate(tmp_path, edit))
+
+
+def test_base_preset_is_overlaid(tmp_path):
+    package = Machine.preset("manticore-package")
+    chiplet = Machine.preset("manticore")
+    assert package.levels == chiplet.levels and package.energy_pj == chiplet.energy_pj
+    assert replace(package.chiplet(), name="manticore") == chiplet
+    # schedule files embed the resolved, self-contained description
+    assert "base" not in package.description and package.description["hierarchy"]
+    raw = {"name": "faster", "base": "manticore",
+           "parameters": {"hbm_bandwidth": {"value": 512, "unit": "GB/s", "assumption": "x"}}}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    m = Machine.from_file(path)
+    assert m.hbm_bytes_per_cycle == 2 * chiplet.hbm_bytes_per_cycle
+    assert m.clusters == chiplet.clusters and m.name == "faster"
+    raw["base"] = "nonesuch"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InputError, match="base"):
+        Machine.from_file(path)
