@@ -111,6 +111,14 @@ def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "
     return analyze_grid(task_grid(layer, mapping, batch, machine), machine, precision, wb)
 
 
+def bound_of(compute_ideal: float, memory_ideal: float, cycles: int) -> str:
+    """``latency`` when neither ideal time reaches half the cycles, else the larger of
+    ``compute`` and ``memory`` (ties: compute)."""
+    if max(compute_ideal, memory_ideal) < 0.5 * cycles:
+        return "latency"
+    return "compute" if compute_ideal >= memory_ideal else "memory"
+
+
 def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:
     layer, mapping = grid.layer, grid.mapping
     k = consts(layer, machine, precision, wb, grid.batch)
@@ -122,10 +130,7 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
     # efficiency tables, to the bit: occupied is bytes x SCALE).
     memory_ideal = as_int(v["memory_occupied"]) / SCALE / machine.hbm_bytes_per_cycle
     cycles = as_int(v["cycles"])
-    if max(compute_ideal, memory_ideal) < 0.5 * cycles:
-        bound = "latency"
-    else:
-        bound = "compute" if compute_ideal >= memory_ideal else "memory"
+    bound = bound_of(compute_ideal, memory_ideal, cycles)
     return Analysis(
         layer=layer.name, algorithm=mapping.algorithm,
         report_algorithm=mapping.report_algorithm_for(layer.c_out),

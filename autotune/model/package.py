@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.chiplets import Part, link_bytes, part_mapping, split_parts
+from autotune.chiplets import link_bytes, part_mapping, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
@@ -52,20 +52,15 @@ def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:
     return machine.d2d_latency_cycles + -(-max_link_bytes * SCALE // rate)
 
 
-def package_parts(layer: Layer, mapping: Mapping, machine: Machine, precision: str,
-                  batch: int) -> tuple[Part, ...]:
-    return split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
-                       word_bytes(precision))
-
-
 def analyze_package(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
                     batch: int = 1):
     """``analyze`` on a package: the figures of the whole split layer (see the module
     docstring); ``l1_bytes``, buffers, waves and the largest task are part 0's."""
-    from autotune.model.analysis import analyze
+    from autotune.model.analysis import analyze, bound_of
 
     chiplet = machine.chiplet()
-    parts = package_parts(layer, mapping, machine, precision, batch)
+    parts = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
+                        word_bytes(precision))
     memo: dict[tuple, object] = {}
     analyses = []
     for part in parts:
@@ -78,14 +73,11 @@ def analyze_package(layer: Layer, mapping: Mapping, machine: Machine, precision:
     links = link_bytes(parts)
     extra = d2d_cycles(max(links.values(), default=0), machine)
     macs = batch * layer.macs
-    offchip_bytes = sum(a.offchip_bytes for a in analyses)
     compute_ideal = macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
-    memory_ideal = offchip_bytes / (machine.chiplets * machine.hbm_bytes_per_cycle)
+    # Every part's main-memory occupancy (with its DMA efficiency) over all chiplets' HBMs.
+    memory_ideal = sum(a.memory_cycles for a in analyses) / machine.chiplets
     cycles = first.cycles + extra
-    if max(compute_ideal, memory_ideal) < 0.5 * cycles:
-        bound = "latency"
-    else:
-        bound = "compute" if compute_ideal >= memory_ideal else "memory"
+    bound = bound_of(compute_ideal, memory_ideal, cycles)
     unfit = [a for a in analyses if not a.fits]
     return replace(
         first, layer=layer.name, report_algorithm=mapping.report_algorithm_for(layer.c_out),
