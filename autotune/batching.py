@@ -23,16 +23,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from autotune.api import Totals, TuneResult, _progress, tune
 from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
 from autotune.model.analysis import Analysis
-
-if TYPE_CHECKING:
-    from autotune.api import TuneResult
 
 #: The default sweep: powers of two from 1 to 256.
 DEFAULT_BATCHES: tuple[int, ...] = tuple(2**i for i in range(9))
@@ -72,16 +70,10 @@ class FcBound:
 
 
 @dataclass(frozen=True)
-class BatchPoint:
+class BatchPoint(Totals):
     """The tuned network at one batch: ``tune``'s totals and the fc layers' bounds."""
 
     batch: int
-    cycles: int
-    latency_s: float
-    images_per_s: float
-    tflops: float
-    peak_fraction: float
-    offchip_bytes: int
     fc: tuple[FcBound, ...]
     verified: bool | None     # every layer verified (None: not verified)
 
@@ -180,17 +172,7 @@ class SweepResult:
             "search": self.search, "refine": self.refine, "verify": self.verify,
             "ridge_flop_per_byte": self.ridge_flop_per_byte,
             "batches": list(self.batches),
-            "points": [{
-                "batch": p.batch, "cycles": p.cycles, "latency_s": p.latency_s,
-                "images_per_s": p.images_per_s, "tflops": p.tflops,
-                "peak_fraction": p.peak_fraction, "offchip_bytes": p.offchip_bytes,
-                "verified": p.verified,
-                "fc": [{"layer": f.layer, "bound": f.bound, "model_bound": f.model_bound,
-                        "flop_per_byte": f.flop_per_byte, "offchip_bytes": f.offchip_bytes,
-                        "memory_cycles": f.memory_cycles,
-                        "compute_cycles": f.compute_cycles, "cycles": f.cycles}
-                       for f in p.fc],
-            } for p in self.points],
+            "points": [asdict(p) for p in self.points],
             "fc_layers": [{"layer": name, "turning_batch": self.turning_batch(name),
                            "memory_again": self.memory_again(name)}
                           for name in self.fc_layers],
@@ -290,7 +272,6 @@ def powers_of_two(max_batch: int) -> tuple[int, ...]:
 
 def point_of(result: TuneResult) -> BatchPoint:
     """The ``BatchPoint`` of one ``TuneResult``."""
-    t = result.totals
     fc = []
     for r in result.layers:
         if r.layer.kind != "fc":
@@ -303,10 +284,8 @@ def point_of(result: TuneResult) -> BatchPoint:
             cycles=r.simulated.cycles if r.simulated is not None else a.cycles))
     checked = [r.verified for r in result.layers if r.verified is not None]
     verified = all(v.ok for v in checked) if checked else None
-    return BatchPoint(batch=result.batch, cycles=t.cycles, latency_s=t.latency_s,
-                      images_per_s=t.images_per_s, tflops=t.tflops,
-                      peak_fraction=t.peak_fraction, offchip_bytes=t.offchip_bytes,
-                      fc=tuple(fc), verified=verified)
+    totals = {f.name: getattr(result.totals, f.name) for f in fields(Totals)}
+    return BatchPoint(**totals, batch=result.batch, fc=tuple(fc), verified=verified)
 
 
 def sweep(network: str | Path | Network, machine: str | Path | Machine | None = None, *,
@@ -327,7 +306,6 @@ def sweep(network: str | Path | Network, machine: str | Path | Machine | None = 
         >>> s = sweep("examples/alexnet.yaml", batches=(1, 8, 64))   # doctest: +SKIP
         >>> s.turning_batches(), s.best_within(5e-3)                 # doctest: +SKIP
     """
-    from autotune.api import _progress, tune
     from autotune.io.machine_yaml import resolve_machine
     from autotune.io.network_yaml import load_network
 
