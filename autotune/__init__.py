@@ -28,8 +28,31 @@ from autotune.verify import Verification, verify
 
 __version__ = "0.1.0"
 
-__all__ = ["ALGORITHMS", "Analysis", "BatchChoice", "BatchPoint", "Buffers", "BudgetError",
-           "InputError", "Layer", "Level", "Machine", "Mapping", "MappingError", "Network",
-           "SimResult", "SweepResult", "Tile", "TuneResult", "Verification", "analyze",
-           "choose_batch", "load_network", "simulate", "sweep", "tune", "verify",
-           "__version__"]
+__all__ = [
+    "ALGORITHMS",
+    "Analysis",
+    "BatchChoice",
+    "BatchPoint",
+    "Buffers",
+    "BudgetError",
+    "InputError",
+    "Layer",
+    "Level",
+    "Machine",
+    "Mapping",
+    "MappingError",
+    "Network",
+    "SimResult",
+    "SweepResult",
+    "Tile",
+    "TuneResult",
+    "Verification",
+    "analyze",
+    "choose_batch",
+    "load_network",
+    "simulate",
+    "sweep",
+    "tune",
+    "verify",
+    "__version__",
+]

@@ -60,13 +60,13 @@ class FcBound:
     """One fc layer at one batch: which side of the ridge its tuned schedule is on."""
 
     layer: str
-    bound: str                # "memory" | "compute" (``regime``)
-    model_bound: str          # ``Analysis.bound``: "memory" | "compute" | "latency"
-    flop_per_byte: float      # 2 MACs per off-chip byte of the chosen schedule
+    bound: str  # "memory" | "compute" (``regime``)
+    model_bound: str  # ``Analysis.bound``: "memory" | "compute" | "latency"
+    flop_per_byte: float  # 2 MACs per off-chip byte of the chosen schedule
     offchip_bytes: int
-    memory_cycles: float      # off-chip bytes / HBM bytes per cycle
-    compute_cycles: float     # MACs / (peak MACs per cycle * FPU utilisation)
-    cycles: int               # the layer's simulated cycles (predicted without simulation)
+    memory_cycles: float  # off-chip bytes / HBM bytes per cycle
+    compute_cycles: float  # MACs / (peak MACs per cycle * FPU utilisation)
+    cycles: int  # the layer's simulated cycles (predicted without simulation)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class BatchPoint(Totals):
 
     batch: int
     fc: tuple[FcBound, ...]
-    verified: bool | None     # every layer verified (None: not verified)
+    verified: bool | None  # every layer verified (None: not verified)
 
     def fc_bound(self, layer: str) -> FcBound:
         for f in self.fc:
@@ -165,17 +165,29 @@ class SweepResult:
         return {
             "tool": {"name": "autotune", "version": __version__},
             "network": self.network,
-            "machine": {"name": m.name, "peak_flops": m.peak_flops(self.precision),
-                        "fpu_utilization": m.fpu_utilization,
-                        "hbm_bytes_per_s": m.hbm_bytes_per_s},
-            "precision": self.precision, "objective": self.objective, "seed": self.seed,
-            "search": self.search, "refine": self.refine, "verify": self.verify,
+            "machine": {
+                "name": m.name,
+                "peak_flops": m.peak_flops(self.precision),
+                "fpu_utilization": m.fpu_utilization,
+                "hbm_bytes_per_s": m.hbm_bytes_per_s,
+            },
+            "precision": self.precision,
+            "objective": self.objective,
+            "seed": self.seed,
+            "search": self.search,
+            "refine": self.refine,
+            "verify": self.verify,
             "ridge_flop_per_byte": self.ridge_flop_per_byte,
             "batches": list(self.batches),
             "points": [asdict(p) for p in self.points],
-            "fc_layers": [{"layer": name, "turning_batch": self.turning_batch(name),
-                           "memory_again": self.memory_again(name)}
-                          for name in self.fc_layers],
+            "fc_layers": [
+                {
+                    "layer": name,
+                    "turning_batch": self.turning_batch(name),
+                    "memory_again": self.memory_again(name),
+                }
+                for name in self.fc_layers
+            ],
             "best_batch": self.best() if self.points else None,
         }
 
@@ -240,8 +252,10 @@ def parse_batches(text: str) -> tuple[int, ...]:
     else:
         diffs = {b - a for a, b in pairs}
         if len(diffs) != 1 or next(iter(diffs)) <= 0:
-            raise ValueError(f"{text!r}: the batches before '...' are neither a rising "
-                             f"geometric nor an arithmetic progression")
+            raise ValueError(
+                f"{text!r}: the batches before '...' are neither a rising "
+                f"geometric nor an arithmetic progression"
+            )
         d = next(iter(diffs))
         step = lambda v: v + d  # noqa: E731
         kind = f"+{d}"
@@ -253,8 +267,10 @@ def parse_batches(text: str) -> tuple[int, ...]:
         if len(values) > MAX_BATCHES:
             raise ValueError(f"{text!r}: more than {MAX_BATCHES} batches")
     if values[-1] != last:
-        raise ValueError(f"{text!r}: {last} is not in the progression {head[0]}, {head[1]}, "
-                         f"... ({kind} each step; it passes {values[-2]} and {values[-1]})")
+        raise ValueError(
+            f"{text!r}: {last} is not in the progression {head[0]}, {head[1]}, "
+            f"... ({kind} each step; it passes {values[-2]} and {values[-1]})"
+        )
     return tuple(values)
 
 
@@ -277,23 +293,41 @@ def point_of(result: TuneResult) -> BatchPoint:
         if r.layer.kind != "fc":
             continue
         a = r.predicted
-        fc.append(FcBound(
-            layer=r.layer.name, bound=regime(a), model_bound=a.bound,
-            flop_per_byte=a.flop_per_byte, offchip_bytes=a.offchip_bytes,
-            memory_cycles=a.memory_cycles, compute_cycles=a.compute_cycles,
-            cycles=r.simulated.cycles if r.simulated is not None else a.cycles))
+        fc.append(
+            FcBound(
+                layer=r.layer.name,
+                bound=regime(a),
+                model_bound=a.bound,
+                flop_per_byte=a.flop_per_byte,
+                offchip_bytes=a.offchip_bytes,
+                memory_cycles=a.memory_cycles,
+                compute_cycles=a.compute_cycles,
+                cycles=r.simulated.cycles if r.simulated is not None else a.cycles,
+            )
+        )
     checked = [r.verified for r in result.layers if r.verified is not None]
     verified = all(v.ok for v in checked) if checked else None
     totals = {f.name: getattr(result.totals, f.name) for f in fields(Totals)}
     return BatchPoint(**totals, batch=result.batch, fc=tuple(fc), verified=verified)
 
 
-def sweep(network: str | Path | Network, machine: str | Path | Machine | None = None, *,
-          batches: Iterable[int] = DEFAULT_BATCHES, precision: str | None = None,
-          objective: str = "latency", refine: bool = False, verify: bool = False,
-          seed: int = 0, progress: bool | Callable[[str, str], None] = False,
-          storage: str | None = None, trials: int | None = None, search: str = "ilp",
-          time_limit: float | None = 60.0, timeout: float | None = None) -> SweepResult:
+def sweep(
+    network: str | Path | Network,
+    machine: str | Path | Machine | None = None,
+    *,
+    batches: Iterable[int] = DEFAULT_BATCHES,
+    precision: str | None = None,
+    objective: str = "latency",
+    refine: bool = False,
+    verify: bool = False,
+    seed: int = 0,
+    progress: bool | Callable[[str, str], None] = False,
+    storage: str | None = None,
+    trials: int | None = None,
+    search: str = "ilp",
+    time_limit: float | None = 60.0,
+    timeout: float | None = None,
+) -> SweepResult:
     """Tune ``network`` at each batch of ``batches`` (``autotune.api.tune``) and compare.
 
     ``batches`` is sorted and deduplicated. Refinement and verification are off by default:
@@ -317,17 +351,31 @@ def sweep(network: str | Path | Network, machine: str | Path | Machine | None = 
     report = _progress(progress)
     points, results = [], {}
     for b in values:
+
         def at_batch(stage: str, name: str, b: int = b) -> None:
             report(stage, f"{name} @ batch {b}")
 
-        result = tune(net, mach, precision=prec, objective=objective, refine=refine,
-                      verify=verify, trials=trials, storage=storage, seed=seed,
-                      progress=at_batch, batch=b, search=search, time_limit=time_limit,
-                      timeout=timeout)
+        result = tune(
+            net,
+            mach,
+            precision=prec,
+            objective=objective,
+            refine=refine,
+            verify=verify,
+            trials=trials,
+            storage=storage,
+            seed=seed,
+            progress=at_batch,
+            batch=b,
+            search=search,
+            time_limit=time_limit,
+            timeout=timeout,
+        )
         points.append(point_of(result))
         results[b] = result
-    return SweepResult(net.name, mach, prec, objective, seed, search, refine, verify,
-                       tuple(points), results)
+    return SweepResult(
+        net.name, mach, prec, objective, seed, search, refine, verify, tuple(points), results
+    )
 
 
 class BudgetError(ValueError):
@@ -339,9 +387,11 @@ class BudgetError(ValueError):
         self.smallest_latency_s = fastest.latency_s
         self.smallest_latency_batch = fastest.batch
         self.sweep = sweep_result
-        super().__init__(f"no batch meets the latency budget of {budget_s * 1e3:.6g} ms: the "
-                         f"smallest latency achievable is {fastest.latency_s * 1e3:.6g} ms "
-                         f"(batch {fastest.batch})")
+        super().__init__(
+            f"no batch meets the latency budget of {budget_s * 1e3:.6g} ms: the "
+            f"smallest latency achievable is {fastest.latency_s * 1e3:.6g} ms "
+            f"(batch {fastest.batch})"
+        )
 
 
 @dataclass(frozen=True)
@@ -362,11 +412,19 @@ class BatchChoice:
         return tuple(p for p in self.sweep.points if p.latency_s <= self.latency_budget_s)
 
 
-def choose_batch(network: str | Path | Network, machine: str | Path | Machine | None = None,
-                 *, latency_budget_s: float, max_batch: int = 256,
-                 precision: str | None = None, objective: str = "latency", seed: int = 0,
-                 search: str = "ilp", time_limit: float | None = 60.0,
-                 progress: bool | Callable[[str, str], None] = False) -> BatchChoice:
+def choose_batch(
+    network: str | Path | Network,
+    machine: str | Path | Machine | None = None,
+    *,
+    latency_budget_s: float,
+    max_batch: int = 256,
+    precision: str | None = None,
+    objective: str = "latency",
+    seed: int = 0,
+    search: str = "ilp",
+    time_limit: float | None = 60.0,
+    progress: bool | Callable[[str, str], None] = False,
+) -> BatchChoice:
     """The batch with the most images/s whose latency is at most ``latency_budget_s``.
 
     Sweeps the powers of two from 1 to ``max_batch`` (``powers_of_two``) without refinement
@@ -385,9 +443,19 @@ def choose_batch(network: str | Path | Network, machine: str | Path | Machine | 
     """
     if not latency_budget_s > 0:
         raise ValueError(f"the latency budget must be positive, got {latency_budget_s!r}")
-    result = sweep(network, machine, batches=powers_of_two(max_batch), precision=precision,
-                   objective=objective, refine=False, verify=False, seed=seed,
-                   progress=progress, search=search, time_limit=time_limit)
+    result = sweep(
+        network,
+        machine,
+        batches=powers_of_two(max_batch),
+        precision=precision,
+        objective=objective,
+        refine=False,
+        verify=False,
+        seed=seed,
+        progress=progress,
+        search=search,
+        time_limit=time_limit,
+    )
     batch = result.best_within(latency_budget_s)
     if batch is None:
         raise BudgetError(latency_budget_s, result)

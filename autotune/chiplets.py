@@ -91,8 +91,9 @@ def _overlap(a: Span, b: Span) -> int:
     return max(0, min(a[1], b[1]) - max(a[0], b[0]))
 
 
-def split_parts(layer: Layer, split: str, chiplets: int, batch: int = 1,
-                word_bytes: int = 4) -> tuple[Part, ...]:
+def split_parts(
+    layer: Layer, split: str, chiplets: int, batch: int = 1, word_bytes: int = 4
+) -> tuple[Part, ...]:
     """The parts ``split`` divides ``layer`` (``batch`` images) into on ``chiplets`` chiplets.
 
     Example:
@@ -108,16 +109,19 @@ def split_parts(layer: Layer, split: str, chiplets: int, batch: int = 1,
     if split != "none" and chiplets == 1:
         raise MappingError(f"chiplet_split {split!r} needs a package of several chiplets")
     whole_rows = (layer.pad_h, layer.pad_h + layer.h_in)
-    everything = dict(images=(0, batch), out_channels=(0, layer.c_out),
-                      out_rows=(0, layer.h_out), in_channels=(0, layer.c_in),
-                      in_rows=whole_rows)
+    everything = dict(
+        images=(0, batch),
+        out_channels=(0, layer.c_out),
+        out_rows=(0, layer.h_out),
+        in_channels=(0, layer.c_in),
+        in_rows=whole_rows,
+    )
     if split == "none":
         return (Part(0, layer, batch, **everything),)
     parts: list[Part] = []
     if split == "images":
         for i, images in enumerate(balanced(batch, chiplets)):
-            parts.append(Part(i, layer, images[1] - images[0],
-                              **{**everything, "images": images}))
+            parts.append(Part(i, layer, images[1] - images[0], **{**everything, "images": images}))
         return tuple(parts)
     if split == "output_channels":
         g_in, g_out = layer.cin_per_group, layer.cout_per_group
@@ -125,20 +129,40 @@ def split_parts(layer: Layer, split: str, chiplets: int, batch: int = 1,
             # whole groups; each chiplet holds its own groups' input channels
             blocks = balanced(layer.groups, chiplets)
             for i, (g0, g1) in enumerate(blocks):
-                sub = replace(layer, name=f"{layer.name}/oc{i}", c_in=(g1 - g0) * g_in,
-                              c_out=(g1 - g0) * g_out, groups=g1 - g0)
-                parts.append(Part(i, sub, batch, **{
-                    **everything, "out_channels": (g0 * g_out, g1 * g_out),
-                    "in_channels": (g0 * g_in, g1 * g_in)}))
+                sub = replace(
+                    layer,
+                    name=f"{layer.name}/oc{i}",
+                    c_in=(g1 - g0) * g_in,
+                    c_out=(g1 - g0) * g_out,
+                    groups=g1 - g0,
+                )
+                parts.append(
+                    Part(
+                        i,
+                        sub,
+                        batch,
+                        **{
+                            **everything,
+                            "out_channels": (g0 * g_out, g1 * g_out),
+                            "in_channels": (g0 * g_in, g1 * g_in),
+                        },
+                    )
+                )
             return tuple(parts)
-        held = balanced(layer.c_in, chiplets)     # chiplet j holds input channels held[j]
+        held = balanced(layer.c_in, chiplets)  # chiplet j holds input channels held[j]
         per_channel = batch * layer.h_in * layer.w_in * word_bytes
         for i, (c0, c1) in enumerate(balanced(layer.c_out, chiplets)):
             sub = replace(layer, name=f"{layer.name}/oc{i}", c_out=c1 - c0)
-            remote = {j: (span[1] - span[0]) * per_channel
-                      for j, span in enumerate(held) if j != i}
-            parts.append(Part(i, sub, batch, **{**everything, "out_channels": (c0, c1)},
-                              remote={j: b for j, b in remote.items() if b}))
+            remote = {j: (span[1] - span[0]) * per_channel for j, span in enumerate(held) if j != i}
+            parts.append(
+                Part(
+                    i,
+                    sub,
+                    batch,
+                    **{**everything, "out_channels": (c0, c1)},
+                    remote={j: b for j, b in remote.items() if b},
+                )
+            )
         return tuple(parts)
     # spatial: bands of output rows, the padding rows explicit in each band's input
     bands = balanced(layer.h_out, chiplets)
@@ -147,14 +171,19 @@ def split_parts(layer: Layer, split: str, chiplets: int, batch: int = 1,
     held_rows = [(a, b) for a, b in zip(starts, [*starts[1:], layer.h_in], strict=True)]
     per_row = batch * layer.w_in * layer.c_in * word_bytes
     for i, (r0, r1) in enumerate(bands):
-        lo, hi = r0 * s, (r1 - 1) * s + k                 # padded input rows the band reads
+        lo, hi = r0 * s, (r1 - 1) * s + k  # padded input rows the band reads
         sub = replace(layer, name=f"{layer.name}/rows{i}", h_in=hi - lo, pad_h=0)
         needed = (max(lo - p, 0), min(hi - p, layer.h_in))  # real input rows
-        remote = {j: _overlap(needed, rows) * per_row
-                  for j, rows in enumerate(held_rows) if j != i}
-        parts.append(Part(i, sub, batch, **{**everything, "out_rows": (r0, r1),
-                                            "in_rows": (lo, hi)},
-                          remote={j: b for j, b in remote.items() if b}))
+        remote = {j: _overlap(needed, rows) * per_row for j, rows in enumerate(held_rows) if j != i}
+        parts.append(
+            Part(
+                i,
+                sub,
+                batch,
+                **{**everything, "out_rows": (r0, r1), "in_rows": (lo, hi)},
+                remote={j: b for j, b in remote.items() if b},
+            )
+        )
     return tuple(parts)
 
 
@@ -185,6 +214,9 @@ def coverage(layer: Layer, parts: tuple[Part, ...], batch: int) -> np.ndarray:
     correct split)."""
     count = np.zeros((batch, layer.c_out, layer.h_out), dtype=np.int64)
     for p in parts:
-        count[p.images[0]:p.images[1], p.out_channels[0]:p.out_channels[1],
-              p.out_rows[0]:p.out_rows[1]] += 1
+        count[
+            p.images[0] : p.images[1],
+            p.out_channels[0] : p.out_channels[1],
+            p.out_rows[0] : p.out_rows[1],
+        ] += 1
     return count

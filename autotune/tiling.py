@@ -64,8 +64,9 @@ class SpatialAxis:
         return len(self.out_size)
 
 
-def spatial_axis(n_out: int, tile: int | None, n_in: int, kernel: int, stride: int,
-                 pad: int) -> SpatialAxis:
+def spatial_axis(
+    n_out: int, tile: int | None, n_in: int, kernel: int, stride: int, pad: int
+) -> SpatialAxis:
     """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo."""
     size = n_out if tile is None else min(tile, n_out)
     starts = np.arange(0, n_out, size, dtype=np.int64)
@@ -125,8 +126,10 @@ def output_stacks(layer: Layer, delta_o: int) -> Stacks:
     if delta_o > layer.c_out:
         raise MappingError(f"delta_o {delta_o} exceeds the layer's {layer.c_out} output channels")
     if delta_o % cpg_out:
-        raise MappingError(f"delta_o {delta_o} spans groups: it must divide the "
-                           f"{cpg_out} output channels of a group or be a multiple of them")
+        raise MappingError(
+            f"delta_o {delta_o} spans groups: it must divide the "
+            f"{cpg_out} output channels of a group or be a multiple of them"
+        )
     groups_per_stack = chunks(groups, delta_o // cpg_out)
     g0 = np.concatenate([[0], np.cumsum(groups_per_stack)[:-1]])
     return Stacks(g0 * cpg_out, groups_per_stack * cpg_out, g0 * cpg_in, groups_per_stack * cpg_in)
@@ -213,8 +216,9 @@ class TaskGrid:
             zero = np.zeros(b.size, dtype=np.int64)
             return b.ravel(), zero, zero, s.ravel(), k.ravel()
         nr, nc = self.rows.count, self.cols.count
-        b, r, c, s = np.meshgrid(np.arange(nb), np.arange(nr), np.arange(nc), np.arange(ns),
-                                 indexing="ij")
+        b, r, c, s = np.meshgrid(
+            np.arange(nb), np.arange(nr), np.arange(nc), np.arange(ns), indexing="ij"
+        )
         return b.ravel(), r.ravel(), c.ravel(), s.ravel(), np.zeros(b.size, dtype=np.int64)
 
     @property
@@ -283,8 +287,14 @@ class TaskGrid:
 # block-size dependence, seed 004 Sec. III-D and Table II), so the model and the simulator
 # read it from here.
 
-def volume_runs(rows: np.ndarray | int, cols: np.ndarray | int, slices: np.ndarray | int,
-                full_rows: int, full_cols: int) -> tuple[np.ndarray, np.ndarray]:
+
+def volume_runs(
+    rows: np.ndarray | int,
+    cols: np.ndarray | int,
+    slices: np.ndarray | int,
+    full_rows: int,
+    full_cols: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """(run words, runs) of one image's ``slices x rows x cols`` box of a row-major volume of
     ``full_rows x full_cols`` slices: the whole box is one run when it covers whole slices,
     one run per slice when it covers whole rows, else one run per row of every slice."""
@@ -297,8 +307,9 @@ def volume_runs(rows: np.ndarray | int, cols: np.ndarray | int, slices: np.ndarr
     return run, count
 
 
-def input_runs(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
-               slices: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+def input_runs(
+    layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int, slices: np.ndarray | int
+) -> tuple[np.ndarray, np.ndarray]:
     """(run words, runs) of loading ``slices`` input slices of a ``rows x cols`` band, per
     image (an fc task's input of ``in_c`` slices is the whole-slice case)."""
     return volume_runs(rows, cols, slices, layer.h_in, layer.w_in)
@@ -309,16 +320,22 @@ def filter_runs(layer: Layer, slices: np.ndarray | int) -> np.ndarray:
     return np.asarray(slices, dtype=np.int64) * (layer.kernel_h * layer.kernel_w)
 
 
-def output_runs(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
-                channels: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+def output_runs(
+    layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int, channels: np.ndarray | int
+) -> tuple[np.ndarray, np.ndarray]:
     """(run words, runs) of storing ``channels`` output slices of a ``rows x cols`` tile,
     per image."""
     return volume_runs(rows, cols, channels, layer.h_out, layer.w_out)
 
 
-def input_transfers(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
-                    images: np.ndarray | int, steps: np.ndarray | int,
-                    slices: np.ndarray | int) -> np.ndarray:
+def input_transfers(
+    layer: Layer,
+    rows: np.ndarray | int,
+    cols: np.ndarray | int,
+    images: np.ndarray | int,
+    steps: np.ndarray | int,
+    slices: np.ndarray | int,
+) -> np.ndarray:
     """2D DMA transfers (each paying one set-up) to load a task's input: ``steps`` steps of a
     ``rows x cols`` band for ``images`` images, ``slices`` slices in all.
 
@@ -329,22 +346,30 @@ def input_transfers(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int
     """
     whole_rows = np.asarray(cols) == layer.w_in
     whole_slice = whole_rows & (np.asarray(rows) == layer.h_in)
-    return np.where(whole_slice, steps,
-                    np.asarray(images) * np.where(whole_rows, steps, slices)).astype(np.int64)
+    return np.where(
+        whole_slice, steps, np.asarray(images) * np.where(whole_rows, steps, slices)
+    ).astype(np.int64)
 
 
-def output_transfers(layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int,
-                     images: np.ndarray | int, channels: np.ndarray | int) -> np.ndarray:
+def output_transfers(
+    layer: Layer,
+    rows: np.ndarray | int,
+    cols: np.ndarray | int,
+    images: np.ndarray | int,
+    channels: np.ndarray | int,
+) -> np.ndarray:
     """2D DMA transfers to store a task's ``channels`` output slices of a ``rows x cols`` tile
     for ``images`` images (the same rule as ``input_transfers``, with one step)."""
     whole_rows = np.asarray(cols) == layer.w_out
     whole_slice = whole_rows & (np.asarray(rows) == layer.h_out)
-    return np.where(whole_slice, 1,
-                    np.asarray(images) * np.where(whole_rows, 1, channels)).astype(np.int64)
+    return np.where(whole_slice, 1, np.asarray(images) * np.where(whole_rows, 1, channels)).astype(
+        np.int64
+    )
 
 
-def dma_efficiency(machine: Machine, run_bytes: np.ndarray | int,
-                   write: bool = False) -> np.ndarray:
+def dma_efficiency(
+    machine: Machine, run_bytes: np.ndarray | int, write: bool = False
+) -> np.ndarray:
     """``machine.dma_efficiency`` over an array of run lengths (1.0 without a table)."""
     run = np.asarray(run_bytes, dtype=np.int64)
     table = machine.dma_write_efficiency if write else machine.dma_read_efficiency
@@ -355,8 +380,9 @@ def dma_efficiency(machine: Machine, run_bytes: np.ndarray | int,
     return fractions[np.maximum(np.searchsorted(sizes, run, side="right") - 1, 0)]
 
 
-def task_grid(layer: Layer, mapping: Mapping, batch: int,
-              machine: Machine | None = None) -> TaskGrid:
+def task_grid(
+    layer: Layer, mapping: Mapping, batch: int, machine: Machine | None = None
+) -> TaskGrid:
     """Cut ``layer`` (for ``batch`` images) into the tasks ``mapping`` describes.
 
     A ``multicast`` mapping needs the ``machine`` (its waves depend on the cluster count, and
@@ -368,11 +394,14 @@ def task_grid(layer: Layer, mapping: Mapping, batch: int,
     clusters = None
     if mapping.multicast:
         if machine is None:
-            raise MappingError("a multicast mapping needs the machine: its waves depend on "
-                               "the number of clusters")
+            raise MappingError(
+                "a multicast mapping needs the machine: its waves depend on the number of clusters"
+            )
         if not machine.dma_multicast:
-            raise MappingError(f"machine {machine.name!r} has no DMA multicast "
-                               f"(dma_multicast is false): multicast mappings do not apply")
+            raise MappingError(
+                f"machine {machine.name!r} has no DMA multicast "
+                f"(dma_multicast is false): multicast mappings do not apply"
+            )
         clusters = machine.clusters
     tile = mapping.tile
     if mapping.algorithm == "input_parallel":
@@ -386,17 +415,32 @@ def task_grid(layer: Layer, mapping: Mapping, batch: int,
     else:
         in_steps = np.ones(1, dtype=np.int64)
         if mapping.algorithm == "output_stack_shared" and layer.groups > 1:
-            raise MappingError("output_stack_shared (Alg. 3) needs groups = 1: stacks of "
-                               "different groups read different input slices")
+            raise MappingError(
+                "output_stack_shared (Alg. 3) needs groups = 1: stacks of "
+                "different groups read different input slices"
+            )
     if mapping.batch_tile > batch:
         raise MappingError(f"batch_tile {mapping.batch_tile} exceeds the batch of {batch}")
     stacks = output_stacks(layer, mapping.delta_o)
     if mapping.algorithm != "input_parallel" and tile.in_c > int(stacks.in_size.max()):
-        raise MappingError(f"tile.in_c {tile.in_c} exceeds the {int(stacks.in_size.max())} "
-                           f"input slices a stack reads")
-    rows = spatial_axis(layer.h_out, tile.out_h, layer.h_in, layer.kernel_h, layer.stride_h,
-                        layer.pad_h)
-    cols = spatial_axis(layer.w_out, tile.out_w, layer.w_in, layer.kernel_w, layer.stride_w,
-                        layer.pad_w)
-    return TaskGrid(layer, mapping, batch, stacks, rows, cols, chunks(batch, mapping.batch_tile),
-                    in_steps, clusters)
+        raise MappingError(
+            f"tile.in_c {tile.in_c} exceeds the {int(stacks.in_size.max())} "
+            f"input slices a stack reads"
+        )
+    rows = spatial_axis(
+        layer.h_out, tile.out_h, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h
+    )
+    cols = spatial_axis(
+        layer.w_out, tile.out_w, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w
+    )
+    return TaskGrid(
+        layer,
+        mapping,
+        batch,
+        stacks,
+        rows,
+        cols,
+        chunks(batch, mapping.batch_tile),
+        in_steps,
+        clusters,
+    )

@@ -34,9 +34,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=24)
     args = parser.parse_args()
     machine = Machine.preset("manticore")
-    print(f"{'network':10} {'shapes':>6} {'trials':>6} {'ILP sim cycles':>14} "
-          f"{'TPE cycles':>12} {'random cycles':>13} {'geo ILP/TPE':>11} "
-          f"{'geo random/TPE':>14} {'TPE s':>7} {'random s':>8}")
+    print(
+        f"{'network':10} {'shapes':>6} {'trials':>6} {'ILP sim cycles':>14} "
+        f"{'TPE cycles':>12} {'random cycles':>13} {'geo ILP/TPE':>11} "
+        f"{'geo random/TPE':>14} {'TPE s':>7} {'random s':>8}"
+    )
     for name in args.networks.split(","):
         net = load_network(EXAMPLES / f"{name}.yaml")
         sols = [s for s in solve_network(net, machine) if s.search.shared_with is None]
@@ -44,26 +46,38 @@ def main() -> None:
         for sol in sols:
             layer, p, b = sol.layer, net.precision, net.batch
             space = search_space(layer, machine, b)
-            seeds = [sol.mapping] + [space.decode(i) for i in top_k(space, machine, p,
-                                                                    "latency", 4)]
+            seeds = [sol.mapping] + [
+                space.decode(i) for i in top_k(space, machine, p, "latency", 4)
+            ]
             ilp_c.append(simulate(layer, sol.mapping, machine, p, b).cycles)
             t = time.perf_counter()
-            tpe = refine_layer(layer, machine, p, b, seeds, trials=args.trials,
-                               storage="memory")
+            tpe = refine_layer(layer, machine, p, b, seeds, trials=args.trials, storage="memory")
             tpe_s += time.perf_counter() - t
             t = time.perf_counter()
-            rnd = refine_layer(layer, machine, p, b, seeds[:1], trials=args.trials,
-                               storage="memory", sampler="random")
+            rnd = refine_layer(
+                layer,
+                machine,
+                p,
+                b,
+                seeds[:1],
+                trials=args.trials,
+                storage="memory",
+                sampler="random",
+            )
             rnd_s += time.perf_counter() - t
             tpe_c.append(tpe.cycles)
             rnd_c.append(rnd.cycles)
         vs_ilp = geomean([a / b for a, b in zip(ilp_c, tpe_c, strict=True)])
         vs_random = geomean([a / b for a, b in zip(rnd_c, tpe_c, strict=True)])
-        print(f"{name:10} {len(sols):6} {args.trials:6} {sum(ilp_c):14,} {sum(tpe_c):12,} "
-              f"{sum(rnd_c):13,} {vs_ilp:11.3f} {vs_random:14.3f} {tpe_s:7.1f} {rnd_s:8.1f}")
-    print("ILP/TPE > 1: refinement found faster schedules than the IP's (simulated); "
-          "random/TPE > 1: TPE beat random search at the same budget (both keep the IP's "
-          "winner as the first trial).")
+        print(
+            f"{name:10} {len(sols):6} {args.trials:6} {sum(ilp_c):14,} {sum(tpe_c):12,} "
+            f"{sum(rnd_c):13,} {vs_ilp:11.3f} {vs_random:14.3f} {tpe_s:7.1f} {rnd_s:8.1f}"
+        )
+    print(
+        "ILP/TPE > 1: refinement found faster schedules than the IP's (simulated); "
+        "random/TPE > 1: TPE beat random search at the same budget (both keep the IP's "
+        "winner as the first trial)."
+    )
 
 
 if __name__ == "__main__":

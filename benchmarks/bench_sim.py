@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))   # benchmark this tree, not an installed copy
+sys.path.insert(0, str(ROOT))  # benchmark this tree, not an installed copy
 
 from autotune import Layer, Machine, Mapping, Tile, analyze, load_network, simulate  # noqa: E402
 from autotune.search.space import hand_choice  # noqa: E402
@@ -52,17 +52,23 @@ def main() -> None:
     net = load_network(args.network)
     prec, batch = net.precision, net.batch
 
-    print(f"{net.name}: {len(net.layers)} layers, batch {batch}, {prec}, "
-          f"median of {args.repeat} runs; ratio = simulate time / analyze time")
-    head = (f"{'layer':22} {'mapping':5} {'tasks':>6} {'sim ms':>7} {'model ms':>8} "
-            f"{'ratio':>6} {'sim cycles':>11} {'model cycles':>12} {'sim/model':>9} "
-            f"{'events':>6}")
+    print(
+        f"{net.name}: {len(net.layers)} layers, batch {batch}, {prec}, "
+        f"median of {args.repeat} runs; ratio = simulate time / analyze time"
+    )
+    head = (
+        f"{'layer':22} {'mapping':5} {'tasks':>6} {'sim ms':>7} {'model ms':>8} "
+        f"{'ratio':>6} {'sim cycles':>11} {'model cycles':>12} {'sim/model':>9} "
+        f"{'events':>6}"
+    )
     print(head)
     print("-" * len(head))
     worst = {"hand": 0.0, "many": 0.0}
     for layer in net.layers:
-        for kind, mapping in (("hand", hand_choice(layer, machine, prec, batch)),
-                              ("many", many_tasks(layer))):
+        for kind, mapping in (
+            ("hand", hand_choice(layer, machine, prec, batch)),
+            ("many", many_tasks(layer)),
+        ):
             a = analyze(layer, mapping, machine, prec, batch)
             if not a.fits:
                 print(f"{layer.name:22} {kind:5} does not fit: {a.reason}")
@@ -72,36 +78,52 @@ def main() -> None:
             t_sim = median_seconds(simulate, args.repeat, *run)
             t_model = median_seconds(analyze, args.repeat, *run)
             worst[kind] = max(worst[kind], t_sim)
-            print(f"{layer.name:22} {kind:5} {a.tasks:6d} {t_sim * 1e3:7.1f} "
-                  f"{t_model * 1e3:8.2f} {t_sim / t_model:6.0f} {r.cycles:11d} "
-                  f"{a.cycles:12d} {r.cycles / a.cycles:9.2f} {r.events:6d}")
+            print(
+                f"{layer.name:22} {kind:5} {a.tasks:6d} {t_sim * 1e3:7.1f} "
+                f"{t_model * 1e3:8.2f} {t_sim / t_model:6.0f} {r.cycles:11d} "
+                f"{a.cycles:12d} {r.cycles / a.cycles:9.2f} {r.events:6d}"
+            )
 
     choices = [hand_choice(layer, machine, prec, batch) for layer in net.layers]
 
     def whole_network() -> int:
-        return sum(simulate(layer, m, machine, prec, batch).cycles
-                   for layer, m in zip(net.layers, choices, strict=True))
+        return sum(
+            simulate(layer, m, machine, prec, batch).cycles
+            for layer, m in zip(net.layers, choices, strict=True)
+        )
 
     t_sim = median_seconds(whole_network, args.repeat)
     sim_cycles = whole_network()
-    t_model = median_seconds(lambda: [analyze(layer, m, machine, prec, batch)
-                                      for layer, m in zip(net.layers, choices, strict=True)],
-                             args.repeat)
-    model_cycles = sum(analyze(layer, m, machine, prec, batch).cycles
-                       for layer, m in zip(net.layers, choices, strict=True))
-    tracemalloc.start()                      # slows Python down: measured in a separate run
+    t_model = median_seconds(
+        lambda: [
+            analyze(layer, m, machine, prec, batch)
+            for layer, m in zip(net.layers, choices, strict=True)
+        ],
+        args.repeat,
+    )
+    model_cycles = sum(
+        analyze(layer, m, machine, prec, batch).cycles
+        for layer, m in zip(net.layers, choices, strict=True)
+    )
+    tracemalloc.start()  # slows Python down: measured in a separate run
     whole_network()
     _, peak_traced = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print()
-    print(f"slowest single layer: hand choice {worst['hand'] * 1e3:.1f} ms, "
-          f"many-task {worst['many'] * 1e3:.1f} ms")
-    print(f"whole {net.name} (hand choice, {len(net.layers)} layers): simulate "
-          f"{t_sim:.2f} s, analyze {t_model:.3f} s (ratio {t_sim / t_model:.0f}); "
-          f"cycles sim {sim_cycles} / model {model_cycles} = {sim_cycles / model_cycles:.2f}")
-    print(f"peak memory: {peak_traced / 2**20:.1f} MiB traced during the whole-network run, "
-          f"{rss_mib:.0f} MiB max RSS of the process")
+    print(
+        f"slowest single layer: hand choice {worst['hand'] * 1e3:.1f} ms, "
+        f"many-task {worst['many'] * 1e3:.1f} ms"
+    )
+    print(
+        f"whole {net.name} (hand choice, {len(net.layers)} layers): simulate "
+        f"{t_sim:.2f} s, analyze {t_model:.3f} s (ratio {t_sim / t_model:.0f}); "
+        f"cycles sim {sim_cycles} / model {model_cycles} = {sim_cycles / model_cycles:.2f}"
+    )
+    print(
+        f"peak memory: {peak_traced / 2**20:.1f} MiB traced during the whole-network run, "
+        f"{rss_mib:.0f} MiB max RSS of the process"
+    )
 
 
 if __name__ == "__main__":

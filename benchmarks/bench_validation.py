@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))   # benchmark this tree, not an installed copy
+sys.path.insert(0, str(ROOT))  # benchmark this tree, not an installed copy
 
 VALIDATIONS = ("swdnn", "kann", "fig9")
 
@@ -35,14 +35,21 @@ def run_swdnn(args: argparse.Namespace) -> str:
 
     machine = unfitted_machine() if args.unfitted else "sw26010-cg"
     rows = swdnn_rows(refine=args.refine, trials=args.trials, machine=machine)
-    print("swDNN, seed 004 Table III: one SW26010 core group, fp64, B=128, 3x3, 64x64 output"
-          + (" (unfitted: fpu_utilization 0.928)" if args.unfitted else
-             " (fpu_utilization fitted on row 1 = 128/128; rows 2-4 judge it)"))
+    print(
+        "swDNN, seed 004 Table III: one SW26010 core group, fp64, B=128, 3x3, 64x64 output"
+        + (
+            " (unfitted: fpu_utilization 0.928)"
+            if args.unfitted
+            else " (fpu_utilization fitted on row 1 = 128/128; rows 2-4 judge it)"
+        )
+    )
     print(format_rows(rows))
     ratios = ", ".join(f"{r.n_i}/{r.n_o} {r.ratio:.2f}" for r in rows)
     judged = [r.ratio for r in rows[1:]] if not args.unfitted else [r.ratio for r in rows]
-    return (f"swdnn  predicted/measured GFlop/s per row: {ratios} "
-            f"(geomean of the judged rows {statistics.geometric_mean(judged):.2f})")
+    return (
+        f"swdnn  predicted/measured GFlop/s per row: {ratios} "
+        f"(geomean of the judged rows {statistics.geometric_mean(judged):.2f})"
+    )
 
 
 def run_kann(args: argparse.Namespace) -> str:
@@ -51,8 +58,10 @@ def run_kann(args: argparse.Namespace) -> str:
     v = validate_kann(refine=args.refine, trials=args.trials)
     print(v.summary())
     kann = "" if v.kann_fps is None else f", KaNN's own strategies {v.kann_fps:.1f} FPS"
-    return (f"kann   YOLOv3-416 on MPPA3 fp16: predicted {v.predicted_fps:.1f} FPS vs measured "
-            f"{v.measured_fps:.0f} FPS, ratio {v.ratio:.2f}{kann}")
+    return (
+        f"kann   YOLOv3-416 on MPPA3 fp16: predicted {v.predicted_fps:.1f} FPS vs measured "
+        f"{v.measured_fps:.0f} FPS, ratio {v.ratio:.2f}{kann}"
+    )
 
 
 def run_fig9(args: argparse.Namespace) -> str:
@@ -63,10 +72,12 @@ def run_fig9(args: argparse.Namespace) -> str:
     parts = []
     for f in figures:
         c, m = f.compute, f.memory
-        parts.append(f"{f.machine}: conv median {100 * c.median:.0f} % of peak "
-                     f"({c.above}/{c.count} > {100 * COMPUTE_LINE:.0f} %), memory-bound median "
-                     f"{100 * m.median:.0f} % of bandwidth ({m.above}/{m.count} > "
-                     f"{100 * MEMORY_LINE:.0f} %)")
+        parts.append(
+            f"{f.machine}: conv median {100 * c.median:.0f} % of peak "
+            f"({c.above}/{c.count} > {100 * COMPUTE_LINE:.0f} %), memory-bound median "
+            f"{100 * m.median:.0f} % of bandwidth ({m.above}/{m.count} > "
+            f"{100 * MEMORY_LINE:.0f} %)"
+        )
     return "fig9   " + "; ".join(parts)
 
 
@@ -76,14 +87,25 @@ RUNNERS = {"swdnn": run_swdnn, "kann": run_kann, "fig9": run_fig9}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=VALIDATIONS, help="run one validation")
-    parser.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
-                        help="refine each mapping against the simulator (Optuna), as "
-                             "`autotune tune` does (default on)")
-    parser.add_argument("--trials", type=int, default=24,
-                        help="refinement trials per distinct layer shape (default 24)")
-    parser.add_argument("--unfitted", action="store_true",
-                        help="swdnn: the paper's execution efficiency 0.928 instead of the "
-                             "value fitted on Table III row 1")
+    parser.add_argument(
+        "--refine",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="refine each mapping against the simulator (Optuna), as "
+        "`autotune tune` does (default on)",
+    )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=24,
+        help="refinement trials per distinct layer shape (default 24)",
+    )
+    parser.add_argument(
+        "--unfitted",
+        action="store_true",
+        help="swdnn: the paper's execution efficiency 0.928 instead of the "
+        "value fitted on Table III row 1",
+    )
     args = parser.parse_args()
     summary = []
     for name in [args.only] if args.only else VALIDATIONS:

@@ -50,8 +50,13 @@ def many_task_mapping(layer: Layer, machine: Machine) -> Mapping:
         step = -(-layer.c_in // MIN_TASKS)
         for delta_o in reversed(delta_o_values(layer)):
             fb = 2 * delta_o * step * layer.h_in * layer.w_in * wb
-            mapping = Mapping("input_parallel", delta_o=delta_o, batch_tile=BATCH,
-                              tile=Tile(in_c=step), buffers=Buffers(filter_bytes=fb))
+            mapping = Mapping(
+                "input_parallel",
+                delta_o=delta_o,
+                batch_tile=BATCH,
+                tile=Tile(in_c=step),
+                buffers=Buffers(filter_bytes=fb),
+            )
             if fits(layer, mapping, machine, PRECISION, BATCH):
                 return mapping
     deltas = [d for d in delta_o_values(layer) if d <= max(1, layer.c_out // 8)]
@@ -64,11 +69,13 @@ def many_task_mapping(layer: Layer, machine: Machine) -> Mapping:
             for tiles in (-(-MIN_TASKS // stacks) * k for k in (1, 2, 4, 8)):
                 n_rows = min(layer.h_out, tiles)
                 n_cols = min(layer.w_out, -(-tiles // n_rows))
-                tile = Tile(out_h=-(-layer.h_out // n_rows), out_w=-(-layer.w_out // n_cols),
-                            in_c=in_c)
+                tile = Tile(
+                    out_h=-(-layer.h_out // n_rows), out_w=-(-layer.w_out // n_cols), in_c=in_c
+                )
                 mapping = Mapping("output_stack", delta_o=delta_o, tile=tile, buffers=buffers)
-                if (task_grid(layer, mapping, BATCH).n_tasks >= MIN_TASKS
-                        and fits(layer, mapping, machine, PRECISION, BATCH)):
+                if task_grid(layer, mapping, BATCH).n_tasks >= MIN_TASKS and fits(
+                    layer, mapping, machine, PRECISION, BATCH
+                ):
                     return mapping
     raise MappingError(f"no many-task mapping fits layer {layer.name!r}")
 
@@ -79,9 +86,15 @@ def run(layer: Layer, mapping: Mapping, machine: Machine) -> dict[str, float | i
     built = time.perf_counter()
     v = verify_program(program, seed=0)
     done = time.perf_counter()
-    return {"tasks": task_grid(layer, mapping, BATCH).n_tasks, "ops": len(program.ops),
-            "build": built - start, "check": done - built, "ok": v.ok,
-            "margin": v.max_rel_error / v.tolerance, "errors": "; ".join(v.errors)}
+    return {
+        "tasks": task_grid(layer, mapping, BATCH).n_tasks,
+        "ops": len(program.ops),
+        "build": built - start,
+        "check": done - built,
+        "ok": v.ok,
+        "margin": v.max_rel_error / v.tolerance,
+        "errors": "; ".join(v.errors),
+    }
 
 
 def reference_seconds(layer: Layer, repeats: int = 3) -> float:
@@ -99,12 +112,16 @@ def reference_seconds(layer: Layer, repeats: int = 3) -> float:
 def main(path: Path) -> int:
     machine = Machine.preset("manticore")
     net = load_network(path)
-    print(f"{net.name}: {len(net.layers)} layers, batch {BATCH}, {PRECISION}; seconds per "
-          f"layer (build = program construction, check = execute + reference + compare; "
-          f"ratio = (build + check) / reference; err/tol = max_rel_error / tolerance)")
-    head = (f"{'layer':22s} {'ref s':>6s} | {'hand: tasks':>11s} {'ops':>6s} {'build':>6s} "
-            f"{'check':>6s} {'ratio':>6s} {'err/tol':>7s} | {'many: tasks':>11s} {'ops':>7s} "
-            f"{'build':>6s} {'check':>6s} {'ratio':>6s} {'err/tol':>7s}")
+    print(
+        f"{net.name}: {len(net.layers)} layers, batch {BATCH}, {PRECISION}; seconds per "
+        f"layer (build = program construction, check = execute + reference + compare; "
+        f"ratio = (build + check) / reference; err/tol = max_rel_error / tolerance)"
+    )
+    head = (
+        f"{'layer':22s} {'ref s':>6s} | {'hand: tasks':>11s} {'ops':>6s} {'build':>6s} "
+        f"{'check':>6s} {'ratio':>6s} {'err/tol':>7s} | {'many: tasks':>11s} {'ops':>7s} "
+        f"{'build':>6s} {'check':>6s} {'ratio':>6s} {'err/tol':>7s}"
+    )
     print(head)
     print("-" * len(head))
     total_start = time.perf_counter()
@@ -114,27 +131,35 @@ def main(path: Path) -> int:
         ref = reference_seconds(layer)
         totals["ref"] += ref
         cells = []
-        for kind, mapping in (("hand", hand_choice(layer, machine, PRECISION, BATCH)),
-                              ("many", many_task_mapping(layer, machine))):
+        for kind, mapping in (
+            ("hand", hand_choice(layer, machine, PRECISION, BATCH)),
+            ("many", many_task_mapping(layer, machine)),
+        ):
             r = run(layer, mapping, machine)
             seconds = float(r["build"]) + float(r["check"])
             totals[kind] += seconds
             if not r["ok"]:
                 failures.append(f"{layer.name} ({kind}): {r['errors']}")
             width = 6 if kind == "hand" else 7
-            cells.append(f"{r['tasks']:11d} {r['ops']:{width}d} {r['build']:6.2f} "
-                         f"{r['check']:6.2f} {seconds / ref:6.0f} "
-                         f"{float(r['margin']):7.3f}{'' if r['ok'] else ' FAIL'}")
+            cells.append(
+                f"{r['tasks']:11d} {r['ops']:{width}d} {r['build']:6.2f} "
+                f"{r['check']:6.2f} {seconds / ref:6.0f} "
+                f"{float(r['margin']):7.3f}{'' if r['ok'] else ' FAIL'}"
+            )
         print(f"{layer.name:22s} {ref:6.3f} | {cells[0]} | {cells[1]}", flush=True)
     total = time.perf_counter() - total_start
-    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     print("-" * len(head))
-    print(f"reference {totals['ref']:.2f} s, hand-choice verification {totals['hand']:.2f} s "
-          f"({totals['hand'] / totals['ref']:.0f}x), many-task verification "
-          f"{totals['many']:.2f} s ({totals['many'] / totals['ref']:.0f}x)")
-    print(f"total {total:.1f} s (target < 60 s), peak memory {peak_gib:.2f} GiB "
-          f"(target < 4 GiB), {2 * len(net.layers) - len(failures)} of "
-          f"{2 * len(net.layers)} schedules verified")
+    print(
+        f"reference {totals['ref']:.2f} s, hand-choice verification {totals['hand']:.2f} s "
+        f"({totals['hand'] / totals['ref']:.0f}x), many-task verification "
+        f"{totals['many']:.2f} s ({totals['many'] / totals['ref']:.0f}x)"
+    )
+    print(
+        f"total {total:.1f} s (target < 60 s), peak memory {peak_gib:.2f} GiB "
+        f"(target < 4 GiB), {2 * len(net.layers) - len(failures)} of "
+        f"{2 * len(net.layers)} schedules verified"
+    )
     for failure in failures:
         print(f"FAILED {failure}")
     return 0 if not failures and total < 60 and peak_gib < 4 else 1

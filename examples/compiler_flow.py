@@ -28,21 +28,25 @@ def main() -> None:
     result = autotune.tune(build_network(), "manticore", trials=8, storage="memory")
     records = []
     for r in result.layers:
-        records.append({
-            "layer": r.layer.name,
-            "algorithm": r.mapping.algorithm,
-            "delta_o": r.mapping.delta_o,
-            "batch_tile": r.mapping.batch_tile,
-            "share_group": r.mapping.share_group,
-            "tile": [r.mapping.tile.out_h, r.mapping.tile.out_w, r.mapping.tile.in_c],
-            "l1_buffers": r.predicted.buffer_bytes,
-            "cycles": r.simulated.cycles,
-            "verified": r.verified.ok,
-        })
+        records.append(
+            {
+                "layer": r.layer.name,
+                "algorithm": r.mapping.algorithm,
+                "delta_o": r.mapping.delta_o,
+                "batch_tile": r.mapping.batch_tile,
+                "share_group": r.mapping.share_group,
+                "tile": [r.mapping.tile.out_h, r.mapping.tile.out_w, r.mapping.tile.in_c],
+                "l1_buffers": r.predicted.buffer_bytes,
+                "cycles": r.simulated.cycles,
+                "verified": r.verified.ok,
+            }
+        )
     print(json.dumps(records, indent=1))
     t = result.totals
-    print(f"# {result.network}: {t.latency_s * 1e6:.1f} us, {t.images_per_s:.0f} images/s, "
-          f"{100 * t.peak_fraction:.1f} % of peak")
+    print(
+        f"# {result.network}: {t.latency_s * 1e6:.1f} us, {t.images_per_s:.0f} images/s, "
+        f"{100 * t.peak_fraction:.1f} % of peak"
+    )
 
 
 if __name__ == "__main__":

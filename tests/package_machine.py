@@ -21,7 +21,7 @@ from autotune.io.machine_yaml import with_base
 @functools.cache
 def small_package(chiplets: int = 2) -> Machine:
     text = (resources.files("autotune") / "machines" / "manticore-package.yaml").read_text()
-    doc = with_base(yaml.safe_load(text), "manticore-package")   # the chiplet's tree too
+    doc = with_base(yaml.safe_load(text), "manticore-package")  # the chiplet's tree too
     doc["name"] = f"test-package-{chiplets}"
     doc["parameters"]["chiplets"]["value"] = chiplets
     root = copy.deepcopy(doc["hierarchy"][-1])

@@ -21,8 +21,21 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
     ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
     h = draw(st.integers(max(1, kh - 2 * ph), max_hw))
     w = draw(st.integers(max(1, kw - 2 * pw), max_hw))
-    return Layer("conv", "conv", h, w, c_in, c_out, kh, kw, draw(st.integers(1, 3)),
-                 draw(st.integers(1, 3)), ph, pw, groups)
+    return Layer(
+        "conv",
+        "conv",
+        h,
+        w,
+        c_in,
+        c_out,
+        kh,
+        kw,
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 3)),
+        ph,
+        pw,
+        groups,
+    )
 
 
 @st.composite
@@ -41,22 +54,30 @@ def mappings(draw, layer: Layer, batch: int) -> Mapping:
     algorithm = draw(st.sampled_from(algorithms_for(layer)))
     delta_o = draw(st.sampled_from(delta_o_values(layer)))
     depth = st.sampled_from([1, 2])
-    buffers = Buffers(input_depth=draw(depth), filter_depth=draw(depth),
-                      output_depth=draw(depth))
+    buffers = Buffers(input_depth=draw(depth), filter_depth=draw(depth), output_depth=draw(depth))
     batch_tile = draw(st.integers(1, batch))
     if algorithm == "input_parallel":
         tile = Tile(in_c=draw(st.integers(1, layer.c_in)))
-        return Mapping(algorithm, delta_o=delta_o, batch_tile=batch_tile, tile=tile,
-                       buffers=buffers)
+        return Mapping(
+            algorithm, delta_o=delta_o, batch_tile=batch_tile, tile=tile, buffers=buffers
+        )
     max_in_c = layer.cin_per_group * max(1, delta_o // layer.cout_per_group)
-    tile = Tile(out_h=draw(st.none() | st.integers(1, layer.h_out)),
-                out_w=draw(st.none() | st.integers(1, layer.w_out)),
-                in_c=draw(st.integers(1, min(max_in_c, layer.c_in))))
+    tile = Tile(
+        out_h=draw(st.none() | st.integers(1, layer.h_out)),
+        out_w=draw(st.none() | st.integers(1, layer.w_out)),
+        in_c=draw(st.integers(1, min(max_in_c, layer.c_in))),
+    )
     share_group = 1
     if algorithm == "output_stack_shared":
         share_group = draw(st.sampled_from([4, 16, 64]))
-    return Mapping(algorithm, delta_o=delta_o, batch_tile=batch_tile,
-                   share_group=share_group, tile=tile, buffers=buffers)
+    return Mapping(
+        algorithm,
+        delta_o=delta_o,
+        batch_tile=batch_tile,
+        share_group=share_group,
+        tile=tile,
+        buffers=buffers,
+    )
 
 
 @st.composite
@@ -73,7 +94,12 @@ def multicast_mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
     layer = draw(layers())
     batch = draw(st.integers(1, 4))
     mapping = draw(mappings(layer, batch))
-    mapping = Mapping("output_stack", delta_o=mapping.delta_o, batch_tile=mapping.batch_tile,
-                      tile=mapping.tile if mapping.algorithm != "input_parallel" else Tile(),
-                      buffers=mapping.buffers, multicast=True)
+    mapping = Mapping(
+        "output_stack",
+        delta_o=mapping.delta_o,
+        batch_tile=mapping.batch_tile,
+        tile=mapping.tile if mapping.algorithm != "input_parallel" else Tile(),
+        buffers=mapping.buffers,
+        multicast=True,
+    )
     return layer, mapping, batch, "fp16"

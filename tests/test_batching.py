@@ -21,7 +21,7 @@ from tests.conftest import TINY_FC_BATCHES
 def test_fc_memory_bound_at_batch_1_compute_bound_at_64(tiny_fc_sweep, manticore):
     s = tiny_fc_sweep
     ridge = ridge_flop_per_byte(manticore, "fp32")
-    assert ridge == pytest.approx(14.4)          # 4.096 Tflop/s * 0.9 / 256 GB/s
+    assert ridge == pytest.approx(14.4)  # 4.096 Tflop/s * 0.9 / 256 GB/s
     assert s.fc_layers == ("fc1", "fc2")
     at1, at64 = s.point(1).fc_bound("fc1"), s.point(64).fc_bound("fc1")
     assert at1.bound == "memory" and at1.flop_per_byte < 1 < ridge
@@ -70,15 +70,24 @@ def test_sweep_totals_are_tunes(tiny_fc_sweep):
     for p in tiny_fc_sweep.points:
         t = tiny_fc_sweep.results[p.batch].totals
         assert (p.cycles, p.latency_s, p.images_per_s, p.tflops, p.peak_fraction) == (
-            t.cycles, t.latency_s, t.images_per_s, t.tflops, t.peak_fraction)
+            t.cycles,
+            t.latency_s,
+            t.images_per_s,
+            t.tflops,
+            t.peak_fraction,
+        )
         assert p.verified is None
 
 
 def test_best_within_is_max_images_per_s_under_budget(tiny_fc_sweep):
     s = tiny_fc_sweep
     latencies = sorted(p.latency_s for p in s.points)
-    budgets = [latencies[0] * 0.999, *latencies, latencies[-1] * 2, (latencies[0]
-                                                                     + latencies[1]) / 2]
+    budgets = [
+        latencies[0] * 0.999,
+        *latencies,
+        latencies[-1] * 2,
+        (latencies[0] + latencies[1]) / 2,
+    ]
     for budget in budgets:
         batch = s.best_within(budget)
         within = [p for p in s.points if p.latency_s <= budget]
@@ -93,9 +102,11 @@ def test_best_within_is_max_images_per_s_under_budget(tiny_fc_sweep):
 
 def test_best_within_ties_pick_the_smaller_batch(tiny_fc_sweep):
     p = tiny_fc_sweep.points[0]
-    points = (replace(p, batch=2, latency_s=1.0, images_per_s=10.0),
-              replace(p, batch=4, latency_s=2.0, images_per_s=10.0),
-              replace(p, batch=8, latency_s=3.0, images_per_s=5.0))
+    points = (
+        replace(p, batch=2, latency_s=1.0, images_per_s=10.0),
+        replace(p, batch=4, latency_s=2.0, images_per_s=10.0),
+        replace(p, batch=8, latency_s=3.0, images_per_s=5.0),
+    )
     s = replace(tiny_fc_sweep, points=points, results={})
     assert s.best_within(5.0) == 2 and s.best() == 2
     assert s.best_within(0.5) is None
@@ -103,7 +114,7 @@ def test_best_within_ties_pick_the_smaller_batch(tiny_fc_sweep):
 
 
 def test_json_is_deterministic(tiny_fc_file, tiny_fc_sweep, tmp_path):
-    again = sweep(tiny_fc_file, batches=(64, 1, 64))          # sorted, deduplicated
+    again = sweep(tiny_fc_file, batches=(64, 1, 64))  # sorted, deduplicated
     assert again.batches == (1, 64)
     same = replace(tiny_fc_sweep, points=tuple(tiny_fc_sweep.point(b) for b in (1, 64)))
     assert again.to_json() == same.to_json()
@@ -111,11 +122,10 @@ def test_json_is_deterministic(tiny_fc_file, tiny_fc_sweep, tmp_path):
     same.save(a)
     again.save(b)
     assert a.read_bytes() == b.read_bytes()
-    assert sorted(tmp_path.iterdir()) == [a, b]                # no temp files left
+    assert sorted(tmp_path.iterdir()) == [a, b]  # no temp files left
     data = json.loads(tiny_fc_sweep.to_json())
     assert data["batches"] == list(TINY_FC_BATCHES)
-    assert {d["layer"]: d["turning_batch"] for d in data["fc_layers"]} == {"fc1": 32,
-                                                                           "fc2": None}
+    assert {d["layer"]: d["turning_batch"] for d in data["fc_layers"]} == {"fc1": 32, "fc2": None}
     assert data["points"][0]["fc"][0]["bound"] == "memory"
 
 
@@ -147,34 +157,40 @@ def test_sweep_no_fc_layers():
     assert json.loads(s.to_json())["fc_layers"] == []
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("1,2,4,...,256", (1, 2, 4, 8, 16, 32, 64, 128, 256)),
-    ("1,2,…,8", (1, 2, 4, 8)),
-    ("1,2,3,...,6", (1, 2, 3, 4, 5, 6)),
-    ("4,8,12,...,20", (4, 8, 12, 16, 20)),
-    ("3,9,...,81", (3, 9, 27, 81)),
-    ("8, 1, 8, 4", (1, 4, 8)),
-    ("16", (16,)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1,2,4,...,256", (1, 2, 4, 8, 16, 32, 64, 128, 256)),
+        ("1,2,…,8", (1, 2, 4, 8)),
+        ("1,2,3,...,6", (1, 2, 3, 4, 5, 6)),
+        ("4,8,12,...,20", (4, 8, 12, 16, 20)),
+        ("3,9,...,81", (3, 9, 27, 81)),
+        ("8, 1, 8, 4", (1, 4, 8)),
+        ("16", (16,)),
+    ],
+)
 def test_parse_batches(text, expected):
     assert parse_batches(text) == expected
 
 
-@pytest.mark.parametrize("text, message", [
-    ("0", "batch 0 is not a positive integer"),
-    ("x", "'x' is not a positive integer"),
-    ("1.5", "'1.5' is not a positive integer"),
-    ("-4", "'-4' is not a positive integer"),
-    ("", "empty entry"),
-    ("1,,2", "empty entry"),
-    ("1,...,8", "at least two batches before"),
-    ("1,2,4,...,100", "100 is not in the progression"),
-    ("1,2,...", "'...' must come once, just before the last batch"),
-    ("1,2,...,8,16", "'...' must come once, just before the last batch"),
-    ("8,4,...,1", "neither a rising"),
-    ("2,4,8,...,4", "below 8"),
-    ("1,2,3,...,100000", "more than 1024 batches"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0", "batch 0 is not a positive integer"),
+        ("x", "'x' is not a positive integer"),
+        ("1.5", "'1.5' is not a positive integer"),
+        ("-4", "'-4' is not a positive integer"),
+        ("", "empty entry"),
+        ("1,,2", "empty entry"),
+        ("1,...,8", "at least two batches before"),
+        ("1,2,4,...,100", "100 is not in the progression"),
+        ("1,2,...", "'...' must come once, just before the last batch"),
+        ("1,2,...,8,16", "'...' must come once, just before the last batch"),
+        ("8,4,...,1", "neither a rising"),
+        ("2,4,8,...,4", "below 8"),
+        ("1,2,3,...,100000", "more than 1024 batches"),
+    ],
+)
 def test_parse_batches_errors(text, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
         parse_batches(text)

@@ -13,8 +13,13 @@ from tests.strategies import layers
 
 
 @settings(max_examples=60, deadline=None)
-@given(layer=layers(), batch=st.integers(1, 5), chiplets=st.integers(2, 5),
-       split=st.sampled_from(SPLITS), wb=st.sampled_from([4, 8]))
+@given(
+    layer=layers(),
+    batch=st.integers(1, 5),
+    chiplets=st.integers(2, 5),
+    split=st.sampled_from(SPLITS),
+    wb=st.sampled_from([4, 8]),
+)
 def test_parts_cover_the_output_once(layer, batch, chiplets, split, wb):
     parts = split_parts(layer, split, chiplets, batch, wb)
     assert (coverage(layer, parts, batch) == 1).all()
@@ -22,7 +27,7 @@ def test_parts_cover_the_output_once(layer, batch, chiplets, split, wb):
     assert sum(p.batch * p.layer.macs for p in parts) == batch * layer.macs
     first = parts[0]
     for p in parts:
-        assert p.batch * p.layer.macs <= first.batch * first.layer.macs   # part 0 is largest
+        assert p.batch * p.layer.macs <= first.batch * first.layer.macs  # part 0 is largest
         assert p.layer.h_out == p.out_rows[1] - p.out_rows[0]
         assert p.layer.c_out == p.out_channels[1] - p.out_channels[0]
         assert p.layer.c_in == p.in_channels[1] - p.in_channels[0]
@@ -38,8 +43,10 @@ def test_parts_cover_the_output_once(layer, batch, chiplets, split, wb):
         # each chiplet reads the input channels its siblings hold
         image = batch * layer.h_in * layer.w_in * wb
         held = balanced(layer.c_in, chiplets)
-        assert remote == sum((layer.c_in - (held[i][1] - held[i][0]) if i < len(held)
-                              else layer.c_in) * image for i in range(len(parts)))
+        assert remote == sum(
+            (layer.c_in - (held[i][1] - held[i][0]) if i < len(held) else layer.c_in) * image
+            for i in range(len(parts))
+        )
 
 
 def test_spatial_halo_of_a_3x3_band_is_one_row_per_neighbour():
@@ -47,7 +54,7 @@ def test_spatial_halo_of_a_3x3_band_is_one_row_per_neighbour():
     parts = split_parts(conv, "spatial", 4, batch=2, word_bytes=4)
     row = 2 * 10 * 3 * 4
     assert [p.remote for p in parts] == [{1: row}, {0: row, 2: row}, {1: row, 3: row}, {2: row}]
-    assert [p.layer.h_in for p in parts] == [6, 6, 6, 6]   # 4 rows + halo, padding explicit
+    assert [p.layer.h_in for p in parts] == [6, 6, 6, 6]  # 4 rows + halo, padding explicit
 
 
 def test_images_split_with_batch_one_idles_the_other_chiplets():

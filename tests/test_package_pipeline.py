@@ -15,10 +15,14 @@ from tests.package_machine import small_package
 
 runner = CliRunner()
 PACKAGE = small_package()
-NET = Network("small", (
-    Layer("c1", "conv", 16, 16, 8, 16, 3, 3, pad_h=1, pad_w=1),
-    Layer.fc("fc", 4, 4, 16, 10),
-), batch=2)
+NET = Network(
+    "small",
+    (
+        Layer("c1", "conv", 16, 16, 8, 16, 3, 3, pad_h=1, pad_w=1),
+        Layer.fc("fc", 4, 4, 16, 10),
+    ),
+    batch=2,
+)
 
 
 def test_package_tune_json_and_cli(tmp_path):
@@ -50,7 +54,7 @@ def test_single_chiplet_file_without_chiplet_split_loads(tmp_path):
     data = json.loads(result.to_json())
     for layer in data["layers"]:
         assert "d2d_bytes" not in layer["predicted"] and "d2d_bytes" not in layer["simulated"]
-        del layer["mapping"]["chiplet_split"]              # a file from before the field
+        del layer["mapping"]["chiplet_split"]  # a file from before the field
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     loaded = TuneResult.load(path)

@@ -19,13 +19,17 @@ from tests.conftest import EXAMPLES
 
 runner = CliRunner()
 
-NET = Network("small", (
-    Layer("c1", "conv", 16, 16, 8, 16, 3, 3, pad_h=1, pad_w=1),
-    Layer("c2", "conv", 16, 16, 8, 16, 3, 3, pad_h=1, pad_w=1),
-    Layer("dw", "conv", 16, 16, 16, 16, 3, 3, stride_h=2, stride_w=2, pad_h=1, pad_w=1,
-          groups=16),
-    Layer.fc("fc", 8, 8, 16, 10),
-))
+NET = Network(
+    "small",
+    (
+        Layer("c1", "conv", 16, 16, 8, 16, 3, 3, pad_h=1, pad_w=1),
+        Layer("c2", "conv", 16, 16, 8, 16, 3, 3, pad_h=1, pad_w=1),
+        Layer(
+            "dw", "conv", 16, 16, 16, 16, 3, 3, stride_h=2, stride_w=2, pad_h=1, pad_w=1, groups=16
+        ),
+        Layer.fc("fc", 8, 8, 16, 10),
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,19 +57,51 @@ def test_json_round_trip_and_schema(tuned, tmp_path):
     data = json.loads(path.read_text())
     assert data["schema_version"] == 1 and data["tool"]["name"] == "autotune"
     layer = data["layers"][0]
-    assert set(layer) == {"name", "kind", "shape", "mapping", "predicted", "simulated",
-                          "search", "verified"}
-    assert set(layer["shape"]) == {"h_in", "w_in", "c_in", "c_out", "kernel_h", "kernel_w",
-                                   "stride_h", "stride_w", "pad_h", "pad_w", "groups"}
-    assert {"algorithm", "report_algorithm", "delta_o", "batch_tile", "share_group", "tile",
-            "buffers"} <= set(layer["mapping"])
-    assert {"cycles", "macs", "offchip_bytes", "intercluster_bytes", "l1_bytes", "ccr",
-            "bound"} == set(layer["predicted"])
+    assert set(layer) == {
+        "name",
+        "kind",
+        "shape",
+        "mapping",
+        "predicted",
+        "simulated",
+        "search",
+        "verified",
+    }
+    assert set(layer["shape"]) == {
+        "h_in",
+        "w_in",
+        "c_in",
+        "c_out",
+        "kernel_h",
+        "kernel_w",
+        "stride_h",
+        "stride_w",
+        "pad_h",
+        "pad_w",
+        "groups",
+    }
+    assert {
+        "algorithm",
+        "report_algorithm",
+        "delta_o",
+        "batch_tile",
+        "share_group",
+        "tile",
+        "buffers",
+    } <= set(layer["mapping"])
+    assert {
+        "cycles",
+        "macs",
+        "offchip_bytes",
+        "intercluster_bytes",
+        "l1_bytes",
+        "ccr",
+        "bound",
+    } == set(layer["predicted"])
     assert layer["simulated"]["cycles"] > 0 and layer["verified"]["ok"]
     loaded = TuneResult.load(path)
     assert [r.mapping for r in loaded.layers] == [r.mapping for r in tuned.layers]
-    assert [r.predicted.cycles for r in loaded.layers] == [r.predicted.cycles
-                                                           for r in tuned.layers]
+    assert [r.predicted.cycles for r in loaded.layers] == [r.predicted.cycles for r in tuned.layers]
     shipped = resources.files("autotune") / "schema" / "schedule.schema.json"
     assert json.loads(shipped.read_text()) == json_schema()
 
@@ -73,21 +109,38 @@ def test_json_round_trip_and_schema(tuned, tmp_path):
 def test_same_input_same_json():
     a = autotune.tune(NET, refine=False, verify=False, storage="memory")
     b = autotune.tune(NET, refine=False, verify=False, storage="memory")
-    strip = [{k: v for k, v in layer.items() if k != "search"}
-             for layer in json.loads(a.to_json())["layers"]]
-    assert strip == [{k: v for k, v in layer.items() if k != "search"}
-                     for layer in json.loads(b.to_json())["layers"]]
+    strip = [
+        {k: v for k, v in layer.items() if k != "search"}
+        for layer in json.loads(a.to_json())["layers"]
+    ]
+    assert strip == [
+        {k: v for k, v in layer.items() if k != "search"}
+        for layer in json.loads(b.to_json())["layers"]
+    ]
 
 
 def test_cli_tune_out_show_verify_simulate(tmp_path):
     out = tmp_path / "alex.json"
-    result = runner.invoke(app, ["tune", str(EXAMPLES / "alexnet.yaml"), "--trials", "4",
-                                 "--storage", "memory", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "tune",
+            str(EXAMPLES / "alexnet.yaml"),
+            "--trials",
+            "4",
+            "--storage",
+            "memory",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "images/s" in result.output and "ok" in result.output and out.exists()
-    for command in (["show", str(out)], ["verify", str(out)],
-                    ["simulate", str(out), "--layer", "features.3",
-                     "--trace", str(tmp_path / "t.json")]):
+    for command in (
+        ["show", str(out)],
+        ["verify", str(out)],
+        ["simulate", str(out), "--layer", "features.3", "--trace", str(tmp_path / "t.json")],
+    ):
         r = runner.invoke(app, command)
         assert r.exit_code == 0, (command, r.output)
     trace = json.loads((tmp_path / "t.json").read_text())
@@ -98,23 +151,27 @@ def test_cli_verify_fails_on_a_corrupted_file(tmp_path, tuned):
     path = tmp_path / "s.json"
     tuned.save(path)
     data = json.loads(path.read_text())
-    data["machine"]["parameters"]["l1_size"]["value"] = 512   # the buffers no longer fit
+    data["machine"]["parameters"]["l1_size"]["value"] = 512  # the buffers no longer fit
     path.write_text(json.dumps(data))
     r = runner.invoke(app, ["verify", str(path)])
     assert r.exit_code == 1
     assert "FAILED" in r.output and "failed verification" in r.output
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{", "not valid JSON"),
-    ('{"schema_version": 99}', "schema_version"),
-    ('{"schema_version": 1, "layers": [{"name": "x"}]}', "required key is missing"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{", "not valid JSON"),
+        ('{"schema_version": 99}', "schema_version"),
+        ('{"schema_version": 1, "layers": [{"name": "x"}]}', "required key is missing"),
+    ],
+)
 def test_bad_schedule_files_exit_2(tmp_path, content, words):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    r = subprocess.run([sys.executable, "-m", "autotune", "show", str(path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune", "show", str(path)], capture_output=True, text=True
+    )
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 

@@ -30,6 +30,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
 def _console(stderr: bool = False) -> Console:
     """A console; when piped (not a terminal) wide enough that tables do not wrap."""
     console = Console(stderr=stderr)
@@ -71,8 +73,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Map the conv and fc layers of a CNN onto the Manticore many-core processor."""
 
@@ -81,8 +87,9 @@ def main_options(
 def check(
     network: Annotated[Path, typer.Argument(help="network.yaml or .onnx model to validate")],
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp64 | fp32 | fp16 (default: the "
-                                                       "file's)")] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="fp64 | fp32 | fp16 (default: the file's)")
+    ] = None,
 ) -> None:
     """Validate a network file and print each layer's shape, MACs and weight bytes."""
     try:
@@ -95,44 +102,82 @@ def check(
     except (InputError, ValueError) as exc:
         fail(str(exc))
     wb = word_bytes(prec)
-    table = Table(title=f"{net.name}: {len(net.layers)} layers, batch {net.batch}, "
-                        f"{prec}", title_justify="left")
-    for col in ("layer", "kind", "in (h×w×c)", "out (h×w×c)", "kernel", "stride", "pad",
-                "groups", "MACs/image", "weights"):
+    table = Table(
+        title=f"{net.name}: {len(net.layers)} layers, batch {net.batch}, {prec}",
+        title_justify="left",
+    )
+    for col in (
+        "layer",
+        "kind",
+        "in (h×w×c)",
+        "out (h×w×c)",
+        "kernel",
+        "stride",
+        "pad",
+        "groups",
+        "MACs/image",
+        "weights",
+    ):
         table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
     for layer in net.layers:
         table.add_row(
-            layer.name, layer.kind, f"{layer.h_in}×{layer.w_in}×{layer.c_in}",
+            layer.name,
+            layer.kind,
+            f"{layer.h_in}×{layer.w_in}×{layer.c_in}",
             f"{layer.h_out}×{layer.w_out}×{layer.c_out}",
-            f"{layer.kernel_h}×{layer.kernel_w}", f"{layer.stride_h}×{layer.stride_w}",
-            f"{layer.pad_h}×{layer.pad_w}", str(layer.groups), _si(layer.macs, "MAC"),
+            f"{layer.kernel_h}×{layer.kernel_w}",
+            f"{layer.stride_h}×{layer.stride_w}",
+            f"{layer.pad_h}×{layer.pad_w}",
+            str(layer.groups),
+            _si(layer.macs, "MAC"),
             _bytes(layer.weight_words * wb),
         )
     stdout.print(table)
     if net.skipped:
         ops = Counter(entry.split(" ", 1)[0] for entry in net.skipped)
-        stdout.print(f"skipped {len(net.skipped)} ONNX nodes that are not conv/fc layers: "
-                     + ", ".join(f"{op} ×{n}" for op, n in ops.items()))
+        stdout.print(
+            f"skipped {len(net.skipped)} ONNX nodes that are not conv/fc layers: "
+            + ", ".join(f"{op} ×{n}" for op, n in ops.items())
+        )
     total_weights = sum(layer.weight_words for layer in net.layers) * wb
-    stdout.print(f"total: {_si(net.macs, 'MAC')} for the batch of {net.batch}, "
-                 f"{_bytes(total_weights)} of weights; machine {mach.name} "
-                 f"({_si(mach.peak_flops(prec), 'flop/s')} peak {prec})")
+    stdout.print(
+        f"total: {_si(net.macs, 'MAC')} for the batch of {net.batch}, "
+        f"{_bytes(total_weights)} of weights; machine {mach.name} "
+        f"({_si(mach.peak_flops(prec), 'flop/s')} peak {prec})"
+    )
 
 
 @app.command()
 def machines() -> None:
     """List the bundled machine presets with their key figures."""
     table = Table(title="machine presets", title_justify="left")
-    for col in ("name", "chiplets", "clusters", "cores", "L1/cluster", "peak fp64",
-                "peak fp32", "peak fp16", "memory bandwidth"):
+    for col in (
+        "name",
+        "chiplets",
+        "clusters",
+        "cores",
+        "L1/cluster",
+        "peak fp64",
+        "peak fp32",
+        "peak fp16",
+        "memory bandwidth",
+    ):
         table.add_column(col, justify="left" if col == "name" else "right")
     for name in preset_names():
         m = resolve_machine(name)
-        peaks = [(_si(m.peak_flops(p), "flop/s") if m.supports(p) else "-")
-                 for p in ("fp64", "fp32", "fp16")]
-        table.add_row(name, str(m.chiplets), str(m.total_clusters),
-                      str(m.total_clusters * m.cores_per_cluster), _bytes(m.l1_bytes), *peaks,
-                      _si(m.hbm_bytes_per_s, "B/s"))
+        peaks = [
+            (_si(m.peak_flops(p), "flop/s") if m.supports(p) else "-")
+            for p in ("fp64", "fp32", "fp16")
+        ]
+        table.add_row(
+            name,
+            str(m.chiplets),
+            str(m.total_clusters),
+            str(m.total_clusters * m.cores_per_cluster),
+            _bytes(m.l1_bytes),
+            *peaks,
+            _si(m.hbm_bytes_per_s, "B/s"),
+        )
     stdout.print(table)
     for name in preset_names():
         stdout.print(f"{name}: {resolve_machine(name).description.get('summary', '')}")
@@ -149,35 +194,55 @@ def _tile_text(mapping) -> str:
 def tune(
     network: Annotated[Path, typer.Argument(help="network.yaml or .onnx file to tune")],
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
-    = None,
-    batch: Annotated[str | None, typer.Option(
-        metavar="N|auto", help="images per inference (default: the file's); 'auto' picks the "
-                               "batch with the most images/s within --latency-budget")] = None,
-    latency_budget: Annotated[str | None, typer.Option(
-        metavar="MS", help="with --batch auto: the largest latency per batch, in "
-                           "milliseconds")] = None,
-    max_batch: Annotated[int | None, typer.Option(
-        help="with --batch auto: try the powers of two from 1 to this batch "
-             f"(default {AUTO_MAX_BATCH})")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N|auto",
+            help="images per inference (default: the file's); 'auto' picks the "
+            "batch with the most images/s within --latency-budget",
+        ),
+    ] = None,
+    latency_budget: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MS", help="with --batch auto: the largest latency per batch, in milliseconds"
+        ),
+    ] = None,
+    max_batch: Annotated[
+        int | None,
+        typer.Option(
+            help="with --batch auto: try the powers of two from 1 to this batch "
+            f"(default {AUTO_MAX_BATCH})"
+        ),
+    ] = None,
     objective: Annotated[str, typer.Option(help="latency | traffic | energy")] = "latency",
-    search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")]
-    = "ilp",
-    trials: Annotated[int | None, typer.Option(min=1, help="refinement trials per distinct "
-                                                          "layer shape (default 24)")] = None,
-    time_limit: Annotated[float | None, typer.Option(
-        min=0.1, help="seconds per layer for the integer program and for refinement")] = None,
-    storage: Annotated[str | None, typer.Option(
-        help="Optuna storage: sqlite:///file.db, postgresql://..., or 'memory' "
-             "(default: SQLite in the user cache, so runs resume and reuse results)")] = None,
-    workers: Annotated[int, typer.Option(min=1, help="refinement processes sharing each "
-                                                     "layer's study")] = 1,
-    no_refine: Annotated[bool, typer.Option("--no-refine", help="skip the Optuna refinement "
-                                            "against the simulator")] = False,
-    no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the numerical "
-                                            "verification of the winners")] = False,
-    seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")]
-    = 0,
+    search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")] = "ilp",
+    trials: Annotated[
+        int | None,
+        typer.Option(min=1, help="refinement trials per distinct layer shape (default 24)"),
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="seconds per layer for the integer program and for refinement"),
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Optuna storage: sqlite:///file.db, postgresql://..., or 'memory' "
+            "(default: SQLite in the user cache, so runs resume and reuse results)"
+        ),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option(min=1, help="refinement processes sharing each layer's study")
+    ] = 1,
+    no_refine: Annotated[
+        bool, typer.Option("--no-refine", help="skip the Optuna refinement against the simulator")
+    ] = False,
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="skip the numerical verification of the winners")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")] = 0,
     out: Annotated[Path | None, typer.Option(help="write the schedules as JSON here")] = None,
 ) -> None:
     """Choose, refine, simulate and verify every layer's mapping; print the schedule table.
@@ -207,22 +272,42 @@ def tune(
     net, mach = _load(network, machine, precision)
     choice = None
     if auto:
-        choice = _choose_batch(network, net, mach, budget_ms / 1e3,
-                               max_batch or AUTO_MAX_BATCH, precision, objective, seed,
-                               search, time_limit)
+        choice = _choose_batch(
+            network,
+            net,
+            mach,
+            budget_ms / 1e3,
+            max_batch or AUTO_MAX_BATCH,
+            precision,
+            objective,
+            seed,
+            search,
+            time_limit,
+        )
         n_batch = choice.batch
     stages = ["solve"] + ([] if no_refine else ["refine"]) + ([] if no_verify else ["verify"])
     if choice is not None and no_refine and no_verify:
-        result = choice.sweep.results[choice.batch]     # exactly this run, already done
+        result = choice.sweep.results[choice.batch]  # exactly this run, already done
     else:
         with _progress_bar(f"tuning {net.name}", _shapes(net) * len(stages)) as progress:
             try:
-                result = run_tune(net, mach, precision=precision, objective=objective,
-                                  refine=not no_refine, verify=not no_verify, trials=trials,
-                                  storage=storage, seed=seed, progress=progress,
-                                  batch=n_batch, search=search,
-                                  time_limit=time_limit or 60.0, timeout=time_limit,
-                                  workers=workers)
+                result = run_tune(
+                    net,
+                    mach,
+                    precision=precision,
+                    objective=objective,
+                    refine=not no_refine,
+                    verify=not no_verify,
+                    trials=trials,
+                    storage=storage,
+                    seed=seed,
+                    progress=progress,
+                    batch=n_batch,
+                    search=search,
+                    time_limit=time_limit or 60.0,
+                    timeout=time_limit,
+                    workers=workers,
+                )
             except InfeasibleError as exc:
                 fail(f"{network}: {exc}")
             except InputError as exc:
@@ -233,8 +318,7 @@ def tune(
     if out is not None:
         result.save(out)
         stdout.print(f"wrote {out}")
-    failed = [r.layer.name for r in result.layers if r.verified is not None
-              and not r.verified.ok]
+    failed = [r.layer.name for r in result.layers if r.verified is not None and not r.verified.ok]
     if failed:
         fail(f"verification failed for {len(failed)} layer(s): {', '.join(failed)}", code=1)
 
@@ -258,8 +342,7 @@ def _positive_ms(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        fail(f"option '--latency-budget': expected a positive number of milliseconds, "
-             f"got {text!r}")
+        fail(f"option '--latency-budget': expected a positive number of milliseconds, got {text!r}")
     return value
 
 
@@ -267,8 +350,10 @@ def _check_common(objective: str, search: str, precision: str | None) -> None:
     from autotune.search.solve import SEARCH_MODES
 
     if objective not in ("latency", "traffic", "energy"):
-        fail(f"option '--objective': unknown objective {objective!r} "
-             f"(choose latency, traffic, energy)")
+        fail(
+            f"option '--objective': unknown objective {objective!r} "
+            f"(choose latency, traffic, energy)"
+        )
     if search not in SEARCH_MODES:
         fail(f"option '--search': unknown search mode {search!r} (choose ilp, exhaustive)")
     if precision is not None and precision not in ("fp64", "fp32", "fp16"):
@@ -295,9 +380,14 @@ def _progress_bar(description: str, total: int):
     """A transient progress bar on stderr; yields the ``progress(stage, name)`` callback."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TextColumn("{task.fields[layer]}"),
-                  console=stderr, transient=True) as bar:
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[layer]}"),
+        console=stderr,
+        transient=True,
+    ) as bar:
         task = bar.add_task(description, total=total, layer="")
 
         def progress(stage: str, name: str) -> None:
@@ -312,8 +402,7 @@ def _run_sweep(network: Path, net, mach, batches, **kwargs):
     from autotune.search.solve import InfeasibleError
 
     stages = 1 + bool(kwargs.get("refine")) + bool(kwargs.get("verify"))
-    with _progress_bar(f"sweeping {net.name}", len(batches) * _shapes(net) * stages
-                       ) as progress:
+    with _progress_bar(f"sweeping {net.name}", len(batches) * _shapes(net) * stages) as progress:
         try:
             return run_sweep(net, mach, batches=batches, progress=progress, **kwargs)
         except InfeasibleError as exc:
@@ -322,9 +411,18 @@ def _run_sweep(network: Path, net, mach, batches, **kwargs):
             fail(str(exc))
 
 
-def _choose_batch(network: Path, net, mach, budget_s: float, max_batch: int,
-                  precision: str | None, objective: str, seed: int, search: str,
-                  time_limit: float | None):
+def _choose_batch(
+    network: Path,
+    net,
+    mach,
+    budget_s: float,
+    max_batch: int,
+    precision: str | None,
+    objective: str,
+    seed: int,
+    search: str,
+    time_limit: float | None,
+):
     """``tune --batch auto``: ``autotune.choose_batch`` under a progress bar; no batch
     within the budget, bad input or infeasible: exit 2."""
     from autotune.batching import BudgetError, choose_batch, powers_of_two
@@ -333,10 +431,18 @@ def _choose_batch(network: Path, net, mach, budget_s: float, max_batch: int,
     steps = len(powers_of_two(max_batch)) * _shapes(net)
     with _progress_bar(f"choosing a batch for {net.name}", steps) as progress:
         try:
-            return choose_batch(net, mach, latency_budget_s=budget_s, max_batch=max_batch,
-                                precision=precision, objective=objective, seed=seed,
-                                search=search, time_limit=time_limit or 60.0,
-                                progress=progress)
+            return choose_batch(
+                net,
+                mach,
+                latency_budget_s=budget_s,
+                max_batch=max_batch,
+                precision=precision,
+                objective=objective,
+                seed=seed,
+                search=search,
+                time_limit=time_limit or 60.0,
+                progress=progress,
+            )
         except BudgetError as exc:
             fail(f"{network}: option '--latency-budget': {exc}")
         except InfeasibleError as exc:
@@ -355,50 +461,70 @@ def _print_choice(choice, result) -> None:
     budget = choice.latency_budget_s
     candidates = ", ".join(
         f"{p.batch}: {_ms(p.latency_s)} ms {p.images_per_s:,.0f}/s"
-        + ("" if p.latency_s <= budget else " over budget") for p in choice.sweep.points)
+        + ("" if p.latency_s <= budget else " over budget")
+        for p in choice.sweep.points
+    )
     t = result.totals
-    stdout.print(f"batch auto: chose batch {choice.batch} (latency {_ms(t.latency_s)} ms <= "
-                 f"budget {_ms(budget)} ms, {t.images_per_s:,.1f} images/s); candidates: "
-                 f"{candidates}", highlight=False)
+    stdout.print(
+        f"batch auto: chose batch {choice.batch} (latency {_ms(t.latency_s)} ms <= "
+        f"budget {_ms(budget)} ms, {t.images_per_s:,.1f} images/s); candidates: "
+        f"{candidates}",
+        highlight=False,
+    )
     # Refinement keeps or lowers every layer's simulated cycles (the integer program's winner
     # is its incumbent), so the tuned batch is at most as slow as the swept one.
     if t.cycles > choice.point.cycles or t.latency_s > budget:
-        fail(f"internal error: batch {choice.batch} tuned to {_ms(t.latency_s)} ms, more than "
-             f"the {_ms(choice.point.latency_s)} ms of the sweep (budget {_ms(budget)} ms)",
-             code=1)
+        fail(
+            f"internal error: batch {choice.batch} tuned to {_ms(t.latency_s)} ms, more than "
+            f"the {_ms(choice.point.latency_s)} ms of the sweep (budget {_ms(budget)} ms)",
+            code=1,
+        )
 
 
 @app.command()
 def sweep(
     network: Annotated[Path, typer.Argument(help="network.yaml or .onnx file to sweep")],
-    batch: Annotated[str, typer.Option(
-        metavar="LIST", help="batches to tune: a comma list (sorted, duplicates dropped) or a "
-                             "progression ending '...,LAST': 1,2,4,...,256 doubles, "
-                             "1,2,3,...,8 counts")] = "1,2,4,...,256",
+    batch: Annotated[
+        str,
+        typer.Option(
+            metavar="LIST",
+            help="batches to tune: a comma list (sorted, duplicates dropped) or a "
+            "progression ending '...,LAST': 1,2,4,...,256 doubles, "
+            "1,2,3,...,8 counts",
+        ),
+    ] = "1,2,4,...,256",
     machine: Annotated[str | None, typer.Option(help="machine preset name or YAML file")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")]
-    = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | fp64 (default: the file's)")] = None,
     objective: Annotated[str, typer.Option(help="latency | traffic | energy")] = "latency",
-    search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")]
-    = "ilp",
-    refine: Annotated[bool, typer.Option(
-        help="refine every batch against the simulator with Optuna (off: a sweep is a "
-             "planning tool; the integer program and the simulator give the latency tune "
-             "reports, and refinement only lowers it)")] = False,
-    verify: Annotated[bool, typer.Option(help="verify every batch's schedules in numpy")]
-    = False,
-    trials: Annotated[int | None, typer.Option(min=1, help="with --refine: trials per "
-                                                          "distinct layer shape")] = None,
-    time_limit: Annotated[float | None, typer.Option(
-        min=0.1, help="seconds per layer for the integer program and for refinement")] = None,
-    storage: Annotated[str | None, typer.Option(help="with --refine: Optuna storage, as for "
-                                                     "tune")] = None,
-    seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")]
-    = 0,
+    search: Annotated[str, typer.Option(help="ilp (CP-SAT, proven optimal) | exhaustive")] = "ilp",
+    refine: Annotated[
+        bool,
+        typer.Option(
+            help="refine every batch against the simulator with Optuna (off: a sweep is a "
+            "planning tool; the integer program and the simulator give the latency tune "
+            "reports, and refinement only lowers it)"
+        ),
+    ] = False,
+    verify: Annotated[bool, typer.Option(help="verify every batch's schedules in numpy")] = False,
+    trials: Annotated[
+        int | None, typer.Option(min=1, help="with --refine: trials per distinct layer shape")
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="seconds per layer for the integer program and for refinement"),
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option(help="with --refine: Optuna storage, as for tune")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")] = 0,
     out: Annotated[Path | None, typer.Option(help="write the sweep as JSON here")] = None,
-    plot: Annotated[Path | None, typer.Option(
-        help="draw latency and images/s against the batch, fc turning batches marked "
-             "(PNG, SVG or PDF; needs the plot extra)")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="draw latency and images/s against the batch, fc turning batches marked "
+            "(PNG, SVG or PDF; needs the plot extra)"
+        ),
+    ] = None,
 ) -> None:
     """Tune the network at several batch sizes; print latency, images/s, and which fc layers
     are memory- or compute-bound at each batch (the turning batch is marked →)."""
@@ -414,10 +540,22 @@ def sweep(
     if plot is not None:
         _check_plot(plot)
     net, mach = _load(network, machine, precision)
-    result = _run_sweep(network, net, mach, batches, precision=precision, objective=objective,
-                        refine=refine, verify=verify, seed=seed, storage=storage,
-                        trials=trials, search=search, time_limit=time_limit or 60.0,
-                        timeout=time_limit)
+    result = _run_sweep(
+        network,
+        net,
+        mach,
+        batches,
+        precision=precision,
+        objective=objective,
+        refine=refine,
+        verify=verify,
+        seed=seed,
+        storage=storage,
+        trials=trials,
+        search=search,
+        time_limit=time_limit or 60.0,
+        timeout=time_limit,
+    )
     print_sweep(result)
     if out is not None:
         result.save(out)
@@ -429,8 +567,11 @@ def sweep(
         stdout.print(f"wrote {plot}")
     failed = [p.batch for p in result.points if p.verified is False]
     if failed:
-        fail(f"verification failed at batch {', '.join(map(str, failed))} "
-             f"(run tune --batch B for the layers)", code=1)
+        fail(
+            f"verification failed at batch {', '.join(map(str, failed))} "
+            f"(run tune --batch B for the layers)",
+            code=1,
+        )
 
 
 def _check_plot(path: Path) -> None:
@@ -447,16 +588,21 @@ def _check_plot(path: Path) -> None:
     kinds = FigureCanvasBase.get_supported_filetypes()
     suffix = path.suffix.lower().lstrip(".")
     if suffix and suffix not in kinds:
-        fail(f"option '--plot': unknown image format {path.suffix!r} of {str(path)!r} "
-             f"(use .png, .svg or .pdf)")
+        fail(
+            f"option '--plot': unknown image format {path.suffix!r} of {str(path)!r} "
+            f"(use .png, .svg or .pdf)"
+        )
 
 
 def print_sweep(result) -> None:
     """The sweep table, one line per fc layer on where it turns, and the best batch."""
     turning = result.turning_batches()
-    table = Table(title=f"{result.network}: batch sweep, {result.precision}, objective "
-                        f"{result.objective}, machine {result.machine.name}"
-                        + (", refined" if result.refine else ""), title_justify="left")
+    table = Table(
+        title=f"{result.network}: batch sweep, {result.precision}, objective "
+        f"{result.objective}, machine {result.machine.name}"
+        + (", refined" if result.refine else ""),
+        title_justify="left",
+    )
     for col in ("batch", "latency (ms)", "images/s", "Tflop/s", "% peak"):
         table.add_column(col, justify="right")
     for name in result.fc_layers:
@@ -468,66 +614,117 @@ def print_sweep(result) -> None:
         for f in p.fc:
             text = "mem" if f.bound == "memory" else "compute"
             cells.append(f"[bold]→ {text}[/]" if turning[f.layer] == p.batch else text)
-        row = [str(p.batch), _ms(p.latency_s), f"{p.images_per_s:,.1f}", f"{p.tflops:.3f}",
-               f"{100 * p.peak_fraction:.1f}", *cells]
+        row = [
+            str(p.batch),
+            _ms(p.latency_s),
+            f"{p.images_per_s:,.1f}",
+            f"{p.tflops:.3f}",
+            f"{100 * p.peak_fraction:.1f}",
+            *cells,
+        ]
         if result.verify:
             row.append("ok" if p.verified else "FAILED")
         table.add_row(*row)
     stdout.print(table)
     m, prec = result.machine, result.precision
-    stdout.print(f"ridge point {result.ridge_flop_per_byte:.1f} flop per off-chip byte "
-                 f"({_si(m.peak_flops(prec), 'flop/s')} {prec} peak × "
-                 f"{m.fpu_utilization:.0%} FPU utilisation / "
-                 f"{_si(m.hbm_bytes_per_s, 'B/s')} HBM); fc layers below it are memory-bound",
-                 highlight=False)
+    stdout.print(
+        f"ridge point {result.ridge_flop_per_byte:.1f} flop per off-chip byte "
+        f"({_si(m.peak_flops(prec), 'flop/s')} {prec} peak × "
+        f"{m.fpu_utilization:.0%} FPU utilisation / "
+        f"{_si(m.hbm_bytes_per_s, 'B/s')} HBM); fc layers below it are memory-bound",
+        highlight=False,
+    )
     last = result.batches[-1]
     for name in result.fc_layers:
         turn = turning[name]
         if turn is None:
             f = result.point(last).fc_bound(name)
-            stdout.print(f"{name} stays memory-bound up to batch {last} "
-                         f"({f.flop_per_byte:.1f} flop/B at batch {last})", highlight=False)
+            stdout.print(
+                f"{name} stays memory-bound up to batch {last} "
+                f"({f.flop_per_byte:.1f} flop/B at batch {last})",
+                highlight=False,
+            )
             continue
         f = result.point(turn).fc_bound(name)
         again = result.memory_again(name)
-        stdout.print(f"{name} turns compute-bound at batch {turn} ({f.flop_per_byte:.1f} "
-                     f"flop/B)" + ("" if again is None else
-                                   f"; memory-bound again at batch {again}"),
-                     highlight=False)
+        stdout.print(
+            f"{name} turns compute-bound at batch {turn} ({f.flop_per_byte:.1f} "
+            f"flop/B)" + ("" if again is None else f"; memory-bound again at batch {again}"),
+            highlight=False,
+        )
     if not result.fc_layers:
         stdout.print("no fc layers", highlight=False)
     best = result.point(result.best())
-    stdout.print(f"most images/s: batch {best.batch} ({best.images_per_s:,.1f} images/s, "
-                 f"{_ms(best.latency_s)} ms per batch)", highlight=False)
+    stdout.print(
+        f"most images/s: batch {best.batch} ({best.images_per_s:,.1f} images/s, "
+        f"{_ms(best.latency_s)} ms per batch)",
+        highlight=False,
+    )
 
 
 def print_result(result) -> None:
     """The per-layer schedule table and the network totals."""
     mach, prec = result.machine, result.precision
     peak = mach.peak_macs_per_cycle(prec)
-    table = Table(title=f"{result.network}: batch {result.batch}, {prec}, objective "
-                        f"{result.objective}, machine {mach.name}", title_justify="left")
-    package = mach.chiplets > 1        # a package adds the chiplet split of each layer
-    for col in ("layer", "algorithm", *(("chiplets",) if package else ()), "ΔO", "batch tile",
-                "share", "tile h×w×c", "L1", "cycles", "% peak", "bound", "verified",
-                "search"):
-        table.add_column(col, justify="left" if col in ("layer", "algorithm", "chiplets",
-                                                        "bound", "verified", "search")
-                         else "right")
+    table = Table(
+        title=f"{result.network}: batch {result.batch}, {prec}, objective "
+        f"{result.objective}, machine {mach.name}",
+        title_justify="left",
+    )
+    package = mach.chiplets > 1  # a package adds the chiplet split of each layer
+    for col in (
+        "layer",
+        "algorithm",
+        *(("chiplets",) if package else ()),
+        "ΔO",
+        "batch tile",
+        "share",
+        "tile h×w×c",
+        "L1",
+        "cycles",
+        "% peak",
+        "bound",
+        "verified",
+        "search",
+    ):
+        table.add_column(
+            col,
+            justify="left"
+            if col in ("layer", "algorithm", "chiplets", "bound", "verified", "search")
+            else "right",
+        )
     for r in result.layers:
         a, m = r.predicted, r.mapping
         cycles = r.simulated.cycles if r.simulated is not None else a.cycles
         s = r.search
-        status = (f"{s.status} {s.wall_s:.1f}s {s.candidates / 1e3:.0f}k"
-                  + (f" gap {s.gap:.1%}" if s.gap else "")
-                  + (f" +{r.trials} trials" if r.trials else "")
-                  if s.shared_with is None else f"= {s.shared_with}")
+        status = (
+            f"{s.status} {s.wall_s:.1f}s {s.candidates / 1e3:.0f}k"
+            + (f" gap {s.gap:.1%}" if s.gap else "")
+            + (f" +{r.trials} trials" if r.trials else "")
+            if s.shared_with is None
+            else f"= {s.shared_with}"
+        )
         verified = "-" if r.verified is None else ("ok" if r.verified.ok else "FAILED")
-        split = (f"{m.chiplet_split} ×{a.chiplets}" if m.chiplet_split != "none"
-                 else "none",) if package else ()
-        table.add_row(r.layer.name, m.algorithm, *split, str(m.delta_o), str(m.batch_tile),
-                      str(m.share_group), _tile_text(m), _bytes(a.l1_bytes), f"{cycles:,}",
-                      f"{100 * a.macs / (cycles * peak):.1f}", a.bound, verified, status)
+        split = (
+            (f"{m.chiplet_split} ×{a.chiplets}" if m.chiplet_split != "none" else "none",)
+            if package
+            else ()
+        )
+        table.add_row(
+            r.layer.name,
+            m.algorithm,
+            *split,
+            str(m.delta_o),
+            str(m.batch_tile),
+            str(m.share_group),
+            _tile_text(m),
+            _bytes(a.l1_bytes),
+            f"{cycles:,}",
+            f"{100 * a.macs / (cycles * peak):.1f}",
+            a.bound,
+            verified,
+            status,
+        )
     stdout.print(table)
     t = result.totals
     simulated = all(r.simulated is not None for r in result.layers)
@@ -535,7 +732,8 @@ def print_result(result) -> None:
         f"total ({'simulated' if simulated else 'predicted'}): {t.cycles:,} cycles = "
         f"{t.latency_s * 1e3:.3f} ms per batch of {result.batch}, {t.images_per_s:,.1f} "
         f"images/s, {t.tflops:.2f} Tflop/s ({100 * t.peak_fraction:.1f} % of peak), off-chip "
-        f"{_bytes(t.offchip_bytes)}")
+        f"{_bytes(t.offchip_bytes)}"
+    )
 
 
 def _load_schedule(path: Path):
@@ -548,8 +746,7 @@ def _load_schedule(path: Path):
 
 
 @app.command()
-def show(schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")]
-         ) -> None:
+def show(schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")]) -> None:
     """Print the schedule table of a schedules file."""
     print_result(_load_schedule(schedules))
 
@@ -563,23 +760,39 @@ def verify_command(
     from autotune.verify import verify as verify_layer
 
     result = _load_schedule(schedules)
-    table = Table(title=f"{result.network}: verification ({result.precision}, batch "
-                        f"{result.batch}, seed {seed})", title_justify="left")
-    for col in ("layer", "algorithm", "ok", "max abs error", "max rel error", "tolerance",
-                "reason"):
+    table = Table(
+        title=f"{result.network}: verification ({result.precision}, batch "
+        f"{result.batch}, seed {seed})",
+        title_justify="left",
+    )
+    for col in (
+        "layer",
+        "algorithm",
+        "ok",
+        "max abs error",
+        "max rel error",
+        "tolerance",
+        "reason",
+    ):
         table.add_column(col)
     failures = 0
     for r in result.layers:
-        v = verify_layer(r.layer, r.mapping, result.machine, result.precision, result.batch,
-                         seed=seed)
+        v = verify_layer(
+            r.layer, r.mapping, result.machine, result.precision, result.batch, seed=seed
+        )
         failures += not v.ok
-        table.add_row(r.layer.name, r.mapping.algorithm, "ok" if v.ok else "FAILED",
-                      f"{v.max_abs_error:.2e}", f"{v.max_rel_error:.2e}",
-                      f"{v.tolerance:.2e}", "; ".join(v.errors)[:120])
+        table.add_row(
+            r.layer.name,
+            r.mapping.algorithm,
+            "ok" if v.ok else "FAILED",
+            f"{v.max_abs_error:.2e}",
+            f"{v.max_rel_error:.2e}",
+            f"{v.tolerance:.2e}",
+            "; ".join(v.errors)[:120],
+        )
     stdout.print(table)
     if failures:
-        fail(f"{schedules}: {failures} of {len(result.layers)} layers failed verification",
-             code=1)
+        fail(f"{schedules}: {failures} of {len(result.layers)} layers failed verification", code=1)
     stdout.print(f"all {len(result.layers)} layers verified")
 
 
@@ -587,9 +800,13 @@ def verify_command(
 def simulate(
     schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")],
     layer: Annotated[str | None, typer.Option(help="simulate only this layer")] = None,
-    trace: Annotated[Path | None, typer.Option(
-        help="write the per-cluster timeline as Chrome trace JSON (open in Perfetto); "
-             "needs --layer")] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="write the per-cluster timeline as Chrome trace JSON (open in Perfetto); "
+            "needs --layer"
+        ),
+    ] = None,
 ) -> None:
     """Simulate the layers of a schedules file on its machine; print cycles and breakdown."""
     from autotune.sim import simulate as simulate_layer
@@ -600,24 +817,49 @@ def simulate(
         fail(f"{schedules}: no layer named {layer!r}")
     if trace is not None and len(chosen) != 1:
         fail("option '--trace': name one layer with --layer")
-    table = Table(title=f"{result.network}: simulated on {result.machine.name}",
-                  title_justify="left")
-    package = result.machine.chiplets > 1     # a package adds the die-to-die stage-in
+    table = Table(
+        title=f"{result.network}: simulated on {result.machine.name}", title_justify="left"
+    )
+    package = result.machine.chiplets > 1  # a package adds the die-to-die stage-in
     parts = ("compute", "dma_wait", "contention", "sync", "idle", *(("d2d",) if package else ()))
-    for col in ("layer", "algorithm", "cycles", "predicted", "sim/model", "compute",
-                "DMA wait", "contention", "sync", "idle", *(("d2d",) if package else ()),
-                "HBM B/cycle", "FPU util"):
+    for col in (
+        "layer",
+        "algorithm",
+        "cycles",
+        "predicted",
+        "sim/model",
+        "compute",
+        "DMA wait",
+        "contention",
+        "sync",
+        "idle",
+        *(("d2d",) if package else ()),
+        "HBM B/cycle",
+        "FPU util",
+    ):
         table.add_column(col, justify="left" if col in ("layer", "algorithm") else "right")
     total = 0
     for r in chosen:
-        sim = simulate_layer(r.layer, r.mapping, result.machine, result.precision,
-                             result.batch, trace=trace is not None)
+        sim = simulate_layer(
+            r.layer,
+            r.mapping,
+            result.machine,
+            result.precision,
+            result.batch,
+            trace=trace is not None,
+        )
         total += sim.cycles
         b = sim.breakdown.as_dict()
-        table.add_row(r.layer.name, r.mapping.algorithm, f"{sim.cycles:,}",
-                      f"{r.predicted.cycles:,}", f"{sim.cycles / r.predicted.cycles:.2f}",
-                      *(f"{100 * b.get(k, 0.0) / sim.cycles:.0f}%" for k in parts),
-                      f"{sim.hbm_bytes_per_cycle:.1f}", f"{100 * sim.fpu_utilization:.1f}%")
+        table.add_row(
+            r.layer.name,
+            r.mapping.algorithm,
+            f"{sim.cycles:,}",
+            f"{r.predicted.cycles:,}",
+            f"{sim.cycles / r.predicted.cycles:.2f}",
+            *(f"{100 * b.get(k, 0.0) / sim.cycles:.0f}%" for k in parts),
+            f"{sim.hbm_bytes_per_cycle:.1f}",
+            f"{100 * sim.fpu_utilization:.1f}%",
+        )
         if trace is not None:
             sim.write_trace(trace)
     stdout.print(table)
@@ -670,6 +912,10 @@ def main() -> None:
 
         if os.environ.get("AUTOTUNE_DEBUG"):
             raise
-        stderr.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
-                     f"(set AUTOTUNE_DEBUG=1 for the traceback)", highlight=False, soft_wrap=True)
+        stderr.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
+            f"(set AUTOTUNE_DEBUG=1 for the traceback)",
+            highlight=False,
+            soft_wrap=True,
+        )
         sys.exit(1)

@@ -10,8 +10,14 @@ from pydantic import ValidationError
 class InputError(ValueError):
     """A user-supplied file is unreadable or invalid. ``str()`` is one line for the terminal."""
 
-    def __init__(self, path: str | Path | None, message: str, *, layer: str | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None,
+        message: str,
+        *,
+        layer: str | None = None,
+        field: str | None = None,
+    ) -> None:
         self.path = None if path is None else str(path)
         self.layer = layer
         self.field = field
@@ -24,8 +30,9 @@ class InputError(ValueError):
         super().__init__(": ".join([", ".join(where), message]) if where else message)
 
 
-def first_validation_error(path: str | Path, error: ValidationError,
-                           layer_names: list[str] | None = None) -> InputError:
+def first_validation_error(
+    path: str | Path, error: ValidationError, layer_names: list[str] | None = None
+) -> InputError:
     """Turn pydantic's first error into an ``InputError`` naming the layer and field.
 
     ``layers.3.kernel`` becomes layer ``<name of layer 3>`` (or ``#3`` when unnamed), field

@@ -98,8 +98,9 @@ def _positive_int(path: str, key: str, param: Parameter) -> int:
     return int(value)
 
 
-def _efficiency_table(path: str, key: str, param: Parameter | None
-                      ) -> tuple[tuple[int, float], ...]:
+def _efficiency_table(
+    path: str, key: str, param: Parameter | None
+) -> tuple[tuple[int, float], ...]:
     """A ``{contiguous bytes: fraction}`` table, sorted by size, fractions in (0, 1]."""
     if param is None:
         return ()
@@ -112,8 +113,9 @@ def _efficiency_table(path: str, key: str, param: Parameter | None
         except ValueError:
             raise InputError(path, f"bad block size {size!r}", field=key) from None
         if n < 1 or not 0 < fraction <= 1:
-            raise InputError(path, f"bad entry {size}: {fraction} (bytes >= 1, fraction in "
-                                   f"(0, 1])", field=key)
+            raise InputError(
+                path, f"bad entry {size}: {fraction} (bytes >= 1, fraction in (0, 1])", field=key
+            )
         rows.append((n, float(fraction)))
     return tuple(sorted(rows))
 
@@ -134,8 +136,11 @@ def _package(path: str, params: dict[str, Parameter], clock: float) -> dict[str,
     d2d = _scalar(path, "d2d_bandwidth", params["d2d_bandwidth"])
     if d2d <= 0:
         raise InputError(path, "must be positive", field="d2d_bandwidth")
-    return {"chiplets": chiplets, "d2d_bytes_per_cycle": d2d * 1e9 / clock,
-            "d2d_latency_cycles": _positive_int(path, "d2d_latency", params["d2d_latency"])}
+    return {
+        "chiplets": chiplets,
+        "d2d_bytes_per_cycle": d2d * 1e9 / clock,
+        "d2d_latency_cycles": _positive_int(path, "d2d_latency", params["d2d_latency"]),
+    }
 
 
 def build_machine(spec: MachineSpec, path: str) -> Machine:
@@ -156,8 +161,9 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         raise InputError(path, "must be positive", field="clock")
     macs = params["macs_per_cycle_per_core"].value
     if not isinstance(macs, dict) or not macs:
-        raise InputError(path, "expected a table {precision: MAC/cycle}",
-                         field="macs_per_cycle_per_core")
+        raise InputError(
+            path, "expected a table {precision: MAC/cycle}", field="macs_per_cycle_per_core"
+        )
     for key, param in params.items():
         if isinstance(param.value, dict) and key not in TABLES:
             raise InputError(path, "expected a single number, not a table", field=key)
@@ -166,8 +172,9 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         raise InputError(path, "must be 0 or 1", field="dma_multicast")
     for precision, rate in macs.items():
         if precision not in ("fp64", "fp32", "fp16") or rate != int(rate) or rate < 1:
-            raise InputError(path, f"bad entry {precision}: {rate}",
-                             field="macs_per_cycle_per_core")
+            raise InputError(
+                path, f"bad entry {precision}: {rate}", field="macs_per_cycle_per_core"
+            )
     utilization = _scalar(path, "fpu_utilization", params["fpu_utilization"])
     if not 0 < utilization <= 1:
         raise InputError(path, "must be in (0, 1]", field="fpu_utilization")
@@ -181,12 +188,14 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         bandwidth = _scalar(path, f"hierarchy.{i}.uplink_bandwidth", lv.uplink_bandwidth)
         if bandwidth <= 0:
             raise InputError(path, "must be positive", field=f"hierarchy.{i}.uplink_bandwidth")
-        levels.append(Level(
-            name=lv.name,
-            fanout=_positive_int(path, f"hierarchy.{i}.fanout", lv.fanout),
-            uplink_bytes_per_cycle=float(bandwidth),
-            latency_cycles=_positive_int(path, f"hierarchy.{i}.latency", lv.latency),
-        ))
+        levels.append(
+            Level(
+                name=lv.name,
+                fanout=_positive_int(path, f"hierarchy.{i}.fanout", lv.fanout),
+                uplink_bytes_per_cycle=float(bandwidth),
+                latency_cycles=_positive_int(path, f"hierarchy.{i}.latency", lv.latency),
+            )
+        )
     energy = {}
     for key, param in spec.energy.items():
         if param.unit != ENERGY_UNIT:
@@ -210,15 +219,16 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         dma_setup_cycles=int(_scalar(path, "dma_setup", params["dma_setup"])),
         hbm_bytes_per_cycle=hbm_gbs * 1e9 / clock,
         hbm_latency_cycles=_positive_int(path, "hbm_latency", params["hbm_latency"]),
-        l2_bytes=(_positive_int(path, "l2_size", params["l2_size"])
-                  if "l2_size" in params else 0),
+        l2_bytes=(_positive_int(path, "l2_size", params["l2_size"]) if "l2_size" in params else 0),
         levels=tuple(levels),
         energy_pj=energy,
         dma_multicast=bool(multicast is not None and multicast.value),
-        dma_read_efficiency=_efficiency_table(path, "dma_read_efficiency",
-                                              params.get("dma_read_efficiency")),
-        dma_write_efficiency=_efficiency_table(path, "dma_write_efficiency",
-                                               params.get("dma_write_efficiency")),
+        dma_read_efficiency=_efficiency_table(
+            path, "dma_read_efficiency", params.get("dma_read_efficiency")
+        ),
+        dma_write_efficiency=_efficiency_table(
+            path, "dma_write_efficiency", params.get("dma_write_efficiency")
+        ),
         **_package(path, params, float(clock)),
         description=spec.model_dump(mode="json", exclude_none=True),
     )
@@ -246,11 +256,17 @@ def with_base(raw: dict[str, Any], path: str, seen: tuple[str, ...] = ()) -> dic
     if base is None:
         return raw
     if not isinstance(base, str) or base not in preset_names():
-        raise InputError(path, f"unknown base preset {base!r} (presets: "
-                               f"{', '.join(preset_names())})", field="base")
+        raise InputError(
+            path,
+            f"unknown base preset {base!r} (presets: {', '.join(preset_names())})",
+            field="base",
+        )
     if base in seen:
-        raise InputError(path, f"presets derive from each other in a cycle: "
-                               f"{' -> '.join((*seen, base))}", field="base")
+        raise InputError(
+            path,
+            f"presets derive from each other in a cycle: {' -> '.join((*seen, base))}",
+            field="base",
+        )
     text = (resources.files("autotune") / "machines" / f"{base}.yaml").read_text("utf-8")
     parent = with_base(yaml.safe_load(text), f"<preset {base}>", (*seen, base))
     merged = {k: v for k, v in parent.items() if k not in ("name", "summary")}
@@ -292,8 +308,11 @@ def preset_names() -> tuple[str, ...]:
 def load_preset(name: str) -> Machine:
     """A bundled machine by name."""
     if name not in preset_names():
-        raise InputError(None, f"unknown machine preset {name!r} "
-                               f"(presets: {', '.join(preset_names())})", field="machine")
+        raise InputError(
+            None,
+            f"unknown machine preset {name!r} (presets: {', '.join(preset_names())})",
+            field="machine",
+        )
     resource = resources.files("autotune") / "machines" / f"{name}.yaml"
     return parse_machine(resource.read_text(encoding="utf-8"), f"<preset {name}>")
 
@@ -317,5 +336,8 @@ def resolve_machine(name_or_path: str | Path | Machine | None) -> Machine:
         return load_preset(text)
     if text.endswith((".yaml", ".yml")) or Path(text).exists():
         return load_machine_file(Path(text))
-    raise InputError(None, f"unknown machine {text!r}: not a preset "
-                           f"({', '.join(preset_names())}) nor a YAML file", field="machine")
+    raise InputError(
+        None,
+        f"unknown machine {text!r}: not a preset ({', '.join(preset_names())}) nor a YAML file",
+        field="machine",
+    )

@@ -46,14 +46,15 @@ class LayerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     name: str = Field(min_length=1, description="unique layer name")
     kind: Literal["conv", "fc"] = Field(description="conv or fc (fully connected)")
-    in_: list[PositiveInt] = Field(alias="in", min_length=3, max_length=3,
-                                   description="input volume [height, width, channels]")
+    in_: list[PositiveInt] = Field(
+        alias="in", min_length=3, max_length=3, description="input volume [height, width, channels]"
+    )
     out_channels: PositiveInt
     kernel: Any = Field(default=None, description="int or [h, w]; conv only")
-    stride: Any = Field(default=1, validate_default=True,
-                        description="int or [h, w]; conv only")
-    padding: Any = Field(default=0, validate_default=True,
-                         description="int or [h, w] zeros on each side; conv only")
+    stride: Any = Field(default=1, validate_default=True, description="int or [h, w]; conv only")
+    padding: Any = Field(
+        default=0, validate_default=True, description="int or [h, w] zeros on each side; conv only"
+    )
     groups: PositiveInt = Field(default=1, description="grouped conv; groups = channels: depthwise")
 
     @field_validator("kernel", "stride")
@@ -82,34 +83,64 @@ def build_layer(spec: LayerSpec, path: str) -> Layer:
         if spec.kind == "fc":
             for key in ("kernel", "groups"):
                 if key in spec.model_fields_set:
-                    raise InputError(path, "not allowed for an fc layer (its kernel is the "
-                                           "whole input)", layer=spec.name, field=key)
+                    raise InputError(
+                        path,
+                        "not allowed for an fc layer (its kernel is the whole input)",
+                        layer=spec.name,
+                        field=key,
+                    )
             for key in ("stride", "padding"):
                 if key in spec.model_fields_set:
-                    raise InputError(path, "not allowed for an fc layer", layer=spec.name,
-                                     field=key)
+                    raise InputError(
+                        path, "not allowed for an fc layer", layer=spec.name, field=key
+                    )
             return Layer.fc(spec.name, h, w, c, spec.out_channels)
         if spec.kernel is None:
             raise InputError(path, "required for a conv layer", layer=spec.name, field="kernel")
-        return Layer(spec.name, "conv", h, w, c, spec.out_channels,
-                     kernel_h=spec.kernel[0], kernel_w=spec.kernel[1],
-                     stride_h=spec.stride[0], stride_w=spec.stride[1],
-                     pad_h=spec.padding[0], pad_w=spec.padding[1], groups=spec.groups)
+        return Layer(
+            spec.name,
+            "conv",
+            h,
+            w,
+            c,
+            spec.out_channels,
+            kernel_h=spec.kernel[0],
+            kernel_w=spec.kernel[1],
+            stride_h=spec.stride[0],
+            stride_w=spec.stride[1],
+            pad_h=spec.padding[0],
+            pad_w=spec.padding[1],
+            groups=spec.groups,
+        )
     except LayerError as exc:
-        field = {"kernel_h": "kernel", "kernel_w": "kernel", "pad_h": "padding",
-                 "pad_w": "padding", "stride_h": "stride", "stride_w": "stride",
-                 "c_in": "in", "h_in": "in", "w_in": "in"}.get(exc.field, exc.field)
+        field = {
+            "kernel_h": "kernel",
+            "kernel_w": "kernel",
+            "pad_h": "padding",
+            "pad_w": "padding",
+            "stride_h": "stride",
+            "stride_w": "stride",
+            "c_in": "in",
+            "h_in": "in",
+            "w_in": "in",
+        }.get(exc.field, exc.field)
         raise InputError(path, exc.reason, layer=spec.name, field=field) from None
 
 
 def parse_network(raw: Any, path: str) -> Network:
     """Validate an already-parsed YAML document and build the ``Network``."""
     if not isinstance(raw, dict):
-        raise InputError(path, "expected a mapping with keys 'network', 'batch', 'precision', "
-                               "'layers'")
-    layer_names = [entry.get("name") if isinstance(entry, dict) else None
-                   for entry in raw.get("layers", []) or []] if isinstance(
-                       raw.get("layers"), list) else []
+        raise InputError(
+            path, "expected a mapping with keys 'network', 'batch', 'precision', 'layers'"
+        )
+    layer_names = (
+        [
+            entry.get("name") if isinstance(entry, dict) else None
+            for entry in raw.get("layers", []) or []
+        ]
+        if isinstance(raw.get("layers"), list)
+        else []
+    )
     try:
         spec = NetworkSpec.model_validate(raw)
     except ValidationError as exc:
@@ -120,8 +151,9 @@ def parse_network(raw: Any, path: str) -> Network:
             raise InputError(path, "duplicate layer name", layer=layer.name, field="name")
         seen.add(layer.name)
     layers = tuple(build_layer(layer, path) for layer in spec.layers)
-    return Network(name=spec.network, layers=layers, batch=spec.batch,
-                   precision=spec.precision, source=path)
+    return Network(
+        name=spec.network, layers=layers, batch=spec.batch, precision=spec.precision, source=path
+    )
 
 
 def load_network(path: str | Path) -> Network:

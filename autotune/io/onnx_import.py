@@ -33,9 +33,21 @@ EXTRA_HINT = "reading .onnx files needs the onnx extra: pip install 'autotune[on
 # Ops that keep the elements and their order, only regrouping the dimensions.
 _RESHAPING = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 # Layer's field names -> the ONNX input or attribute they come from.
-_CONV_FIELDS = {"kernel": "W", "kernel_h": "W", "kernel_w": "W", "c_out": "W", "padding": "pads",
-                "pad_h": "pads", "pad_w": "pads", "stride_h": "strides", "stride_w": "strides",
-                "groups": "group", "c_in": "X", "h_in": "X", "w_in": "X"}
+_CONV_FIELDS = {
+    "kernel": "W",
+    "kernel_h": "W",
+    "kernel_w": "W",
+    "c_out": "W",
+    "padding": "pads",
+    "pad_h": "pads",
+    "pad_w": "pads",
+    "stride_h": "strides",
+    "stride_w": "strides",
+    "groups": "group",
+    "c_in": "X",
+    "h_in": "X",
+    "w_in": "X",
+}
 
 
 def load_onnx(path: str | Path) -> Network:
@@ -87,8 +99,10 @@ def _read(onnx: Any, path: Path) -> Any:
 def _dims(type_proto: Any) -> Dims | None:
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                 for d in type_proto.tensor_type.shape.dim)
+    return tuple(
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        for d in type_proto.tensor_type.shape.dim
+    )
 
 
 def _known(dims: Dims) -> bool:
@@ -104,10 +118,13 @@ class _GraphReader:
         self.path = path
         g = self.graph
         self.shapes: dict[str, Dims | None] = {
-            vi.name: _dims(vi.type) for vi in (*g.input, *g.value_info, *g.output)}
+            vi.name: _dims(vi.type) for vi in (*g.input, *g.value_info, *g.output)
+        }
         self.consts: set[str] = set()
-        for name, dims in [*((t.name, t.dims) for t in g.initializer),
-                           *((t.values.name, t.dims) for t in g.sparse_initializer)]:
+        for name, dims in [
+            *((t.name, t.dims) for t in g.initializer),
+            *((t.values.name, t.dims) for t in g.sparse_initializer),
+        ]:
             self.consts.add(name)
             self.shapes[name] = tuple(dims)
         self.producers: dict[str, Any] = {out: node for node in g.node for out in node.output}
@@ -148,11 +165,16 @@ class _GraphReader:
             else:
                 layers.append(layer)
         if not layers:
-            raise self.fail("no Conv, Gemm or MatMul node with a constant weight: "
-                            "nothing to tune")
+            raise self.fail("no Conv, Gemm or MatMul node with a constant weight: nothing to tune")
         batch, precision = self._batch_and_precision()
-        return Network(name=self.graph.name or default_name, layers=tuple(layers), batch=batch,
-                       precision=precision, source=self.path, skipped=tuple(skipped))
+        return Network(
+            name=self.graph.name or default_name,
+            layers=tuple(layers),
+            batch=batch,
+            precision=precision,
+            source=self.path,
+            skipped=tuple(skipped),
+        )
 
     def _constant_shape(self, node: Any) -> None:
         if node.op_type == "Constant" and self.shapes.get(node.output[0]) is None:
@@ -186,39 +208,68 @@ class _GraphReader:
         x = self._shape(node.input[0], name, "X")
         w = self._shape(node.input[1], name, "W")
         if len(x) != 4 or len(w) != 4:
-            raise self.fail(f"only 2-D convolutions (NCHW) are supported, input has rank "
-                            f"{len(x)}", name, "X")
+            raise self.fail(
+                f"only 2-D convolutions (NCHW) are supported, input has rank {len(x)}", name, "X"
+            )
         if not _known(x[1:]):
-            raise self.fail(f"input shape {list(x)} has unknown channels, height or width "
-                            f"(export the model with a fixed input size)", name, "X")
+            raise self.fail(
+                f"input shape {list(x)} has unknown channels, height or width "
+                f"(export the model with a fixed input size)",
+                name,
+                "X",
+            )
         if not _known(w):
             raise self.fail(f"weight shape {list(w)} unknown", name, "W")
         _, c, h, wd = x
         c_out, _, kh, kw = w
         groups = attrs.get("group", 1)
         if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != [kh, kw]:
-            raise self.fail(f"{list(attrs['kernel_shape'])} differs from the weight's "
-                            f"{[kh, kw]}", name, "kernel_shape")
+            raise self.fail(
+                f"{list(attrs['kernel_shape'])} differs from the weight's {[kh, kw]}",
+                name,
+                "kernel_shape",
+            )
         dilations = list(attrs.get("dilations", [1, 1]))
         if dilations != [1, 1]:
-            raise self.fail(f"dilated convolution {dilations} is not supported", name,
-                            "dilations")
+            raise self.fail(f"dilated convolution {dilations} is not supported", name, "dilations")
         if c != w[1] * groups:
-            raise self.fail(f"weight shape {list(w)} with group {groups} does not fit "
-                            f"{c} input channels", name, "W")
+            raise self.fail(
+                f"weight shape {list(w)} with group {groups} does not fit {c} input channels",
+                name,
+                "W",
+            )
         strides = list(attrs.get("strides", [1, 1]))
         if len(strides) != 2:
             raise self.fail(f"expected [h, w], got {strides}", name, "strides")
         sh, sw = strides
         ph, pw = self._conv_pads(attrs, name, (h, wd), (kh, kw), (sh, sw))
         try:
-            return Layer(name, "conv", h, wd, c, c_out, kernel_h=kh, kernel_w=kw, stride_h=sh,
-                         stride_w=sw, pad_h=ph, pad_w=pw, groups=groups)
+            return Layer(
+                name,
+                "conv",
+                h,
+                wd,
+                c,
+                c_out,
+                kernel_h=kh,
+                kernel_w=kw,
+                stride_h=sh,
+                stride_w=sw,
+                pad_h=ph,
+                pad_w=pw,
+                groups=groups,
+            )
         except LayerError as exc:
             raise self.fail(exc.reason, name, _CONV_FIELDS.get(exc.field, exc.field)) from None
 
-    def _conv_pads(self, attrs: dict[str, Any], name: str, size: tuple[int, int],
-                   kernel: tuple[int, int], stride: tuple[int, int]) -> tuple[int, int]:
+    def _conv_pads(
+        self,
+        attrs: dict[str, Any],
+        name: str,
+        size: tuple[int, int],
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+    ) -> tuple[int, int]:
         """Symmetric (pad_h, pad_w) from ``pads`` or ``auto_pad``; refuses asymmetric ones."""
         auto = attrs.get("auto_pad", "NOTSET")
         if auto == "VALID":
@@ -228,9 +279,12 @@ class _GraphReader:
             for n, k, s in zip(size, kernel, stride, strict=True):
                 total = max((math.ceil(n / s) - 1) * s + k - n, 0)
                 if total % 2:
-                    raise self.fail(f"{auto} pads {total} for a {k}-wide kernel over {n} with "
-                                    f"stride {s}, unequal on both sides (not supported)", name,
-                                    "auto_pad")
+                    raise self.fail(
+                        f"{auto} pads {total} for a {k}-wide kernel over {n} with "
+                        f"stride {s}, unequal on both sides (not supported)",
+                        name,
+                        "auto_pad",
+                    )
                 pads.append(total // 2)
             return pads[0], pads[1]
         if auto != "NOTSET":
@@ -240,9 +294,12 @@ class _GraphReader:
             raise self.fail(f"expected [top, left, bottom, right], got {pads}", name, "pads")
         top, left, bottom, right = pads
         if top != bottom or left != right:
-            raise self.fail(f"asymmetric padding {pads} ([top, left, bottom, right]) is not "
-                            f"supported: each axis must be padded equally on both sides",
-                            name, "pads")
+            raise self.fail(
+                f"asymmetric padding {pads} ([top, left, bottom, right]) is not "
+                f"supported: each axis must be padded equally on both sides",
+                name,
+                "pads",
+            )
         return top, left
 
     def matmul(self, node: Any, name: str) -> Layer | None:
@@ -258,8 +315,7 @@ class _GraphReader:
         a = self.shapes.get(a_name)
         transposed = bool(attrs.get("transA", 0))  # A is K×M: no spatial volume to recover
         if a and not transposed and isinstance(a[-1], int) and a[-1] != k:
-            raise self.fail(f"weight shape {list(b)} does not fit input shape {list(a)}",
-                            name, "B")
+            raise self.fail(f"weight shape {list(b)} does not fit input shape {list(a)}", name, "B")
         try:
             if transposed:
                 return Layer.fc(name, 1, 1, k, n)
@@ -284,8 +340,12 @@ class _GraphReader:
             if dims is None:
                 break
             producer = self.producers.get(tensor)
-            if (len(dims) == 4 and _known(dims[1:]) and math.prod(dims[1:]) == k
-                    and (batch is None or dims[0] == batch)
-                    and (producer is None or producer.op_type != "Transpose")):
+            if (
+                len(dims) == 4
+                and _known(dims[1:])
+                and math.prod(dims[1:]) == k
+                and (batch is None or dims[0] == batch)
+                and (producer is None or producer.op_type != "Transpose")
+            ):
                 return dims[2], dims[3], dims[1]
         return 1, 1, k

@@ -72,10 +72,15 @@ class MappingRecord(_Model):
     tile: TileRecord
     buffers: BuffersRecord
     chiplet_split: Literal["none", "output_channels", "spatial", "images"] = Field(
-        default="none", description="how the layer is divided among a package's chiplets; "
-        "the rest of the mapping is what each chiplet runs on its part")
-    multicast: bool = Field(False, description="one main-memory read per datum and wave, "
-                            "multicast to the wave's tasks (machines with dma_multicast)")
+        default="none",
+        description="how the layer is divided among a package's chiplets; "
+        "the rest of the mapping is what each chiplet runs on its part",
+    )
+    multicast: bool = Field(
+        False,
+        description="one main-memory read per datum and wave, "
+        "multicast to the wave's tasks (machines with dma_multicast)",
+    )
 
 
 class PredictedRecord(_Model):
@@ -86,13 +91,16 @@ class PredictedRecord(_Model):
     l1_bytes: int
     ccr: float = Field(description="MAC per off-chip word (loads and stores)")
     bound: str
-    d2d_bytes: int | None = Field(default=None, description="bytes over the die-to-die "
-                                  "links (package machines only)")
-    d2d_cycles: int | None = Field(default=None, description="cycles the die-to-die transfer "
-                                   "adds (package machines only)")
+    d2d_bytes: int | None = Field(
+        default=None, description="bytes over the die-to-die links (package machines only)"
+    )
+    d2d_cycles: int | None = Field(
+        default=None, description="cycles the die-to-die transfer adds (package machines only)"
+    )
 
-    _omit_absent = model_serializer(mode="wrap")(lambda self, handler: _omit_none(
-        handler(self), ("d2d_bytes", "d2d_cycles")))
+    _omit_absent = model_serializer(mode="wrap")(
+        lambda self, handler: _omit_none(handler(self), ("d2d_bytes", "d2d_cycles"))
+    )
 
 
 class SimulatedRecord(_Model):
@@ -100,11 +108,13 @@ class SimulatedRecord(_Model):
     breakdown: dict[str, float] = Field(default_factory=dict)
     hbm_bytes_per_cycle: float | None = None
     fpu_utilization: float | None = None
-    d2d_bytes: int | None = Field(default=None, description="bytes over the die-to-die "
-                                  "links (package machines only)")
+    d2d_bytes: int | None = Field(
+        default=None, description="bytes over the die-to-die links (package machines only)"
+    )
 
-    _omit_absent = model_serializer(mode="wrap")(lambda self, handler: _omit_none(
-        handler(self), ("d2d_bytes",)))
+    _omit_absent = model_serializer(mode="wrap")(
+        lambda self, handler: _omit_none(handler(self), ("d2d_bytes",))
+    )
 
 
 class SearchRecord(_Model):
@@ -169,6 +179,7 @@ class ScheduleFile(_Model):
 
 # -- conversions ---------------------------------------------------------------------------
 
+
 def shape_record(layer: Layer) -> ShapeRecord:
     return ShapeRecord(**{f: getattr(layer, f) for f in ShapeRecord.model_fields})
 
@@ -177,39 +188,62 @@ def layer_from_record(record: LayerRecord) -> Layer:
     s = record.shape
     if record.kind == "fc":
         return Layer.fc(record.name, s.h_in, s.w_in, s.c_in, s.c_out)
-    return Layer(record.name, "conv", s.h_in, s.w_in, s.c_in, s.c_out, s.kernel_h, s.kernel_w,
-                 s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups)
+    return Layer(
+        record.name,
+        "conv",
+        s.h_in,
+        s.w_in,
+        s.c_in,
+        s.c_out,
+        s.kernel_h,
+        s.kernel_w,
+        s.stride_h,
+        s.stride_w,
+        s.pad_h,
+        s.pad_w,
+        s.groups,
+    )
 
 
 def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -> MappingRecord:
     b = mapping.buffers
     return MappingRecord(
-        algorithm=mapping.algorithm, report_algorithm=mapping.report_algorithm_for(c_out),
-        delta_o=mapping.delta_o, batch_tile=mapping.batch_tile,
+        algorithm=mapping.algorithm,
+        report_algorithm=mapping.report_algorithm_for(c_out),
+        delta_o=mapping.delta_o,
+        batch_tile=mapping.batch_tile,
         share_group=mapping.share_group,
-        tile=TileRecord(out_h=mapping.tile.out_h, out_w=mapping.tile.out_w,
-                        in_c=mapping.tile.in_c),
-        buffers=BuffersRecord(**{op: buffer_bytes.get(op, 0) for op in
-                                 ("input", "filter", "output", "share")},
-                              input_depth=b.input_depth, filter_depth=b.filter_depth,
-                              output_depth=b.output_depth),
-        chiplet_split=mapping.chiplet_split, multicast=mapping.multicast)
+        tile=TileRecord(out_h=mapping.tile.out_h, out_w=mapping.tile.out_w, in_c=mapping.tile.in_c),
+        buffers=BuffersRecord(
+            **{op: buffer_bytes.get(op, 0) for op in ("input", "filter", "output", "share")},
+            input_depth=b.input_depth,
+            filter_depth=b.filter_depth,
+            output_depth=b.output_depth,
+        ),
+        chiplet_split=mapping.chiplet_split,
+        multicast=mapping.multicast,
+    )
 
 
 def mapping_from_record(record: MappingRecord) -> Mapping:
     """The mapping a record describes; buffer bytes become explicit reservations."""
     b = record.buffers
-    return Mapping(record.algorithm, delta_o=record.delta_o, batch_tile=record.batch_tile,
-                   share_group=record.share_group,
-                   tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w,
-                             in_c=record.tile.in_c),
-                   buffers=Buffers(input_depth=b.input_depth, filter_depth=b.filter_depth,
-                                   output_depth=b.output_depth),
-                   chiplet_split=record.chiplet_split,
-                   multicast=record.multicast)
+    return Mapping(
+        record.algorithm,
+        delta_o=record.delta_o,
+        batch_tile=record.batch_tile,
+        share_group=record.share_group,
+        tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w, in_c=record.tile.in_c),
+        buffers=Buffers(
+            input_depth=b.input_depth, filter_depth=b.filter_depth, output_depth=b.output_depth
+        ),
+        chiplet_split=record.chiplet_split,
+        multicast=record.multicast,
+    )
 
 
 # -- files -----------------------------------------------------------------------------------
+
 
 def dumps(schedule: ScheduleFile) -> str:
     return json.dumps(schedule.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
@@ -247,10 +281,17 @@ def load(path: str | Path) -> ScheduleFile:
         raise InputError(path, "expected a JSON object")
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise InputError(path, f"schema_version {version!r} is not supported (this autotune "
-                               f"reads version {SCHEMA_VERSION})", field="schema_version")
-    names = [entry.get("name") if isinstance(entry, dict) else None
-             for entry in raw.get("layers", [])] if isinstance(raw.get("layers"), list) else []
+        raise InputError(
+            path,
+            f"schema_version {version!r} is not supported (this autotune "
+            f"reads version {SCHEMA_VERSION})",
+            field="schema_version",
+        )
+    names = (
+        [entry.get("name") if isinstance(entry, dict) else None for entry in raw.get("layers", [])]
+        if isinstance(raw.get("layers"), list)
+        else []
+    )
     try:
         return ScheduleFile.model_validate(raw)
     except ValidationError as exc:

@@ -40,8 +40,17 @@ class Layer:
     groups: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("h_in", "w_in", "c_in", "c_out", "kernel_h", "kernel_w", "stride_h",
-                     "stride_w", "groups"):
+        for name in (
+            "h_in",
+            "w_in",
+            "c_in",
+            "c_out",
+            "kernel_h",
+            "kernel_w",
+            "stride_h",
+            "stride_w",
+            "groups",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayerError(self.name, name, f"must be a positive integer, got {value!r}")
@@ -52,26 +61,48 @@ class Layer:
         if self.kind not in ("conv", "fc"):
             raise LayerError(self.name, "kind", f"must be 'conv' or 'fc', got {self.kind!r}")
         if self.kind == "fc":
-            expected = dict(kernel_h=self.h_in, kernel_w=self.w_in, stride_h=1, stride_w=1,
-                            pad_h=0, pad_w=0, groups=1)
+            expected = dict(
+                kernel_h=self.h_in,
+                kernel_w=self.w_in,
+                stride_h=1,
+                stride_w=1,
+                pad_h=0,
+                pad_w=0,
+                groups=1,
+            )
             for name, value in expected.items():
                 if getattr(self, name) != value:
-                    raise LayerError(self.name, name,
-                                     f"an fc layer needs {name}={value} (kernel covers the input)")
+                    raise LayerError(
+                        self.name,
+                        name,
+                        f"an fc layer needs {name}={value} (kernel covers the input)",
+                    )
         if self.c_in % self.groups:
-            raise LayerError(self.name, "groups",
-                             f"in channels {self.c_in} not divisible by groups {self.groups}")
+            raise LayerError(
+                self.name,
+                "groups",
+                f"in channels {self.c_in} not divisible by groups {self.groups}",
+            )
         if self.c_out % self.groups:
-            raise LayerError(self.name, "groups",
-                             f"out channels {self.c_out} not divisible by groups {self.groups}")
+            raise LayerError(
+                self.name,
+                "groups",
+                f"out channels {self.c_out} not divisible by groups {self.groups}",
+            )
         if self.kernel_h > self.h_in + 2 * self.pad_h:
-            raise LayerError(self.name, "kernel",
-                             f"kernel height {self.kernel_h} exceeds padded input height "
-                             f"{self.h_in + 2 * self.pad_h}")
+            raise LayerError(
+                self.name,
+                "kernel",
+                f"kernel height {self.kernel_h} exceeds padded input height "
+                f"{self.h_in + 2 * self.pad_h}",
+            )
         if self.kernel_w > self.w_in + 2 * self.pad_w:
-            raise LayerError(self.name, "kernel",
-                             f"kernel width {self.kernel_w} exceeds padded input width "
-                             f"{self.w_in + 2 * self.pad_w}")
+            raise LayerError(
+                self.name,
+                "kernel",
+                f"kernel width {self.kernel_w} exceeds padded input width "
+                f"{self.w_in + 2 * self.pad_w}",
+            )
         if self.pad_h >= self.kernel_h or self.pad_w >= self.kernel_w:
             # A padding at least as wide as the kernel yields output pixels that see only zeros.
             raise LayerError(self.name, "padding", "padding must be smaller than the kernel")
@@ -107,8 +138,14 @@ class Layer:
     @property
     def macs(self) -> int:
         """MACs for one image: every output word sums over its group's inputs and the kernel."""
-        return (self.h_out * self.w_out * self.c_out * self.cin_per_group
-                * self.kernel_h * self.kernel_w)
+        return (
+            self.h_out
+            * self.w_out
+            * self.c_out
+            * self.cin_per_group
+            * self.kernel_h
+            * self.kernel_w
+        )
 
     @property
     def input_words(self) -> int:
@@ -125,9 +162,20 @@ class Layer:
 
     def shape_key(self) -> tuple[int, ...]:
         """Everything but the name: layers with equal keys have equal mappings and costs."""
-        return (self.h_in, self.w_in, self.c_in, self.c_out, self.kernel_h, self.kernel_w,
-                self.stride_h, self.stride_w, self.pad_h, self.pad_w, self.groups,
-                int(self.kind == "fc"))
+        return (
+            self.h_in,
+            self.w_in,
+            self.c_in,
+            self.c_out,
+            self.kernel_h,
+            self.kernel_w,
+            self.stride_h,
+            self.stride_w,
+            self.pad_h,
+            self.pad_w,
+            self.groups,
+            int(self.kind == "fc"),
+        )
 
 
 class LayerError(ValueError):

@@ -121,8 +121,9 @@ class Machine:
     def check_precision(self, precision: str) -> None:
         if precision not in self.macs_per_cycle_per_core:
             known = ", ".join(sorted(self.macs_per_cycle_per_core))
-            raise ValueError(f"machine {self.name!r} does not compute {precision!r} "
-                             f"(it supports: {known})")
+            raise ValueError(
+                f"machine {self.name!r} does not compute {precision!r} (it supports: {known})"
+            )
 
     def share_group_level(self, share_group: int) -> Level:
         """The quadrant level whose subtree holds exactly ``share_group`` clusters."""
@@ -132,8 +133,9 @@ class Machine:
             if n == share_group:
                 return level
         sizes = ", ".join(str(s) for s in self.share_group_sizes())
-        raise ValueError(f"share group {share_group} is not a quadrant size of {self.name!r} "
-                         f"(sizes: 1, {sizes})")
+        raise ValueError(
+            f"share group {share_group} is not a quadrant size of {self.name!r} (sizes: 1, {sizes})"
+        )
 
     def share_group_sizes(self) -> tuple[int, ...]:
         """Cluster counts of the quadrant subtrees below the root: e.g. (4, 16, 64)."""

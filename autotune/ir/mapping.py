@@ -48,7 +48,7 @@ ALGORITHMS: dict[str, str] = {
     "output_stack": "Alg. 1 (delta_o = 1) and Alg. 2: stacks of output depth slices per task",
     "output_stack_shared": "Alg. 3: Alg. 2 with input slices forwarded within a quadrant",
     "input_parallel": "Alg. 4 (one stack) and Alg. 5: input depth slices over clusters + "
-                      "tree reduction of private outputs",
+    "tree reduction of private outputs",
 }
 
 #: How a layer is divided among the chiplets of a package, in tie-break order (seed 002).
@@ -150,13 +150,16 @@ class Mapping:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.algorithm != "output_stack_shared" and self.share_group != 1:
-            raise ValueError(f"share_group applies to output_stack_shared only, "
-                             f"not to {self.algorithm}")
+            raise ValueError(
+                f"share_group applies to output_stack_shared only, not to {self.algorithm}"
+            )
         if not isinstance(self.multicast, bool):
             raise ValueError(f"multicast must be a boolean, got {self.multicast!r}")
         if self.multicast and self.algorithm != "output_stack":
-            raise ValueError(f"multicast applies to output_stack only, not to {self.algorithm} "
-                             f"(Alg. 3 forwards instead; Alg. 4/5 tasks share no data)")
+            raise ValueError(
+                f"multicast applies to output_stack only, not to {self.algorithm} "
+                f"(Alg. 3 forwards instead; Alg. 4/5 tasks share no data)"
+            )
 
     @property
     def report_algorithm(self) -> int | None:
@@ -203,8 +206,9 @@ class Mapping:
         """
         report_buffers = dict(input_bytes=16 * KIB, filter_bytes=16 * KIB)
         if n == 1:
-            base = cls("output_stack", delta_o=1,
-                       buffers=Buffers(**report_buffers, output_bytes=16 * KIB))
+            base = cls(
+                "output_stack", delta_o=1, buffers=Buffers(**report_buffers, output_bytes=16 * KIB)
+            )
         elif n == 2:
             base = cls("output_stack", buffers=Buffers(**report_buffers))
         elif n == 3:

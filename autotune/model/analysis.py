@@ -84,8 +84,9 @@ class Analysis:
         return 2 * self.macs / self.offchip_bytes
 
 
-def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-            batch: int = 1) -> Analysis:
+def analyze(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+) -> Analysis:
     """Analytical cost of running ``layer`` for ``batch`` images under ``mapping``.
 
     Raises ``autotune.tiling.MappingError`` when the mapping does not apply to the layer
@@ -105,8 +106,10 @@ def analyze(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "
 
         return analyze_package(layer, mapping, machine, precision, batch)
     if mapping.chiplet_split != "none":
-        raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
-                           f"several chiplets; {machine.name!r} has one")
+        raise MappingError(
+            f"chiplet_split {mapping.chiplet_split!r} needs a package of "
+            f"several chiplets; {machine.name!r} has one"
+        )
     wb = precision_word_bytes(precision)
     return analyze_grid(task_grid(layer, mapping, batch, machine), machine, precision, wb)
 
@@ -132,19 +135,32 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
     cycles = as_int(v["cycles"])
     bound = bound_of(compute_ideal, memory_ideal, cycles)
     return Analysis(
-        layer=layer.name, algorithm=mapping.algorithm,
+        layer=layer.name,
+        algorithm=mapping.algorithm,
         report_algorithm=mapping.report_algorithm_for(layer.c_out),
-        precision=precision, batch=grid.batch, macs=macs, tasks=grid.n_tasks,
-        task_macs_max=as_int(v["macs_task"]), waves=as_int(v["waves"]),
-        l1_bytes=fp.l1_bytes, buffer_bytes=dict(fp.allocated_bytes),
+        precision=precision,
+        batch=grid.batch,
+        macs=macs,
+        tasks=grid.n_tasks,
+        task_macs_max=as_int(v["macs_task"]),
+        waves=as_int(v["waves"]),
+        l1_bytes=fp.l1_bytes,
+        buffer_bytes=dict(fp.allocated_bytes),
         buffer_tile_words=dict(fp.tile_words),
         offchip_load_words=as_int(v["input_load"]) + as_int(v["filter_load"]),
-        offchip_store_words=as_int(v["store"]), input_load_words=as_int(v["input_load"]),
+        offchip_store_words=as_int(v["store"]),
+        input_load_words=as_int(v["input_load"]),
         filter_load_words=as_int(v["filter_load"]),
-        intercluster_words=as_int(v["intercluster"]), word_bytes=wb, cycles=cycles,
-        compute_cycles=compute_ideal, memory_cycles=memory_ideal,
-        reduction_cycles=as_int(v["reduce"]), energy_pj=as_int(v["energy"]) / 1000,
-        bound=bound, fits=fp.fits, reason=fp.reason,
+        intercluster_words=as_int(v["intercluster"]),
+        word_bytes=wb,
+        cycles=cycles,
+        compute_cycles=compute_ideal,
+        memory_cycles=memory_ideal,
+        reduction_cycles=as_int(v["reduce"]),
+        energy_pj=as_int(v["energy"]) / 1000,
+        bound=bound,
+        fits=fp.fits,
+        reason=fp.reason,
     )
 
 

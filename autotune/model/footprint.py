@@ -34,15 +34,18 @@ class Footprint:
 
 def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
     b = grid.mapping.buffers
-    return {"input": b.input_bytes, "filter": b.filter_bytes, "output": b.output_bytes,
-            "share": b.share_bytes}
+    return {
+        "input": b.input_bytes,
+        "filter": b.filter_bytes,
+        "output": b.output_bytes,
+        "share": b.share_bytes,
+    }
 
 
 def footprint_from(values: dict, grid: TaskGrid, machine: Machine, word_bytes: int) -> Footprint:
     """The ``Footprint`` from an evaluated formula (explicit buffers must hold depth tiles)."""
     b = grid.mapping.buffers
-    depth = {"input": b.input_depth, "filter": b.filter_depth, "output": b.output_depth,
-             "share": 1}
+    depth = {"input": b.input_depth, "filter": b.filter_depth, "output": b.output_depth, "share": 1}
     words = {op: as_int(values[f"tile_{op}"]) for op in OPERANDS}
     allocated = {op: as_int(values[f"alloc_{op}"]) if words[op] else 0 for op in OPERANDS}
     given = buffer_override(grid)
@@ -50,8 +53,10 @@ def footprint_from(values: dict, grid: TaskGrid, machine: Machine, word_bytes: i
     for op in OPERANDS:
         need = depth[op] * words[op] * word_bytes
         if words[op] and given[op] is not None and given[op] < need:
-            reason = (f"{op} buffer of {given[op]} B is smaller than {depth[op]} x "
-                      f"{words[op] * word_bytes} B tiles")
+            reason = (
+                f"{op} buffer of {given[op]} B is smaller than {depth[op]} x "
+                f"{words[op] * word_bytes} B tiles"
+            )
             break
     total = sum(allocated.values())
     if reason is None and total > machine.l1_bytes:
@@ -60,8 +65,9 @@ def footprint_from(values: dict, grid: TaskGrid, machine: Machine, word_bytes: i
     return Footprint(words, depth, allocated, total, reason is None, reason)
 
 
-def footprint(grid: TaskGrid, machine: Machine, word_bytes: int,
-              precision: str | None = None) -> Footprint:
+def footprint(
+    grid: TaskGrid, machine: Machine, word_bytes: int, precision: str | None = None
+) -> Footprint:
     """Allocate every buffer the mapping declares and check the sum against L1.
 
     A buffer with explicit bytes must hold ``depth`` tiles; one without is allocated exactly

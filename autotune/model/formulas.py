@@ -65,15 +65,39 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 
 OUTPUT_STACK, SHARED, INPUT_PARALLEL = 0, 1, 2
-ALGORITHM_CODES = {"output_stack": OUTPUT_STACK, "output_stack_shared": SHARED,
-                   "input_parallel": INPUT_PARALLEL}
+ALGORITHM_CODES = {
+    "output_stack": OUTPUT_STACK,
+    "output_stack_shared": SHARED,
+    "input_parallel": INPUT_PARALLEL,
+}
 #: Fixed-point scale for rates: times are ceil(bytes * SCALE / (bytes per cycle * SCALE)).
 SCALE = 1000
 
 #: The per-mapping quantities the formula reads (see ``quantities.py``).
-QUANTITIES = ("alg", "n_s", "s_max", "s_in_sum", "in_max", "n_sp", "out_px_max", "in_px_max",
-              "in_px_sum", "n_b", "b_max", "tc", "tc_f", "nk", "g", "d_in", "d_f", "d_out",
-              "ie_in", "ie_f", "ie_out", "mc")
+QUANTITIES = (
+    "alg",
+    "n_s",
+    "s_max",
+    "s_in_sum",
+    "in_max",
+    "n_sp",
+    "out_px_max",
+    "in_px_max",
+    "in_px_sum",
+    "n_b",
+    "b_max",
+    "tc",
+    "tc_f",
+    "nk",
+    "g",
+    "d_in",
+    "d_f",
+    "d_out",
+    "ie_in",
+    "ie_f",
+    "ie_out",
+    "mc",
+)
 
 
 @dataclass(frozen=True)
@@ -83,27 +107,27 @@ class Consts:
     batch: int
     c_in: int
     c_out: int
-    hw: int                 # input pixels per depth slice
-    kf: int                 # MACs per output word: cin_per_group * kernel_h * kernel_w
-    kernel: int             # kernel_h * kernel_w
-    weights: int            # filter words
-    outputs: int            # output words per image
-    word: int               # bytes per word
+    hw: int  # input pixels per depth slice
+    kf: int  # MACs per output word: cin_per_group * kernel_h * kernel_w
+    kernel: int  # kernel_h * kernel_w
+    weights: int  # filter words
+    outputs: int  # output words per image
+    word: int  # bytes per word
     clusters: int
-    latency: int            # round trip to main memory, cycles
-    dma: int                # DMA bytes per cycle
-    setup: int              # cycles per DMA transfer
-    bank: int               # L1 bank width, bytes (allocation granularity)
-    l1: int                 # L1 bytes
-    mac_rate: int           # cluster MACs per cycle x utilisation x SCALE
-    hbm: int                # HBM bytes per cycle x SCALE
-    rho: np.ndarray         # [active - 1] -> cycles per byte x SCALE for one cluster
+    latency: int  # round trip to main memory, cycles
+    dma: int  # DMA bytes per cycle
+    setup: int  # cycles per DMA transfer
+    bank: int  # L1 bank width, bytes (allocation granularity)
+    l1: int  # L1 bytes
+    mac_rate: int  # cluster MACs per cycle x utilisation x SCALE
+    hbm: int  # HBM bytes per cycle x SCALE
+    rho: np.ndarray  # [active - 1] -> cycles per byte x SCALE for one cluster
     red_latency: np.ndarray  # [active - 1] -> sum over levels of steps x latency
     red_steps: tuple[np.ndarray, ...]  # per level: [active - 1] -> reduction steps
-    red_link: tuple[int, ...]          # per level: link bytes per cycle x SCALE
-    e_mac: int = 0          # energy per MAC, fJ
-    e_hbm: int = 0          # energy per off-chip byte, fJ
-    e_noc: int = 0          # energy per inter-cluster byte, fJ
+    red_link: tuple[int, ...]  # per level: link bytes per cycle x SCALE
+    e_mac: int = 0  # energy per MAC, fJ
+    e_hbm: int = 0  # energy per off-chip byte, fJ
+    e_noc: int = 0  # energy per inter-cluster byte, fJ
     #: The machine has DMA efficiency tables: main-memory time per byte depends on the runs
     #: (``ie_*`` quantities); the HBM's share of ``rho`` is then applied separately.
     efficiency: bool = False
@@ -111,8 +135,8 @@ class Consts:
     rho_hbm: np.ndarray | None = None  # [active - 1] -> the HBM term: active / HBM x SCALE
     groups: int = 1
     multicast: bool = False  # the machine multicasts: the mc = 1 branch is built
-    rho_port: int = 0        # multicast: cycles per byte x SCALE of one cluster's DMA port
-    rho_shared: int = 0      # multicast: cycles per byte x SCALE of the shared HBM / links
+    rho_port: int = 0  # multicast: cycles per byte x SCALE of one cluster's DMA port
+    rho_shared: int = 0  # multicast: cycles per byte x SCALE of the shared HBM / links
 
 
 def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int) -> Consts:
@@ -126,45 +150,70 @@ def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int
         inverse = np.maximum(inverse, np.minimum(active, below) / level.uplink_bytes_per_cycle)
     rho_net = np.ceil(inverse * SCALE - 1e-9).astype(np.int64)
     rho_hbm = np.ceil(active / machine.hbm_bytes_per_cycle * SCALE - 1e-9).astype(np.int64)
-    rho = np.maximum(rho_net, rho_hbm)   # = ceil(max(...) x SCALE): ceil is monotone
+    rho = np.maximum(rho_net, rho_hbm)  # = ceil(max(...) x SCALE): ceil is monotone
     steps, links, latency_sum = [], [], np.zeros(c, dtype=np.int64)
     nodes = np.arange(1, c + 1, dtype=np.int64)
     for level in machine.levels:
         width = np.minimum(level.fanout, nodes)
         level_steps = np.where(nodes > 1, np.ceil(np.log2(np.maximum(width, 1))), 0).astype(
-            np.int64)
+            np.int64
+        )
         steps.append(level_steps)
-        links.append(int(round(min(machine.dma_bytes_per_cycle, level.uplink_bytes_per_cycle)
-                               * SCALE)))
+        links.append(
+            int(round(min(machine.dma_bytes_per_cycle, level.uplink_bytes_per_cycle) * SCALE))
+        )
         latency_sum += level_steps * level.latency_cycles
         nodes = -(-nodes // level.fanout)
     energy = machine.energy_pj
     return Consts(
-        batch=batch, c_in=layer.c_in, c_out=layer.c_out, hw=layer.h_in * layer.w_in,
+        batch=batch,
+        c_in=layer.c_in,
+        c_out=layer.c_out,
+        hw=layer.h_in * layer.w_in,
         kf=layer.cin_per_group * layer.kernel_h * layer.kernel_w,
-        kernel=layer.kernel_h * layer.kernel_w, weights=layer.weight_words,
-        outputs=layer.output_words, word=word, clusters=c,
-        latency=machine.hbm_latency_cycles, dma=machine.dma_bytes_per_cycle,
-        setup=machine.dma_setup_cycles, bank=machine.l1_bank_bytes, l1=machine.l1_bytes,
-        mac_rate=int(round(machine.cluster_macs_per_cycle(precision)
-                           * machine.fpu_utilization * SCALE)),
+        kernel=layer.kernel_h * layer.kernel_w,
+        weights=layer.weight_words,
+        outputs=layer.output_words,
+        word=word,
+        clusters=c,
+        latency=machine.hbm_latency_cycles,
+        dma=machine.dma_bytes_per_cycle,
+        setup=machine.dma_setup_cycles,
+        bank=machine.l1_bank_bytes,
+        l1=machine.l1_bytes,
+        mac_rate=int(
+            round(machine.cluster_macs_per_cycle(precision) * machine.fpu_utilization * SCALE)
+        ),
         hbm=int(round(machine.hbm_bytes_per_cycle * SCALE)),
-        rho=rho, red_latency=latency_sum, red_steps=tuple(steps), red_link=tuple(links),
+        rho=rho,
+        red_latency=latency_sum,
+        red_steps=tuple(steps),
+        red_link=tuple(links),
         e_mac=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
         e_hbm=int(round(energy.get("hbm_byte", 0.0) * 1000)),
         e_noc=int(round(energy.get("noc_byte", 0.0) * 1000)),
         efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
-        rho_net=rho_net, rho_hbm=rho_hbm,
-        groups=layer.groups, multicast=machine.dma_multicast,
+        rho_net=rho_net,
+        rho_hbm=rho_hbm,
+        groups=layer.groups,
+        multicast=machine.dma_multicast,
         rho_port=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
-        rho_shared=int(np.ceil(SCALE / min([machine.hbm_bytes_per_cycle]
-                                           + [lv.uplink_bytes_per_cycle
-                                              for lv in machine.levels]) - 1e-9)),
+        rho_shared=int(
+            np.ceil(
+                SCALE
+                / min(
+                    [machine.hbm_bytes_per_cycle]
+                    + [lv.uplink_bytes_per_cycle for lv in machine.levels]
+                )
+                - 1e-9
+            )
+        ),
     )
 
 
-def evaluate(ops: Any, q: dict[str, Any], k: Consts,
-             alloc_override: dict[str, int | None] | None = None) -> dict[str, Any]:
+def evaluate(
+    ops: Any, q: dict[str, Any], k: Consts, alloc_override: dict[str, int | None] | None = None
+) -> dict[str, Any]:
     """Footprint, traffic and cycles of the mapping(s) whose quantities are ``q``.
 
     ``alloc_override`` (scalar evaluation only) gives explicit buffer bytes, as the report's
@@ -216,11 +265,15 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     slots = choose(alg, [mul(tiles_b_sp, n_s), mul(tiles_b_sp, mul(groups, q["g"])), q["nk"]])
     if k.multicast:  # waves of a x b tasks (module docstring); mc = 0 outside output_stack
         mc = q["mc"]
-        mc_b = ops.min(n_s, k.clusters)                     # stacks per wave
-        mc_a = ops.lookup(mc_b - 1, np.asarray(                # floor(C / b): tiles per wave
-            [k.clusters // b for b in range(1, k.clusters + 1)], dtype=np.int64))
+        mc_b = ops.min(n_s, k.clusters)  # stacks per wave
+        mc_a = ops.lookup(
+            mc_b - 1,
+            np.asarray(  # floor(C / b): tiles per wave
+                [k.clusters // b for b in range(1, k.clusters + 1)], dtype=np.int64
+            ),
+        )
         tile_chunks, stack_chunks = cdiv(tiles_b_sp, mc_a), cdiv(n_s, mc_b)
-        mc_tiles = ops.min(mc_a, tiles_b_sp)                 # tiles in a wave
+        mc_tiles = ops.min(mc_a, tiles_b_sp)  # tiles in a wave
         slots = choose(mc, [slots, mul(mul(tile_chunks, stack_chunks), k.clusters)])
     waves = cdiv(slots, k.clusters)
     active = ops.min(slots, k.clusters)
@@ -245,8 +298,7 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         """
         if not k.efficiency:
             return cdiv(mul(nbytes, rho), SCALE)
-        return mx(cdiv(mul(nbytes, rho_net), SCALE),
-                  cdiv(mul(occupied, rho_hbm), SCALE * SCALE))
+        return mx(cdiv(mul(nbytes, rho_net), SCALE), cdiv(mul(occupied, rho_hbm), SCALE * SCALE))
 
     def stream(nbytes: Any, occupied: Any = None, wave_bytes: Any = None) -> Any:
         """As ``plain_stream``; with multicast, ``nbytes`` through this cluster's port while
@@ -258,7 +310,7 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         return choose(mc, [plain_stream(nbytes, occupied), shared])
 
     in_bytes, filter_bytes = offchip_in * w, filter_words * w
-    in_double, in_single = q["d_in"] - 1, 2 - q["d_in"]      # 0/1 flags
+    in_double, in_single = q["d_in"] - 1, 2 - q["d_in"]  # 0/1 flags
     f_double, f_single = q["d_f"] - 1, 2 - q["d_f"]
     double_bytes = mul(in_double, in_bytes) + mul(f_double, filter_bytes)
     single_bytes = mul(in_single, in_bytes) + mul(f_single, filter_bytes)
@@ -279,12 +331,17 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     # input buffer: every filter tile then waits a whole round trip.
     in_flight_in = ops.max(alloc["input"] - tile["input"] * w, 1)
     in_flight_f = ops.max(alloc["filter"] - tile["filter"] * w, 1)
-    little = mx(cdiv(mul(mul(in_double, in_bytes), big_l), in_flight_in),
-                cdiv(mul(mul(f_double, filter_bytes), big_l), in_flight_f))
+    little = mx(
+        cdiv(mul(mul(in_double, in_bytes), big_l), in_flight_in),
+        cdiv(mul(mul(f_double, filter_bytes), big_l), in_flight_f),
+    )
     filter_loads = mul(steps, s)
     transfers = steps + filter_loads + choose(alg, [1, 1, 0])
-    dma_double = (mx(stream(double_bytes, double_occupied, wave_double), little)
-                  + cdiv(forwarded * w, k.dma) + transfers * k.setup)
+    dma_double = (
+        mx(stream(double_bytes, double_occupied, wave_double), little)
+        + cdiv(forwarded * w, k.dma)
+        + transfers * k.setup
+    )
     single_loads = mul(in_single, steps) + mul(f_single, filter_loads)
     dma_single = stream(single_bytes, single_occupied, wave_single) + single_loads * big_l
     compute = cdiv(macs_task * SCALE, k.mac_rate)
@@ -292,8 +349,8 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     if k.efficiency:
         store_occupied = mul(store_bytes, ie_out)
     if k.multicast:
-        wave_store = mul(store_bytes, active)   # outputs are distinct: never shared
-    out_single = 2 - q["d_out"]        # 1 if the store is exposed
+        wave_store = mul(store_bytes, active)  # outputs are distinct: never shared
+    out_single = 2 - q["d_out"]  # 1 if the store is exposed
     store_time = stream(store_bytes, store_occupied, wave_store) + big_l
     store = mul(out_single, choose(alg, [store_time, store_time, 0]))
     task = big_l + mx(compute, dma_double) + dma_single + store
@@ -303,8 +360,9 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     reduce = ops.lookup(active - 1, k.red_latency) + big_l + cdiv(stack_bytes, k.dma)
     for level_steps, link in zip(k.red_steps, k.red_link, strict=True):
         if int(np.max(level_steps)) > 0:
-            reduce = reduce + mul(ops.lookup(active - 1, level_steps),
-                                  cdiv(stack_bytes * SCALE, link))
+            reduce = reduce + mul(
+                ops.lookup(active - 1, level_steps), cdiv(stack_bytes * SCALE, link)
+            )
     phase_extra = choose(alg, [0, 0, reduce])
     store_stream = stream(store_bytes, store_occupied, wave_store)
     tail = mul(q["d_out"] - 1, choose(alg, [store_stream, store_stream, 0]))
@@ -315,17 +373,22 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
     stack_input = mul(q["s_in_sum"], px) * k.batch
     stack_filter = tiles_b_sp * k.weights
     if k.multicast:  # once per stack chunk (groups = 1) and once per tile chunk
-        stack_input = choose(mc, [stack_input, mul(stack_chunks, px) * (k.batch * k.c_in)
-                                  if k.groups == 1 else stack_input])
+        stack_input = choose(
+            mc,
+            [
+                stack_input,
+                mul(stack_chunks, px) * (k.batch * k.c_in) if k.groups == 1 else stack_input,
+            ],
+        )
         stack_filter = choose(mc, [stack_filter, tile_chunks * k.weights])
-    input_load = choose(alg, [stack_input,
-                              mul(groups, px) * (k.batch * k.c_in),
-                              n_s * (k.batch * k.c_in * k.hw)])
-    filter_load = choose(alg, [stack_filter, tiles_b_sp * k.weights,
-                               q["n_b"] * k.weights])
+    input_load = choose(
+        alg, [stack_input, mul(groups, px) * (k.batch * k.c_in), n_s * (k.batch * k.c_in * k.hw)]
+    )
+    filter_load = choose(alg, [stack_filter, tiles_b_sp * k.weights, q["n_b"] * k.weights])
     store_total = k.batch * k.outputs
-    intercluster = choose(alg, [0, mul(n_s - groups, px) * (k.batch * k.c_in),
-                                (active - 1) * (k.c_out * k.batch)])
+    intercluster = choose(
+        alg, [0, mul(n_s - groups, px) * (k.batch * k.c_in), (active - 1) * (k.c_out * k.batch)]
+    )
     offchip_bytes = (input_load + filter_load + store_total) * w
     # Main-memory occupancy (bytes x SCALE): payload over the DMA efficiency of each
     # operand's runs; the traffic in bytes above is unchanged by it.
@@ -335,15 +398,30 @@ def evaluate(ops: Any, q: dict[str, Any], k: Consts,
         occupied = offchip_bytes * SCALE
     memory_floor = cdiv(occupied, k.hbm)
     # Energy (fJ): MACs are fixed by the layer; mappings differ in the bytes they move.
-    energy = (k.batch * k.outputs * k.kf * k.e_mac + offchip_bytes * k.e_hbm
-              + intercluster * (w * k.e_noc))
+    energy = (
+        k.batch * k.outputs * k.kf * k.e_mac
+        + offchip_bytes * k.e_hbm
+        + intercluster * (w * k.e_noc)
+    )
     out.update(
-        macs_task=macs_task, slots=slots, waves=mul(phases, waves), phases=phases,
-        active=active, task=task, compute=compute, dma_double=dma_double,
-        dma_single=dma_single, reduce=mul(phases, phase_extra),
-        input_load=input_load, filter_load=filter_load, store=store_total,
-        intercluster=intercluster, offchip_bytes=offchip_bytes, memory_floor=memory_floor,
+        macs_task=macs_task,
+        slots=slots,
+        waves=mul(phases, waves),
+        phases=phases,
+        active=active,
+        task=task,
+        compute=compute,
+        dma_double=dma_double,
+        dma_single=dma_single,
+        reduce=mul(phases, phase_extra),
+        input_load=input_load,
+        filter_load=filter_load,
+        store=store_total,
+        intercluster=intercluster,
+        offchip_bytes=offchip_bytes,
+        memory_floor=memory_floor,
         memory_occupied=occupied,
-        cycles=mx(total, memory_floor), energy=energy,
+        cycles=mx(total, memory_floor),
+        energy=energy,
     )
     return out

@@ -47,20 +47,23 @@ def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:
         return 0
     rate = round(machine.d2d_bytes_per_cycle * SCALE)
     if rate <= 0:
-        raise ValueError(f"machine {machine.name!r} has {machine.chiplets} chiplets but no "
-                         f"die-to-die bandwidth")
+        raise ValueError(
+            f"machine {machine.name!r} has {machine.chiplets} chiplets but no die-to-die bandwidth"
+        )
     return machine.d2d_latency_cycles + -(-max_link_bytes * SCALE // rate)
 
 
-def analyze_package(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-                    batch: int = 1):
+def analyze_package(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+):
     """``analyze`` on a package: the figures of the whole split layer (see the module
     docstring); ``l1_bytes``, buffers, waves and the largest task are part 0's."""
     from autotune.model.analysis import analyze, bound_of
 
     chiplet = machine.chiplet()
-    parts = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
-                        word_bytes(precision))
+    parts = split_parts(
+        layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
+    )
     memo: dict[tuple, object] = {}
     analyses = []
     for part in parts:
@@ -80,14 +83,26 @@ def analyze_package(layer: Layer, mapping: Mapping, machine: Machine, precision:
     bound = bound_of(compute_ideal, memory_ideal, cycles)
     unfit = [a for a in analyses if not a.fits]
     return replace(
-        first, layer=layer.name, report_algorithm=mapping.report_algorithm_for(layer.c_out),
-        batch=batch, macs=macs, tasks=sum(a.tasks for a in analyses),
+        first,
+        layer=layer.name,
+        report_algorithm=mapping.report_algorithm_for(layer.c_out),
+        batch=batch,
+        macs=macs,
+        tasks=sum(a.tasks for a in analyses),
         offchip_load_words=sum(a.offchip_load_words for a in analyses),
         offchip_store_words=sum(a.offchip_store_words for a in analyses),
         input_load_words=sum(a.input_load_words for a in analyses),
         filter_load_words=sum(a.filter_load_words for a in analyses),
         intercluster_words=sum(a.intercluster_words for a in analyses),
-        cycles=cycles, compute_cycles=compute_ideal, memory_cycles=memory_ideal,
-        energy_pj=sum(a.energy_pj for a in analyses), bound=bound, fits=not unfit,
-        reason=unfit[0].reason if unfit else None, chiplet_split=mapping.chiplet_split,
-        chiplets=len(parts), d2d_bytes=sum(links.values()), d2d_cycles=extra)
+        cycles=cycles,
+        compute_cycles=compute_ideal,
+        memory_cycles=memory_ideal,
+        energy_pj=sum(a.energy_pj for a in analyses),
+        bound=bound,
+        fits=not unfit,
+        reason=unfit[0].reason if unfit else None,
+        chiplet_split=mapping.chiplet_split,
+        chiplets=len(parts),
+        d2d_bytes=sum(links.values()),
+        d2d_cycles=extra,
+    )

@@ -25,15 +25,21 @@ from autotune.tiling import (
 
 
 def stack_quantities(stacks: Stacks) -> dict[str, int]:
-    return {"n_s": stacks.count, "s_max": int(stacks.out_size.max()),
-            "s_in_sum": int(stacks.in_size.sum()), "in_max": int(stacks.in_size.max())}
+    return {
+        "n_s": stacks.count,
+        "s_max": int(stacks.out_size.max()),
+        "s_in_sum": int(stacks.in_size.sum()),
+        "in_max": int(stacks.in_size.max()),
+    }
 
 
 def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
-    return {"n_sp": rows.count * cols.count,
-            "out_px_max": int(rows.out_size.max()) * int(cols.out_size.max()),
-            "in_px_max": int(rows.in_size.max()) * int(cols.in_size.max()),
-            "in_px_sum": int(rows.in_size.sum()) * int(cols.in_size.sum())}
+    return {
+        "n_sp": rows.count * cols.count,
+        "out_px_max": int(rows.out_size.max()) * int(cols.out_size.max()),
+        "in_px_max": int(rows.in_size.max()) * int(cols.in_size.max()),
+        "in_px_sum": int(rows.in_size.sum()) * int(cols.in_size.sum()),
+    }
 
 
 def batch_quantities(batch: int, batch_tile: int) -> dict[str, int]:
@@ -50,6 +56,7 @@ def in_step_quantities(layer: Layer, in_c: int) -> dict[str, int]:
 # of each operand, in the layout ``tiling`` defines (the simulator reads the same functions
 # per task).
 
+
 def input_run_words(layer: Layer, rows_in: int, cols_in: int, in_c: int) -> int:
     """Words per contiguous run of a full input step: ``in_c`` slices of the largest band."""
     return int(input_runs(layer, rows_in, cols_in, in_c)[0])
@@ -65,8 +72,9 @@ def output_run_words(layer: Layer, rows_out: int, cols_out: int, channels: int) 
     return int(output_runs(layer, rows_out, cols_out, channels)[0])
 
 
-def inverse_efficiency(machine: Machine, run_bytes: np.ndarray | int,
-                       write: bool = False) -> np.ndarray:
+def inverse_efficiency(
+    machine: Machine, run_bytes: np.ndarray | int, write: bool = False
+) -> np.ndarray:
     """``SCALE / dma_efficiency`` rounded up: main-memory time per byte in fixed point;
     exactly ``SCALE`` on a machine without efficiency tables."""
     eff = dma_efficiency(machine, run_bytes, write)
@@ -77,21 +85,38 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
-    runs = {"ie_in": (input_run_words(layer, int(rows.in_size.max()),
-                                      int(cols.in_size.max()), in_c), False),
-            "ie_f": (filter_run_words(layer, in_c), False),
-            "ie_out": (output_run_words(layer, int(rows.out_size.max()),
-                                        int(cols.out_size.max()),
-                                        int(grid.stacks.out_size.max())), True)}
-    return {name: int(inverse_efficiency(machine, words * wb, write))
-            for name, (words, write) in runs.items()}
+    runs = {
+        "ie_in": (
+            input_run_words(layer, int(rows.in_size.max()), int(cols.in_size.max()), in_c),
+            False,
+        ),
+        "ie_f": (filter_run_words(layer, in_c), False),
+        "ie_out": (
+            output_run_words(
+                layer,
+                int(rows.out_size.max()),
+                int(cols.out_size.max()),
+                int(grid.stacks.out_size.max()),
+            ),
+            True,
+        ),
+    }
+    return {
+        name: int(inverse_efficiency(machine, words * wb, write))
+        for name, (words, write) in runs.items()
+    }
 
 
 def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
     m = grid.mapping
-    q = {"alg": ALGORITHM_CODES[m.algorithm], "g": m.share_group,
-         "d_in": m.buffers.input_depth, "d_f": m.buffers.filter_depth,
-         "d_out": m.buffers.output_depth, "mc": int(m.multicast)}
+    q = {
+        "alg": ALGORITHM_CODES[m.algorithm],
+        "g": m.share_group,
+        "d_in": m.buffers.input_depth,
+        "d_f": m.buffers.filter_depth,
+        "d_out": m.buffers.output_depth,
+        "mc": int(m.multicast),
+    }
     q.update(stack_quantities(grid.stacks))
     q.update(spatial_quantities(grid.rows, grid.cols))
     q.update(batch_quantities(grid.batch, m.batch_tile))

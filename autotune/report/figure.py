@@ -13,8 +13,9 @@ def save_figure(fig, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".png",
-                               dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=path.suffix or ".png", dir=path.parent
+    )
     os.close(fd)
     try:
         fig.savefig(tmp)

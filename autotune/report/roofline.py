@@ -29,14 +29,31 @@ def draw_roofline(result, path: str | Path) -> None:
     hi = max(max(p[1] for p in points) * 2, 4 * peak / bandwidth)
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
     xs = [lo, peak / bandwidth, hi]
-    ax.loglog(xs, [min(peak, x * bandwidth) for x in xs], color="black", lw=1.5,
-              label=f"roof: {peak / 1e12:.2f} Tflop/s {precision}, "
-                    f"{bandwidth / 1e9:.0f} GB/s")
-    ax.loglog([lo, hi], [peak * machine.fpu_utilization] * 2, color="grey", ls="--", lw=1,
-              label=f"FPU utilisation {machine.fpu_utilization:.0%}")
-    ax.scatter([p[1] for p in points], [p[2] for p in points], s=18, color="tab:blue",
-               zorder=3, label="layers (simulated)" if all(
-                   r.simulated is not None for r in result.layers) else "layers (predicted)")
+    ax.loglog(
+        xs,
+        [min(peak, x * bandwidth) for x in xs],
+        color="black",
+        lw=1.5,
+        label=f"roof: {peak / 1e12:.2f} Tflop/s {precision}, {bandwidth / 1e9:.0f} GB/s",
+    )
+    ax.loglog(
+        [lo, hi],
+        [peak * machine.fpu_utilization] * 2,
+        color="grey",
+        ls="--",
+        lw=1,
+        label=f"FPU utilisation {machine.fpu_utilization:.0%}",
+    )
+    ax.scatter(
+        [p[1] for p in points],
+        [p[2] for p in points],
+        s=18,
+        color="tab:blue",
+        zorder=3,
+        label="layers (simulated)"
+        if all(r.simulated is not None for r in result.layers)
+        else "layers (predicted)",
+    )
     for name, x, y in points:
         ax.annotate(name, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
     ax.set_xlabel("operational intensity (flop per off-chip byte)")

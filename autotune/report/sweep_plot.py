@@ -26,17 +26,30 @@ def draw_sweep(result, path: str | Path) -> None:
     bottom.plot(batches, images, marker="o", color="tab:blue")
     bottom.set_ylabel("images/s")
     best = result.best()
-    bottom.scatter([best], [result.point(best).images_per_s], s=90, facecolors="none",
-                   edgecolors="black", zorder=3, label=f"most images/s: batch {best}")
+    bottom.scatter(
+        [best],
+        [result.point(best).images_per_s],
+        s=90,
+        facecolors="none",
+        edgecolors="black",
+        zorder=3,
+        label=f"most images/s: batch {best}",
+    )
     turning: dict[int, list[str]] = {}
     for name, batch in result.turning_batches().items():
         if batch is not None:
             turning.setdefault(batch, []).append(name)
     for i, (batch, names) in enumerate(sorted(turning.items())):
         for ax in (top, bottom):
-            ax.axvline(batch, color=f"C{2 + i % 8}", ls="--", lw=1,
-                       label=(f"{', '.join(names)} compute-bound from batch {batch}"
-                              if ax is bottom else None))
+            ax.axvline(
+                batch,
+                color=f"C{2 + i % 8}",
+                ls="--",
+                lw=1,
+                label=(
+                    f"{', '.join(names)} compute-bound from batch {batch}" if ax is bottom else None
+                ),
+            )
     for ax in (top, bottom):
         ax.set_xscale("log", base=2)
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
@@ -46,7 +59,10 @@ def draw_sweep(result, path: str | Path) -> None:
     bottom.legend(loc="best", fontsize=7)
     never = [n for n, b in result.turning_batches().items() if b is None]
     subtitle = f"; memory-bound throughout: {', '.join(never)}" if never else ""
-    top.set_title(f"{result.network} on {result.machine.name}, {result.precision}, "
-                  f"objective {result.objective}{subtitle}", fontsize=9)
+    top.set_title(
+        f"{result.network} on {result.machine.name}, {result.precision}, "
+        f"objective {result.objective}{subtitle}",
+        fontsize=9,
+    )
     fig.tight_layout()
     save_figure(fig, path)

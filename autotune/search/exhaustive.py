@@ -36,9 +36,9 @@ class Best:
 
     index: dict[str, int]
     values: dict[str, int]
-    candidates: int          # structurally legal candidates examined
-    feasible: int            # of which fit L1
-    min_l1: int              # smallest footprint among legal candidates (bytes)
+    candidates: int  # structurally legal candidates examined
+    feasible: int  # of which fit L1
+    min_l1: int  # smallest footprint among legal candidates (bytes)
     wall_s: float
 
 
@@ -55,8 +55,9 @@ def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray
     return ranges
 
 
-def quantities(space: SearchSpace, idx: dict[str, np.ndarray],
-               efficiency: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def quantities(
+    space: SearchSpace, idx: dict[str, np.ndarray], efficiency: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """The formula's quantities for candidates given as index arrays (``efficiency``: the
     inverse DMA efficiency tables, ``space.efficiency_tables(...)``)."""
     q = {name: space.tables[name][idx[var]] for name, var in QUANTITY_SOURCE.items()}
@@ -67,22 +68,25 @@ def quantities(space: SearchSpace, idx: dict[str, np.ndarray],
     return q
 
 
-def search(space: SearchSpace, machine: Machine, precision: str,
-           objective: str = "latency") -> Best | None:
+def search(
+    space: SearchSpace, machine: Machine, precision: str, objective: str = "latency"
+) -> Best | None:
     """The best candidate under ``objective`` (None if nothing fits; see ``min_l1``)."""
     ranked = ranking(space, machine, precision, objective, 1)
     return ranked[0] if ranked else None
 
 
-def top_k(space: SearchSpace, machine: Machine, precision: str, objective: str,
-          k: int) -> list[dict[str, int]]:
+def top_k(
+    space: SearchSpace, machine: Machine, precision: str, objective: str, k: int
+) -> list[dict[str, int]]:
     """Indices of the ``k`` best fitting candidates, best first (same order as ``search``)."""
     ranked = ranking(space, machine, precision, objective, k)
     return [b.index for b in ranked if b.index]
 
 
-def ranking(space: SearchSpace, machine: Machine, precision: str, objective: str,
-            count: int) -> list[Best]:
+def ranking(
+    space: SearchSpace, machine: Machine, precision: str, objective: str, count: int
+) -> list[Best]:
     """The ``count`` best candidates (one ``Best`` each; an infeasible layer gives one ``Best``
     with an empty index and the smallest footprint; an empty space gives [])."""
     check_objective(objective)
@@ -100,7 +104,7 @@ def ranking(space: SearchSpace, machine: Machine, precision: str, objective: str
         per_delta = int(np.prod(inner_shape))
         step = max(1, CHUNK // per_delta)
         for d0 in range(0, len(ranges["delta_o"]), step):
-            deltas = ranges["delta_o"][d0:d0 + step]
+            deltas = ranges["delta_o"][d0 : d0 + step]
             grids = np.meshgrid(deltas, *[ranges[v] for v in inner], indexing="ij")
             idx = {"alg": np.full(grids[0].size, a), "delta_o": grids[0].ravel()}
             idx.update({v: g.ravel() for v, g in zip(inner, grids[1:], strict=True)})
@@ -126,12 +130,20 @@ def ranking(space: SearchSpace, machine: Machine, precision: str, objective: str
             for winner in np.lexsort((positions, *reversed(cols)))[:count]:
                 pos = positions[winner]
                 key = (*(int(c[winner]) for c in cols), a, d0, int(pos))
-                kept.append((key, {v: int(idx[v][pos]) for v in VARIABLES},
-                             {name: int(np.broadcast_to(val, legal.shape)[pos])
-                              for name, val in values.items()}))
+                kept.append(
+                    (
+                        key,
+                        {v: int(idx[v][pos]) for v in VARIABLES},
+                        {
+                            name: int(np.broadcast_to(val, legal.shape)[pos])
+                            for name, val in values.items()
+                        },
+                    )
+                )
             kept = sorted(kept, key=lambda item: item[0])[:count]
     wall = time.perf_counter() - start
     if not kept:
         return [Best({}, {}, candidates, 0, int(min_l1), wall)] if candidates else []
-    return [Best(index, values, candidates, feasible, int(min_l1), wall)
-            for _, index, values in kept]
+    return [
+        Best(index, values, candidates, feasible, int(min_l1), wall) for _, index, values in kept
+    ]

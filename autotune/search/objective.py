@@ -14,8 +14,18 @@ ORDER: dict[str, tuple[str, ...]] = {
 }
 
 #: Order of the variables in a candidate's rank (the final tie-break: enumeration order).
-VARIABLES = ("alg", "delta_o", "spatial", "batch_tile", "in_c", "share", "d_in", "d_f", "d_out",
-             "multicast")
+VARIABLES = (
+    "alg",
+    "delta_o",
+    "spatial",
+    "batch_tile",
+    "in_c",
+    "share",
+    "d_in",
+    "d_f",
+    "d_out",
+    "multicast",
+)
 
 
 def check_objective(objective: str) -> None:

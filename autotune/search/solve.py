@@ -29,8 +29,11 @@ class InfeasibleError(ValueError):
     def __init__(self, layer: str, l1_bytes: int, smallest: int | None) -> None:
         self.layer = layer
         self.smallest = smallest
-        found = (f"the smallest footprint found is {smallest} B: L1 would need at least "
-                 f"{smallest} B" if smallest is not None else "no candidate mapping applies")
+        found = (
+            f"the smallest footprint found is {smallest} B: L1 would need at least {smallest} B"
+            if smallest is not None
+            else "no candidate mapping applies"
+        )
         super().__init__(f"layer {layer!r}: no mapping fits the {l1_bytes} B of L1; {found}")
 
 
@@ -38,14 +41,14 @@ class InfeasibleError(ValueError):
 class SearchReport:
     """How a layer's mapping was found."""
 
-    mode: str            # "ilp" or "exhaustive"
-    status: str          # OPTIMAL, FEASIBLE (time limit hit), ...
-    objective: str       # latency, traffic, energy
-    value: int           # objective value of the chosen mapping
-    bound: int | None    # best proven bound (ILP)
-    gap: float | None    # (value - bound) / value
+    mode: str  # "ilp" or "exhaustive"
+    status: str  # OPTIMAL, FEASIBLE (time limit hit), ...
+    objective: str  # latency, traffic, energy
+    value: int  # objective value of the chosen mapping
+    bound: int | None  # best proven bound (ILP)
+    gap: float | None  # (value - bound) / value
     wall_s: float
-    candidates: int      # structurally legal candidate mappings in the space
+    candidates: int  # structurally legal candidate mappings in the space
     shared_with: str | None = None  # name of the layer with the same shape actually solved
 
 
@@ -57,10 +60,18 @@ class LayerSolution:
     search: SearchReport
 
 
-def solve_layer(layer: Layer, machine: Machine, precision: str = "fp32", batch: int = 1, *,
-                objective: str = "latency", search: str = "ilp",
-                time_limit: float | None = 60.0, workers: int = 1,
-                seed: int = 0) -> LayerSolution:
+def solve_layer(
+    layer: Layer,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    *,
+    objective: str = "latency",
+    search: str = "ilp",
+    time_limit: float | None = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> LayerSolution:
     """The best mapping of one layer under the analytical model.
 
     ``search="ilp"`` solves the CP-SAT program (proven optimal unless ``time_limit`` cuts it
@@ -72,43 +83,77 @@ def solve_layer(layer: Layer, machine: Machine, precision: str = "fp32", batch: 
         raise ValueError(f"unknown search mode {search!r} (choose: {', '.join(SEARCH_MODES)})")
     machine.check_precision(precision)
     if machine.chiplets > 1:
-        return _solve_package(layer, machine, precision, batch, objective=objective,
-                              search=search, time_limit=time_limit, workers=workers, seed=seed)
+        return _solve_package(
+            layer,
+            machine,
+            precision,
+            batch,
+            objective=objective,
+            search=search,
+            time_limit=time_limit,
+            workers=workers,
+            seed=seed,
+        )
     space = search_space(layer, machine, batch)
     key = {"latency": "cycles", "traffic": "offchip_bytes", "energy": "energy"}[objective]
     if search == "exhaustive":
         best = exhaustive.search(space, machine, precision, objective)
         if best is None or not best.index:
-            raise InfeasibleError(layer.name, machine.l1_bytes,
-                                  None if best is None else best.min_l1)
+            raise InfeasibleError(
+                layer.name, machine.l1_bytes, None if best is None else best.min_l1
+            )
         index, values = best.index, best.values
-        report = SearchReport("exhaustive", "OPTIMAL", objective, values[key], values[key],
-                              0.0, best.wall_s, best.candidates)
+        report = SearchReport(
+            "exhaustive",
+            "OPTIMAL",
+            objective,
+            values[key],
+            values[key],
+            0.0,
+            best.wall_s,
+            best.candidates,
+        )
     else:
-        result = ilp.solve(space, machine, precision, objective, time_limit=time_limit,
-                           workers=workers, seed=seed)
+        result = ilp.solve(
+            space, machine, precision, objective, time_limit=time_limit, workers=workers, seed=seed
+        )
         if result.index is None:
             raise InfeasibleError(layer.name, machine.l1_bytes, result.min_l1)
         index, values = result.index, result.values
-        report = SearchReport("ilp", result.status, objective, values[key], result.bound,
-                              result.gap, result.wall_s, result.candidates)
+        report = SearchReport(
+            "ilp",
+            result.status,
+            objective,
+            values[key],
+            result.bound,
+            result.gap,
+            result.wall_s,
+            result.candidates,
+        )
     mapping = space.decode(index)
     analysis = analyze(layer, mapping, machine, precision, batch)
     if analysis.cycles != values["cycles"] or not analysis.fits:  # the model is one formula
-        raise AssertionError(f"layer {layer.name!r}: search and analyze disagree "
-                             f"({values['cycles']} vs {analysis.cycles} cycles)")
+        raise AssertionError(
+            f"layer {layer.name!r}: search and analyze disagree "
+            f"({values['cycles']} vs {analysis.cycles} cycles)"
+        )
     return LayerSolution(layer, mapping, analysis, report)
 
 
 def package_key(analysis: Analysis, objective: str) -> tuple[int, ...]:
     """A package layer's figures compared in the objective's order (``ORDER``)."""
-    values = {"cycles": analysis.cycles, "offchip_bytes": analysis.offchip_bytes,
-              "energy": round(analysis.energy_pj * 1000), "l1": analysis.l1_bytes}
+    values = {
+        "cycles": analysis.cycles,
+        "offchip_bytes": analysis.offchip_bytes,
+        "energy": round(analysis.energy_pj * 1000),
+        "l1": analysis.l1_bytes,
+    }
     return tuple(values[name] for name in ORDER[objective])
 
 
-def _solve_package(layer: Layer, machine: Machine, precision: str, batch: int,
-                   **kwargs: object) -> LayerSolution:
+def _solve_package(
+    layer: Layer, machine: Machine, precision: str, batch: int, **kwargs: object
+) -> LayerSolution:
     """Every chiplet split (``autotune.chiplets``): its largest part solved on one chiplet
     to proven optimality (or enumerated), plus the die-to-die cost (``model.package``); the
     best split under the objective, ties to the earlier split in ``SPLITS`` order.
@@ -149,9 +194,16 @@ def _solve_package(layer: Layer, machine: Machine, precision: str, batch: int,
     _, mapping, analysis, sub_report = best
     status = "OPTIMAL" if statuses == {"OPTIMAL"} else sub_report.status
     value = best[0][0]
-    report = SearchReport(sub_report.mode, status, objective, value,
-                          value if status == "OPTIMAL" else None,
-                          0.0 if status == "OPTIMAL" else None, wall, candidates)
+    report = SearchReport(
+        sub_report.mode,
+        status,
+        objective,
+        value,
+        value if status == "OPTIMAL" else None,
+        0.0 if status == "OPTIMAL" else None,
+        wall,
+        candidates,
+    )
     return LayerSolution(layer, mapping, analysis, report)
 
 
@@ -160,11 +212,20 @@ def _solve_job(args: tuple) -> LayerSolution:
     return solve_layer(layer, machine, precision, batch, **kwargs)
 
 
-def solve_network(network: Network, machine: Machine, *, precision: str | None = None,
-                  batch: int | None = None, objective: str = "latency", search: str = "ilp",
-                  time_limit: float | None = 60.0, workers: int = 1, seed: int = 0,
-                  processes: int | None = None,
-                  progress: Callable[[str], None] | None = None) -> list[LayerSolution]:
+def solve_network(
+    network: Network,
+    machine: Machine,
+    *,
+    precision: str | None = None,
+    batch: int | None = None,
+    objective: str = "latency",
+    search: str = "ilp",
+    time_limit: float | None = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+    processes: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[LayerSolution]:
     """Solve every layer of ``network``; layers of identical shape are solved once.
 
     Distinct shapes are solved in ``processes`` worker processes (default: one per core,
@@ -173,8 +234,9 @@ def solve_network(network: Network, machine: Machine, *, precision: str | None =
     """
     precision = precision or network.precision
     batch = batch or network.batch
-    kwargs = dict(objective=objective, search=search, time_limit=time_limit,
-                  workers=workers, seed=seed)
+    kwargs = dict(
+        objective=objective, search=search, time_limit=time_limit, workers=workers, seed=seed
+    )
     first: dict[tuple, Layer] = {}
     for layer in network.layers:
         first.setdefault(layer.shape_key(), layer)
@@ -198,7 +260,11 @@ def solve_network(network: Network, machine: Machine, *, precision: str | None =
     for layer in network.layers:
         sol = solved[layer.shape_key()]
         if sol.layer.name != layer.name:
-            sol = LayerSolution(layer, sol.mapping, replace(sol.analysis, layer=layer.name),
-                                replace(sol.search, shared_with=sol.layer.name))
+            sol = LayerSolution(
+                layer,
+                sol.mapping,
+                replace(sol.analysis, layer=layer.name),
+                replace(sol.search, shared_with=sol.layer.name),
+            )
         out.append(sol)
     return out

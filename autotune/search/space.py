@@ -67,9 +67,13 @@ def minimal_mapping(layer: Layer, batch: int = 1) -> Mapping:
     """The mapping with the smallest L1 footprint: one output pixel of one channel per task,
     one input slice per step, everything single-buffered. If this does not fit, nothing does.
     """
-    return Mapping("output_stack", delta_o=1, batch_tile=1,
-                   tile=Tile(out_h=1, out_w=1, in_c=1),
-                   buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1))
+    return Mapping(
+        "output_stack",
+        delta_o=1,
+        batch_tile=1,
+        tile=Tile(out_h=1, out_w=1, in_c=1),
+        buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1),
+    )
 
 
 def hand_choice(layer: Layer, machine: Machine, precision: str, batch: int = 1) -> Mapping:
@@ -87,20 +91,24 @@ def hand_choice(layer: Layer, machine: Machine, precision: str, batch: int = 1) 
     if layer.kind == "fc":
         bt = batch
         while bt >= 1:
-            base = Mapping("input_parallel", batch_tile=bt,
-                           buffers=Buffers(**report, input_depth=1))
+            base = Mapping(
+                "input_parallel", batch_tile=bt, buffers=Buffers(**report, input_depth=1)
+            )
             best = _largest_fitting(layer, base, deltas, machine, precision, batch)
             if best is not None:
                 return best
             bt //= 2
     else:
         # Fewest spatial tiles first: whole slices, then row bands, then column tiles too.
-        shapes = sorted(((r, c) for r in chunk_sizes(layer.h_out) for c in chunk_sizes(
-            layer.w_out)), key=lambda rc: (-(-layer.h_out // rc[0]) * -(-layer.w_out // rc[1]),
-                                           -rc[1]))
+        shapes = sorted(
+            ((r, c) for r in chunk_sizes(layer.h_out) for c in chunk_sizes(layer.w_out)),
+            key=lambda rc: (-(-layer.h_out // rc[0]) * -(-layer.w_out // rc[1]), -rc[1]),
+        )
         for rows, cols in shapes:
-            tile = Tile(out_h=None if rows == layer.h_out else rows,
-                        out_w=None if cols == layer.w_out else cols)
+            tile = Tile(
+                out_h=None if rows == layer.h_out else rows,
+                out_w=None if cols == layer.w_out else cols,
+            )
             base = Mapping("output_stack", tile=tile, buffers=Buffers(**report))
             best = _largest_fitting(layer, base, deltas, machine, precision, batch)
             if best is not None:
@@ -124,14 +132,28 @@ def kann_spatial(layer: Layer, machine: Machine, precision: str, batch: int = 1)
     _need_multicast(machine, precision)
     c = machine.clusters
     band = -(-layer.h_out // c)
-    shapes = sorted(((r, w) for r, w in spatial_values(layer)
-                     if (r or layer.h_out) <= band or layer.h_out <= 1),
-                    key=lambda rw: (_tiles(layer, rw), -(rw[1] or layer.w_out)))
+    shapes = sorted(
+        (
+            (r, w)
+            for r, w in spatial_values(layer)
+            if (r or layer.h_out) <= band or layer.h_out <= 1
+        ),
+        key=lambda rw: (_tiles(layer, rw), -(rw[1] or layer.w_out)),
+    )
     for delta_o in sorted(delta_o_values(layer), reverse=True):
         for out_h, out_w in shapes:
-            found = _largest_in_c(layer, Mapping(
-                "output_stack", delta_o=delta_o, tile=Tile(out_h=out_h, out_w=out_w),
-                multicast=True), machine, precision, batch)
+            found = _largest_in_c(
+                layer,
+                Mapping(
+                    "output_stack",
+                    delta_o=delta_o,
+                    tile=Tile(out_h=out_h, out_w=out_w),
+                    multicast=True,
+                ),
+                machine,
+                precision,
+                batch,
+            )
             if found is not None:
                 return found
     raise MappingError(f"layer {layer.name!r}: KaNN's spatial splitting fits no tile in L1")
@@ -152,12 +174,18 @@ def kann_channel(layer: Layer, machine: Machine, precision: str, batch: int = 1)
     per_cluster = -(-layer.c_out // machine.clusters)
     deltas = sorted((d for d in delta_o_values(layer) if d <= per_cluster), reverse=True)
     for delta_o in deltas or [min(delta_o_values(layer))]:
-        found = _largest_in_c(layer, Mapping("output_stack", delta_o=delta_o, multicast=True),
-                              machine, precision, batch)
+        found = _largest_in_c(
+            layer,
+            Mapping("output_stack", delta_o=delta_o, multicast=True),
+            machine,
+            precision,
+            batch,
+        )
         if found is not None:
             return found
-    raise MappingError(f"layer {layer.name!r}: KaNN's channel splitting (whole maps) fits no "
-                       f"stack in L1")
+    raise MappingError(
+        f"layer {layer.name!r}: KaNN's channel splitting (whole maps) fits no stack in L1"
+    )
 
 
 def _need_multicast(machine: Machine, precision: str) -> None:
@@ -171,27 +199,27 @@ def _tiles(layer: Layer, shape: tuple[int | None, int | None]) -> int:
     return -(-layer.h_out // (rows or layer.h_out)) * -(-layer.w_out // (cols or layer.w_out))
 
 
-def _largest_in_c(layer: Layer, base: Mapping, machine: Machine, precision: str,
-                  batch: int) -> Mapping | None:
+def _largest_in_c(
+    layer: Layer, base: Mapping, machine: Machine, precision: str, batch: int
+) -> Mapping | None:
     """``base`` with the most input slices per step (the space's powers of two) that fits,
     double-buffered if possible, else single-buffered; None if nothing fits."""
     try:
         in_max = int(output_stacks(layer, base.delta_o).in_size.max())
     except MappingError:
         return None
-    in_cs = [1 << i for i in range(MAX_IN_C_LOG2, -1, -1) if (1 << i) <= min(in_max,
-                                                                             layer.c_in)]
+    in_cs = [1 << i for i in range(MAX_IN_C_LOG2, -1, -1) if (1 << i) <= min(in_max, layer.c_in)]
     for buffers in (Buffers(), Buffers(input_depth=1, filter_depth=1, output_depth=1)):
         for in_c in in_cs:
-            mapping = base.with_(tile=Tile(base.tile.out_h, base.tile.out_w, in_c),
-                                 buffers=buffers)
+            mapping = base.with_(tile=Tile(base.tile.out_h, base.tile.out_w, in_c), buffers=buffers)
             if fits(layer, mapping, machine, precision, batch):
                 return mapping
     return None
 
 
-def _largest_fitting(layer: Layer, base: Mapping, deltas: list[int], machine: Machine,
-                     precision: str, batch: int) -> Mapping | None:
+def _largest_fitting(
+    layer: Layer, base: Mapping, deltas: list[int], machine: Machine, precision: str, batch: int
+) -> Mapping | None:
     """The fitting mapping with the largest ``delta_o`` (the footprint grows with it)."""
     if not fits(layer, base.with_(delta_o=deltas[0]), machine, precision, batch):
         return None
@@ -255,39 +283,56 @@ class SearchSpace:
 
     @property
     def sizes(self) -> dict[str, int]:
-        return {"alg": len(self.algorithms), "delta_o": len(self.delta_o),
-                "spatial": len(self.spatial), "batch_tile": len(self.batch_tile),
-                "in_c": len(self.in_c), "share": len(self.share), "d_in": len(self.depths),
-                "d_f": len(self.depths), "d_out": len(self.depths),
-                "multicast": len(self.multicast)}
+        return {
+            "alg": len(self.algorithms),
+            "delta_o": len(self.delta_o),
+            "spatial": len(self.spatial),
+            "batch_tile": len(self.batch_tile),
+            "in_c": len(self.in_c),
+            "share": len(self.share),
+            "d_in": len(self.depths),
+            "d_f": len(self.depths),
+            "d_out": len(self.depths),
+            "multicast": len(self.multicast),
+        }
 
     def decode(self, index: dict[str, int]) -> Mapping:
         """The mapping a candidate (one index per variable) stands for."""
         algorithm = self.algorithms[index["alg"]]
         out_h, out_w = self.spatial[index["spatial"]]
         return Mapping(
-            algorithm, delta_o=self.delta_o[index["delta_o"]],
+            algorithm,
+            delta_o=self.delta_o[index["delta_o"]],
             batch_tile=self.batch_tile[index["batch_tile"]],
             share_group=self.share[index["share"]],
             tile=Tile(out_h=out_h, out_w=out_w, in_c=self.in_c[index["in_c"]]),
-            buffers=Buffers(input_depth=self.depths[index["d_in"]],
-                            filter_depth=self.depths[index["d_f"]],
-                            output_depth=self.depths[index["d_out"]]),
-            multicast=self.multicast[index.get("multicast", 0)])
+            buffers=Buffers(
+                input_depth=self.depths[index["d_in"]],
+                filter_depth=self.depths[index["d_f"]],
+                output_depth=self.depths[index["d_out"]],
+            ),
+            multicast=self.multicast[index.get("multicast", 0)],
+        )
 
 
 def spatial_values(layer: Layer) -> list[tuple[int | None, int | None]]:
     rows = chunk_sizes(layer.h_out)
     cols = [c for c in chunk_sizes(layer.w_out) if -(-layer.w_out // c) <= MAX_COLUMN_TILES]
-    return [(None if r == layer.h_out else r, None if c == layer.w_out else c)
-            for r in rows for c in cols]
+    return [
+        (None if r == layer.h_out else r, None if c == layer.w_out else c)
+        for r in rows
+        for c in cols
+    ]
 
 
 def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     """The candidate values of every mapping variable for ``layer`` and their quantities."""
     # Alg. 3 needs a quadrant below the root to share in (MPPA3's one-level NoC has none).
-    algorithms = tuple(a for a in algorithms_for(layer)
-                       if a != "output_stack_shared" or machine.share_group_sizes())
+    algorithms = tuple(
+        a
+        for a in algorithms_for(layer)
+        if a != "output_stack_shared" or machine.share_group_sizes()
+    )
     deltas = delta_o_values(layer)
     spatial = spatial_values(layer)
     batch_tiles = chunk_sizes(batch)
@@ -302,15 +347,23 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
 
     for d in deltas:
         add(stack_quantities(output_stacks(layer, d)))
-    extents = []      # per spatial value: the largest tile's (rows, cols) in and out
+    extents = []  # per spatial value: the largest tile's (rows, cols) in and out
     for out_h, out_w in spatial:
-        rows = spatial_axis(layer.h_out, out_h, layer.h_in, layer.kernel_h, layer.stride_h,
-                            layer.pad_h)
-        cols = spatial_axis(layer.w_out, out_w, layer.w_in, layer.kernel_w, layer.stride_w,
-                            layer.pad_w)
+        rows = spatial_axis(
+            layer.h_out, out_h, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h
+        )
+        cols = spatial_axis(
+            layer.w_out, out_w, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w
+        )
         add(spatial_quantities(rows, cols))
-        extents.append((int(rows.in_size.max()), int(cols.in_size.max()),
-                        int(rows.out_size.max()), int(cols.out_size.max())))
+        extents.append(
+            (
+                int(rows.in_size.max()),
+                int(cols.in_size.max()),
+                int(rows.out_size.max()),
+                int(cols.out_size.max()),
+            )
+        )
     for bt in batch_tiles:
         add(batch_quantities(batch, bt))
     for c in in_cs:
@@ -319,26 +372,49 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     tables["depth"] = [1, 2]
     tables["alg"] = [ALGORITHM_CODES[a] for a in algorithms]
     # Run lengths (words) of the largest tiles, flattened over RUN_SOURCE's variable pairs.
-    tables["run_in"] = [input_run_words(layer, ri, ci, c)
-                        for ri, ci, _, _ in extents for c in in_cs]
+    tables["run_in"] = [
+        input_run_words(layer, ri, ci, c) for ri, ci, _, _ in extents for c in in_cs
+    ]
     tables["run_f"] = [filter_run_words(layer, c) for c in in_cs]
-    tables["run_out"] = [output_run_words(layer, ro, co, s)
-                         for s in tables["s_max"] for _, _, ro, co in extents]
+    tables["run_out"] = [
+        output_run_words(layer, ro, co, s) for s in tables["s_max"] for _, _, ro, co in extents
+    ]
     # Multicast only where the machine can (no new candidates elsewhere: same results).
     multicast = (False, True) if machine.dma_multicast else (False,)
     tables["mc"] = [int(m) for m in multicast]
-    return SearchSpace(layer, batch, algorithms, tuple(deltas), tuple(spatial),
-                       tuple(batch_tiles), tuple(in_cs), share, (1, 2),
-                       {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()},
-                       multicast)
+    return SearchSpace(
+        layer,
+        batch,
+        algorithms,
+        tuple(deltas),
+        tuple(spatial),
+        tuple(batch_tiles),
+        tuple(in_cs),
+        share,
+        (1, 2),
+        {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()},
+        multicast,
+    )
 
 
 #: Which table each formula quantity is read from, by variable.
 QUANTITY_SOURCE = {
-    "n_s": "delta_o", "s_max": "delta_o", "s_in_sum": "delta_o", "in_max": "delta_o",
-    "n_sp": "spatial", "out_px_max": "spatial", "in_px_max": "spatial", "in_px_sum": "spatial",
-    "n_b": "batch_tile", "b_max": "batch_tile", "tc": "in_c", "tc_f": "in_c", "nk": "in_c",
-    "g": "share", "alg": "alg", "mc": "multicast",
+    "n_s": "delta_o",
+    "s_max": "delta_o",
+    "s_in_sum": "delta_o",
+    "in_max": "delta_o",
+    "n_sp": "spatial",
+    "out_px_max": "spatial",
+    "in_px_max": "spatial",
+    "in_px_sum": "spatial",
+    "n_b": "batch_tile",
+    "b_max": "batch_tile",
+    "tc": "in_c",
+    "tc_f": "in_c",
+    "nk": "in_c",
+    "g": "share",
+    "alg": "alg",
+    "mc": "multicast",
 }
 
 #: The inverse DMA efficiencies: quantity -> (run table, the variables it is indexed by,
@@ -351,12 +427,15 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
 }
 
 
-def efficiency_tables(space: SearchSpace, machine: Machine,
-                      precision: str) -> dict[str, np.ndarray]:
+def efficiency_tables(
+    space: SearchSpace, machine: Machine, precision: str
+) -> dict[str, np.ndarray]:
     """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs."""
     wb = word_bytes(precision)
-    return {name: inverse_efficiency(machine, space.tables[run] * wb, write)
-            for name, (run, _, write) in RUN_SOURCE.items()}
+    return {
+        name: inverse_efficiency(machine, space.tables[run] * wb, write)
+        for name, (run, _, write) in RUN_SOURCE.items()
+    }
 
 
 def flat_index(space: SearchSpace, variables: tuple[str, ...], index: dict[str, Any]) -> Any:

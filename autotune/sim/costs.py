@@ -47,11 +47,11 @@ from autotune.tiling import (
 class Transfers:
     """Totals of one operand's DMA transfers in each task (arrays over tasks)."""
 
-    bytes: np.ndarray     # payload
-    beats: np.ndarray     # bus beats: cycles of the port at full width
-    count: np.ndarray     # transfers, each paying the setup
-    tiles: np.ndarray     # buffer tiles (each waits one round trip)
-    hbm: np.ndarray       # main-memory occupancy: payload / DMA efficiency of its runs
+    bytes: np.ndarray  # payload
+    beats: np.ndarray  # bus beats: cycles of the port at full width
+    count: np.ndarray  # transfers, each paying the setup
+    tiles: np.ndarray  # buffer tiles (each waits one round trip)
+    hbm: np.ndarray  # main-memory occupancy: payload / DMA efficiency of its runs
 
     def hbm_per_byte(self) -> np.ndarray:
         """Main-memory bytes of bandwidth one payload byte occupies (1 without a table)."""
@@ -69,11 +69,11 @@ class Transfers:
 class TaskCosts:
     """Everything the programs need per task, as arrays over the grid's tasks."""
 
-    compute: np.ndarray          # cycles of the cores at the sustained MAC rate
+    compute: np.ndarray  # cycles of the cores at the sustained MAC rate
     macs: np.ndarray
     input: Transfers
     filter: Transfers
-    output: Transfers            # stores (output_stack); zero for input_parallel tasks
+    output: Transfers  # stores (output_stack); zero for input_parallel tasks
 
 
 def _beats(nbytes: np.ndarray | int, width: int) -> np.ndarray:
@@ -102,39 +102,46 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
     rows_in, cols_in = grid.rows.in_size[ri], grid.cols.in_size[ci]
     rows_out, cols_out = grid.rows.out_size[ri], grid.cols.out_size[ci]
     steps = -(-in_ch // in_c)
-    last = in_ch - (steps - 1) * in_c                  # slices of the ragged last step
+    last = in_ch - (steps - 1) * in_c  # slices of the ragged last step
     pix_in = rows_in * cols_in
 
     # Runs and transfers of the input, per image, over all steps (full steps, the last one).
     run_full, n_full = input_runs(layer, rows_in, cols_in, in_c)
     run_last, n_last = input_runs(layer, rows_in, cols_in, last)
     run_beats = (steps - 1) * n_full * _beats(run_full * wb, width) + n_last * _beats(
-        run_last * wb, width)
-    hbm_in = ((steps - 1) * in_c * pix_in * wb / dma_efficiency(machine, run_full * wb)
-              + last * pix_in * wb / dma_efficiency(machine, run_last * wb))
+        run_last * wb, width
+    )
+    hbm_in = (steps - 1) * in_c * pix_in * wb / dma_efficiency(
+        machine, run_full * wb
+    ) + last * pix_in * wb / dma_efficiency(machine, run_last * wb)
     count = input_transfers(layer, rows_in, cols_in, images, steps, in_ch)
-    inputs = Transfers(images * in_ch * pix_in * wb, images * run_beats, count, steps,
-                       images * hbm_in)
+    inputs = Transfers(
+        images * in_ch * pix_in * wb, images * run_beats, count, steps, images * hbm_in
+    )
 
     k2 = layer.kernel_h * layer.kernel_w
     cpg = layer.cin_per_group
     f_slices = min(in_c, cpg)
-    per_out = -(-cpg // f_slices)                        # filter tiles per output channel
+    per_out = -(-cpg // f_slices)  # filter tiles per output channel
     f_last = cpg - (per_out - 1) * f_slices
     f_run, f_run_last = filter_runs(layer, f_slices) * wb, filter_runs(layer, f_last) * wb
     f_beats = (per_out - 1) * _beats(f_run, width) + _beats(f_run_last, width)
-    f_hbm = ((per_out - 1) * f_run / dma_efficiency(machine, f_run)
-             + f_run_last / dma_efficiency(machine, f_run_last))
+    f_hbm = (per_out - 1) * f_run / dma_efficiency(machine, f_run) + f_run_last / dma_efficiency(
+        machine, f_run_last
+    )
     n_f = out_ch * per_out
     filters = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
 
     out_run, out_runs = output_runs(layer, rows_out, cols_out, out_ch)
     pix_out = rows_out * cols_out
     out_bytes = images * out_ch * pix_out * wb
-    outputs = Transfers(out_bytes, images * out_runs * _beats(out_run * wb, width),
-                        output_transfers(layer, rows_out, cols_out, images, out_ch),
-                        np.ones_like(images),
-                        out_bytes / dma_efficiency(machine, out_run * wb, write=True))
+    outputs = Transfers(
+        out_bytes,
+        images * out_runs * _beats(out_run * wb, width),
+        output_transfers(layer, rows_out, cols_out, images, out_ch),
+        np.ones_like(images),
+        out_bytes / dma_efficiency(machine, out_run * wb, write=True),
+    )
 
     macs = images * out_ch * pix_out * cpg * k2
     return TaskCosts(macs / rate, macs, inputs, filters, outputs)
@@ -149,18 +156,36 @@ def _fc_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskCos
     ones = np.ones_like(images)
     run = input_runs(layer, layer.h_in, layer.w_in, slices)[0] * wb
     f_run = filter_runs(layer, slices) * wb
-    inputs = Transfers(images * run, images * _beats(run, width), ones, ones,
-                       images * run / dma_efficiency(machine, run))
-    filters = Transfers(out_ch * f_run, out_ch * _beats(f_run, width), out_ch, out_ch,
-                        out_ch * f_run / dma_efficiency(machine, f_run))
+    inputs = Transfers(
+        images * run,
+        images * _beats(run, width),
+        ones,
+        ones,
+        images * run / dma_efficiency(machine, run),
+    )
+    filters = Transfers(
+        out_ch * f_run,
+        out_ch * _beats(f_run, width),
+        out_ch,
+        out_ch,
+        out_ch * f_run / dma_efficiency(machine, f_run),
+    )
     zero = np.zeros_like(images)
     macs = images * slices * pixels * out_ch
     return TaskCosts(macs / rate, macs, inputs, filters, Transfers(zero, zero, zero, ones, zero))
 
 
-def stream_own(compute: np.ndarray, in_tiles: np.ndarray, in_unit: np.ndarray,
-               in_engine: np.ndarray, in_window: np.ndarray, f_tiles: np.ndarray,
-               f_unit: np.ndarray, f_engine: np.ndarray, f_window: np.ndarray) -> np.ndarray:
+def stream_own(
+    compute: np.ndarray,
+    in_tiles: np.ndarray,
+    in_unit: np.ndarray,
+    in_engine: np.ndarray,
+    in_window: np.ndarray,
+    f_tiles: np.ndarray,
+    f_unit: np.ndarray,
+    f_engine: np.ndarray,
+    f_window: np.ndarray,
+) -> np.ndarray:
     """Uncontended cycles of a stream: ``compute`` while loading ``in_tiles`` input tiles and
     ``f_tiles`` filter tiles.
 
@@ -169,9 +194,13 @@ def stream_own(compute: np.ndarray, in_tiles: np.ndarray, in_unit: np.ndarray,
     """
     engine = in_tiles * in_engine + f_tiles * f_engine
     in_double, f_double = in_window > 0, f_window > 0
-    cores = (compute + np.where(in_double, 0.0, in_tiles * in_unit)
-             + np.where(f_double, 0.0, f_tiles * f_unit))
+    cores = (
+        compute
+        + np.where(in_double, 0.0, in_tiles * in_unit)
+        + np.where(f_double, 0.0, f_tiles * f_unit)
+    )
     in_chain = np.where(in_double, in_tiles * in_unit / np.where(in_double, in_window, 1), 0.0)
-    f_chain = np.where(f_double, (f_tiles * f_unit + in_tiles * in_engine)
-                       / np.where(f_double, f_window, 1), 0.0)
+    f_chain = np.where(
+        f_double, (f_tiles * f_unit + in_tiles * in_engine) / np.where(f_double, f_window, 1), 0.0
+    )
     return np.maximum(np.maximum(cores, engine), np.maximum(in_chain, f_chain))

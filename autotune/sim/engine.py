@@ -51,15 +51,15 @@ class Part:
     bytes: float
     route: Route | None
     compute: float
-    own: float                  # the member's uncontended duration
+    own: float  # the member's uncontended duration
 
 
 @dataclass(slots=True)
 class Work:
     label: str
-    own: float                  # the agent's uncontended duration: max over its parts
+    own: float  # the agent's uncontended duration: max over its parts
     parts: tuple[Part, ...]
-    kind: str = "work"          # "work" (split as documented) or "sync" (all of it is sync)
+    kind: str = "work"  # "work" (split as documented) or "sync" (all of it is sync)
 
 
 #: Kinds of background transfer, each with its own flow per cluster.
@@ -95,7 +95,7 @@ Instr = Work | StartTransfer | WaitTransfer | WaitFlag | SetFlag
 class Background:
     """A background transfer still running when a run ends (carried into the next run)."""
 
-    slot: int                   # kind index * clusters + cluster
+    slot: int  # kind index * clusters + cluster
     bytes_left: float
     demand: float
     route: Route
@@ -119,8 +119,8 @@ class RunResult:
     level_bytes: np.ndarray
     carry: list[Background]
     events: int
-    spans: list[tuple] = field(default_factory=list)      # (track, cluster, t0, t1, label)
-    counters: list[tuple] = field(default_factory=list)   # (t, hbm load, hbm store) B/cycle
+    spans: list[tuple] = field(default_factory=list)  # (track, cluster, t0, t1, label)
+    counters: list[tuple] = field(default_factory=list)  # (t, hbm load, hbm store) B/cycle
 
 
 class Engine:
@@ -132,9 +132,15 @@ class Engine:
         self.agents = c // block
         self.starts = np.arange(0, c, block)
 
-    def run(self, programs: list[Iterator[Instr]], t0: float, carry: list[Background],
-            participates: np.ndarray | None = None, barrier: float = 0.0,
-            last: bool = True) -> RunResult:
+    def run(
+        self,
+        programs: list[Iterator[Instr]],
+        t0: float,
+        carry: list[Background],
+        participates: np.ndarray | None = None,
+        barrier: float = 0.0,
+        last: bool = True,
+    ) -> RunResult:
         """Run the agents' programs from time ``t0`` until all are done.
 
         Unless the run is the ``last``, background writes still running at the end are
@@ -150,8 +156,9 @@ class Engine:
 class _Run:
     """State of one run; a separate object so that the engine can be reused."""
 
-    def __init__(self, eng: Engine, programs: list[Iterator[Instr]], t0: float,
-                 carry: list[Background]) -> None:
+    def __init__(
+        self, eng: Engine, programs: list[Iterator[Instr]], t0: float, carry: list[Background]
+    ) -> None:
         self.eng, self.net = eng, eng.net
         c, k, a = eng.clusters, self.net.width, eng.agents
         self.c = c
@@ -177,19 +184,21 @@ class _Run:
         self.start = np.zeros(a)
         self.waiting: list[str | None] = [None] * a
         self.wait_start = np.zeros(a)
-        self.members: list[tuple[int, ...]] = [tuple(range(i * eng.block, (i + 1) * eng.block))
-                                               for i in range(a)]
+        self.members: list[tuple[int, ...]] = [
+            tuple(range(i * eng.block, (i + 1) * eng.block)) for i in range(a)
+        ]
         self.done = np.full(a, np.nan)
         self.flags: set[Hashable] = set()
         self.waiters: dict[Hashable, list[int]] = {}
         self.acc = {k: np.zeros(c) for k in ("compute", "dma_wait", "contention", "sync")}
-        self.moved: dict[int, list] = {}        # id(route) -> [route, payload bytes]
+        self.moved: dict[int, list] = {}  # id(route) -> [route, payload bytes]
         self.spans: list[tuple] = []
         self.counters: list[tuple] = []
         self.events = 0
         for bg in carry:
-            self._start_background(bg.slot, bg.bytes_left, bg.demand, bg.route, bg.label,
-                                   bg.start, account=False)
+            self._start_background(
+                bg.slot, bg.bytes_left, bg.demand, bg.route, bg.label, bg.start, account=False
+            )
 
     # -- flows -----------------------------------------------------------------------------
     def _set_flow(self, f: int, demand: float, route: Route) -> None:
@@ -216,8 +225,16 @@ class _Run:
             levels += nbytes * route.level_bytes
         return load, store, peer, levels
 
-    def _start_background(self, slot: int, nbytes: float, demand: float, route: Route,
-                          label: str, start: float, account: bool = True) -> None:
+    def _start_background(
+        self,
+        slot: int,
+        nbytes: float,
+        demand: float,
+        route: Route,
+        label: str,
+        start: float,
+        account: bool = True,
+    ) -> None:
         self.bg_left[slot] = nbytes
         self.bg_start[slot] = start
         self.bg_label[slot] = label
@@ -243,8 +260,14 @@ class _Run:
                 base = KINDS.index(ins.kind) * self.c
                 for part in ins.parts:
                     assert part.route is not None
-                    self._start_background(base + part.cluster, part.bytes,
-                                           part.bytes / part.own, part.route, ins.label, self.t)
+                    self._start_background(
+                        base + part.cluster,
+                        part.bytes,
+                        part.bytes / part.own,
+                        part.route,
+                        ins.label,
+                        self.t,
+                    )
             elif isinstance(ins, WaitTransfer):
                 if self.bg_left[self._block(a, ins.kind)].any():
                     self._wait(a, ins.kind)
@@ -353,7 +376,7 @@ class _Run:
         fg = self.fg_bytes
         moving = fg > 0
         ratio = np.full(self.c, np.inf)
-        ratio[moving] = self.rates[:self.c][moving] / fg[moving]
+        ratio[moving] = self.rates[: self.c][moving] / fg[moving]
         if self.eng.block > 1:
             ratio = np.minimum.reduceat(ratio, self.eng.starts)
         rho = np.where(np.isinf(ratio), self.inv_own, ratio)
@@ -365,7 +388,7 @@ class _Run:
         bg_slice = slice(self.c, None)
         while self.working.any() or (self.bg_left > 0).any():
             if not last and not np.isnan(self.done).any():
-                break                             # only background transfers remain: carry
+                break  # only background transfers remain: carry
             if self.dirty:
                 self._solve()
             rho = self._agent_rates()
@@ -394,7 +417,7 @@ class _Run:
 
     def _record_counters(self, rho: np.ndarray) -> None:
         agent_of = np.arange(self.c) // self.eng.block
-        use = np.concatenate([self.fg_bytes * rho[agent_of], self.rates[self.c:]])
+        use = np.concatenate([self.fg_bytes * rho[agent_of], self.rates[self.c :]])
         sample = (self.t, float(use @ self.load_frac), float(use @ self.store_frac))
         if not self.counters or self.counters[-1][1:] != sample[1:]:
             self.counters.append(sample)
@@ -407,34 +430,56 @@ class _Run:
                 for c in range(a * self.eng.block, (a + 1) * self.eng.block):
                     acc["sync"][c] += end - self.done[a] + barrier
                     if self.eng.trace and barrier + end - self.done[a] > 0:
-                        self.spans.append(("cluster", c, self.done[a], end + barrier,
-                                           "barrier"))
+                        self.spans.append(("cluster", c, self.done[a], end + barrier, "barrier"))
             end += barrier
             self._drain(barrier)
-        carry = [Background(s, float(self.bg_left[s]), float(self.demand[self.c + s]),
-                            self._route_of(self.c + s), float(self.bg_start[s]),
-                            self.bg_label[s])
-                 for s in np.flatnonzero(self.bg_left > 0).tolist()]
-        return RunResult(self.t0, end, acc["compute"], acc["dma_wait"], acc["contention"],
-                         acc["sync"], *self._bytes_moved(), carry, self.events, self.spans,
-                         self.counters)
+        carry = [
+            Background(
+                s,
+                float(self.bg_left[s]),
+                float(self.demand[self.c + s]),
+                self._route_of(self.c + s),
+                float(self.bg_start[s]),
+                self.bg_label[s],
+            )
+            for s in np.flatnonzero(self.bg_left > 0).tolist()
+        ]
+        return RunResult(
+            self.t0,
+            end,
+            acc["compute"],
+            acc["dma_wait"],
+            acc["contention"],
+            acc["sync"],
+            *self._bytes_moved(),
+            carry,
+            self.events,
+            self.spans,
+            self.counters,
+        )
 
     def _drain(self, cycles: float) -> None:
         """Let background transfers progress while the clusters pass the closing barrier."""
         if not (self.bg_left > 0).any():
             return
         self._solve()
-        rate = self.rates[self.c:]
+        rate = self.rates[self.c :]
         now = self.t
         for slot in np.flatnonzero(self.bg_left > 0).tolist():
             left, r = float(self.bg_left[slot]), float(rate[slot])
             if r > 0 and left <= r * cycles:
-                self.t = now + left / r          # ends during the barrier (for the trace)
+                self.t = now + left / r  # ends during the barrier (for the trace)
                 self._finish_background(slot)
                 self.t = now
             else:
                 self.bg_left[slot] -= r * cycles
 
     def _route_of(self, f: int) -> Route:
-        return Route(self.idx[f].copy(), self.w[f].copy(), float(self.load_frac[f]),
-                     float(self.store_frac[f]), 0.0, np.zeros(len(self.net.machine.levels)))
+        return Route(
+            self.idx[f].copy(),
+            self.w[f].copy(),
+            float(self.load_frac[f]),
+            float(self.store_frac[f]),
+            0.0,
+            np.zeros(len(self.net.machine.levels)),
+        )

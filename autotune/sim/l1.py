@@ -55,15 +55,21 @@ def _tile_words(grid: TaskGrid) -> dict[str, int]:
     out_stack = int(grid.stacks.out_size.max())
     if grid.algorithm == "input_parallel":
         slices, pixels = int(grid.in_steps.max()), layer.h_in * layer.w_in
-        return dict(input=images * slices * pixels, filter=slices * pixels,
-                    output=out_stack * images, share=0)
+        return dict(
+            input=images * slices * pixels,
+            filter=slices * pixels,
+            output=out_stack * images,
+            share=0,
+        )
     rows_in, cols_in = int(grid.rows.in_size.max()), int(grid.cols.in_size.max())
     rows_out, cols_out = int(grid.rows.out_size.max()), int(grid.cols.out_size.max())
     band = images * tile.in_c * rows_in * cols_in
-    return dict(input=band,
-                filter=min(tile.in_c, layer.cin_per_group) * layer.kernel_h * layer.kernel_w,
-                output=out_stack * rows_out * cols_out * images,
-                share=band if grid.algorithm == "output_stack_shared" else 0)
+    return dict(
+        input=band,
+        filter=min(tile.in_c, layer.cin_per_group) * layer.kernel_h * layer.kernel_w,
+        output=out_stack * rows_out * cols_out * images,
+        share=band if grid.algorithm == "output_stack_shared" else 0,
+    )
 
 
 def plan_l1(grid: TaskGrid, machine: Machine, word_bytes: int) -> L1Plan:
@@ -76,8 +82,9 @@ def plan_l1(grid: TaskGrid, machine: Machine, word_bytes: int) -> L1Plan:
     b = grid.mapping.buffers
     tiles = {op: n * word_bytes for op, n in _tile_words(grid).items()}
     depth = dict(input=b.input_depth, filter=b.filter_depth, output=b.output_depth, share=1)
-    given = dict(input=b.input_bytes, filter=b.filter_bytes, output=b.output_bytes,
-                 share=b.share_bytes)
+    given = dict(
+        input=b.input_bytes, filter=b.filter_bytes, output=b.output_bytes, share=b.share_bytes
+    )
     bank = machine.l1_bank_bytes
     allocated = {}
     for op in OPERANDS:
@@ -88,8 +95,9 @@ def plan_l1(grid: TaskGrid, machine: Machine, word_bytes: int) -> L1Plan:
         if size is None:
             size = need
         elif size < need:
-            raise CapacityError(f"{op} buffer of {size} B cannot hold {depth[op]} tile(s) "
-                                f"of {tiles[op]} B")
+            raise CapacityError(
+                f"{op} buffer of {size} B cannot hold {depth[op]} tile(s) of {tiles[op]} B"
+            )
         allocated[op] = -(-size // bank) * bank
     plan = L1Plan(tiles, allocated, depth)
     if plan.total_bytes > machine.l1_bytes:

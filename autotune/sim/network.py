@@ -60,15 +60,15 @@ class Network:
     machine: Machine
     clusters: int = field(init=False)
     capacity: np.ndarray = field(init=False)
-    _anc: np.ndarray = field(init=False)        # (levels, clusters): node of each cluster
-    _up0: list[int] = field(init=False)         # first resource of each level's up links
+    _anc: np.ndarray = field(init=False)  # (levels, clusters): node of each cluster
+    _up0: list[int] = field(init=False)  # first resource of each level's up links
     _down0: list[int] = field(init=False)
     _cache: dict[tuple, Route] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         m = self.machine
         self.clusters = c = m.clusters
-        cap = [float(m.dma_bytes_per_cycle)] * (2 * c)      # master ports, then slave ports
+        cap = [float(m.dma_bytes_per_cycle)] * (2 * c)  # master ports, then slave ports
         anc, size, self._up0, self._down0 = [], 1, [], []
         for level in m.levels:
             size *= level.fanout
@@ -82,7 +82,7 @@ class Network:
         cap.append(float(m.hbm_bytes_per_cycle))
         self.capacity = np.asarray(cap)
         self._anc = np.asarray(anc)
-        self.width = 2 + 3 * len(m.levels) + 1   # port, slave, down(c), up(c), up(peer), hbm
+        self.width = 2 + 3 * len(m.levels) + 1  # port, slave, down(c), up(c), up(peer), hbm
 
     @property
     def resources(self) -> int:
@@ -98,9 +98,17 @@ class Network:
         lca = np.argmax(self._anc[:, a] == self._anc[:, b], axis=0)
         return np.asarray([lv.latency_cycles for lv in self.machine.levels])[lca]
 
-    def route(self, cluster: int, load: float = 0.0, store: float = 0.0, peer: int = -1,
-              peer_frac: float = 0.0, pad: float = 1.0, hbm: float | None = None,
-              received: float | None = None) -> Route:
+    def route(
+        self,
+        cluster: int,
+        load: float = 0.0,
+        store: float = 0.0,
+        peer: int = -1,
+        peer_frac: float = 0.0,
+        pad: float = 1.0,
+        hbm: float | None = None,
+        received: float | None = None,
+    ) -> Route:
         """The route of a flow of ``cluster``: payload fractions ``load`` (from HBM),
         ``store`` (to HBM) and ``peer_frac`` (read from cluster ``peer``); ``pad`` >= 1 is
         DMA bus-beat bytes per payload byte (charged on the ports); ``hbm`` is HBM bandwidth
@@ -140,9 +148,14 @@ class Network:
         return route
 
 
-def max_min_rates(demand: np.ndarray, idx: np.ndarray, w: np.ndarray, capacity: np.ndarray,
-                  group: np.ndarray | None = None,
-                  scale: np.ndarray | None = None) -> np.ndarray:
+def max_min_rates(
+    demand: np.ndarray,
+    idx: np.ndarray,
+    w: np.ndarray,
+    capacity: np.ndarray,
+    group: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+) -> np.ndarray:
     """Max-min fair rates of flows with demands ``demand`` over shared resources.
 
     Progressive filling: all unfrozen flows grow at the same rate until a resource saturates
@@ -169,7 +182,7 @@ def max_min_rates(demand: np.ndarray, idx: np.ndarray, w: np.ndarray, capacity: 
     rates = scale * gcap[ginv]
     load = np.bincount(flat_idx, weights=(w * rates[:, None]).ravel(), minlength=r)
     if np.all(load <= capacity * (1 + EPS)):
-        return rates                              # nothing is congested: every demand is met
+        return rates  # nothing is congested: every demand is met
     ws = w * scale[:, None]
     level_of = np.zeros(n_groups)
     frozen_load = np.zeros(r)
@@ -188,7 +201,10 @@ def max_min_rates(demand: np.ndarray, idx: np.ndarray, w: np.ndarray, capacity: 
         now = live & (touched | capped)
         level_of[now] = np.where(capped[now], gcap[now], level)
         moved = now[ginv]
-        frozen_load += np.bincount(idx[moved].ravel(), weights=(
-            ws[moved] * level_of[ginv[moved], None]).ravel(), minlength=r)
+        frozen_load += np.bincount(
+            idx[moved].ravel(),
+            weights=(ws[moved] * level_of[ginv[moved], None]).ravel(),
+            minlength=r,
+        )
         live &= ~now
     return scale * level_of[ginv]

@@ -30,8 +30,15 @@ def stage_in_cycles(incoming: list[int], machine: Machine) -> float:
     return machine.d2d_latency_cycles + max(incoming) / machine.d2d_bytes_per_cycle
 
 
-def simulate_package(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-                     batch: int = 1, *, trace: bool = False) -> SimResult:
+def simulate_package(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    *,
+    trace: bool = False,
+) -> SimResult:
     """``simulate`` on a package: the figures of the whole split layer.
 
     ``cycles``: when the last chiplet finishes (stage-in + its part); ``breakdown``: that
@@ -41,8 +48,9 @@ def simulate_package(layer: Layer, mapping: Mapping, machine: Machine, precision
     from autotune.sim.simulate import simulate
 
     chiplet = machine.chiplet()
-    parts = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
-                        word_bytes(precision))
+    parts = split_parts(
+        layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
+    )
     links = link_bytes(parts)
     memo: dict[tuple, SimResult] = {}
     runs = []
@@ -50,24 +58,33 @@ def simulate_package(layer: Layer, mapping: Mapping, machine: Machine, precision
         inner = part_mapping(mapping, part)
         key = (part.layer.shape_key(), part.batch, inner)
         if key not in memo or (trace and part.chiplet == 0):
-            memo[key] = simulate(part.layer, inner, chiplet, precision, part.batch,
-                                 trace=trace and part.chiplet == 0)
-        stage = stage_in_cycles([b for (_, dst), b in links.items() if dst == part.chiplet],
-                                machine)
+            memo[key] = simulate(
+                part.layer, inner, chiplet, precision, part.batch, trace=trace and part.chiplet == 0
+            )
+        stage = stage_in_cycles(
+            [b for (_, dst), b in links.items() if dst == part.chiplet], machine
+        )
         runs.append((math.ceil(stage - 1e-9) + memo[key].cycles, stage, memo[key]))
     end, stage, last = max(runs, key=lambda run: run[0])  # first of the latest on ties
     results = [run[2] for run in runs]
     return replace(
-        last, layer=layer.name, batch=batch, cycles=end,
+        last,
+        layer=layer.name,
+        batch=batch,
+        cycles=end,
         breakdown=replace(last.breakdown, d2d=float(math.ceil(stage - 1e-9))),
-        macs=sum(r.macs for r in results), tasks=sum(r.tasks for r in results),
+        macs=sum(r.macs for r in results),
+        tasks=sum(r.tasks for r in results),
         clusters=machine.total_clusters,
         peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
         hbm_load_bytes=sum(r.hbm_load_bytes for r in results),
         hbm_store_bytes=sum(r.hbm_store_bytes for r in results),
-        level_bytes={name: sum(r.level_bytes[name] for r in results)
-                     for name in last.level_bytes},
+        level_bytes={name: sum(r.level_bytes[name] for r in results) for name in last.level_bytes},
         intercluster_bytes=sum(r.intercluster_bytes for r in results),
-        events=sum(r.events for r in results), trace=results[0].trace,
-        chiplet_split=mapping.chiplet_split, chiplets=len(parts),
-        d2d_bytes=sum(links.values()), d2d_cycles=math.ceil(stage - 1e-9))
+        events=sum(r.events for r in results),
+        trace=results[0].trace,
+        chiplet_split=mapping.chiplet_split,
+        chiplets=len(parts),
+        d2d_bytes=sum(links.values()),
+        d2d_cycles=math.ceil(stage - 1e-9),
+    )

@@ -72,7 +72,7 @@ _FIELDS = ("bytes", "own", "own_agent", "compute", "load", "store", "peer", "bea
 class RunSpec:
     """One run of the engine: fresh programs for every agent, and how it ends."""
 
-    key: Hashable | None                    # runs with equal keys (and carry) are identical
+    key: Hashable | None  # runs with equal keys (and carry) are identical
     make: Callable[[], list[Iterator[Instr]]]
     participates: np.ndarray | None = None  # agents that wait at the closing barrier
     barrier: float = 0.0
@@ -83,22 +83,29 @@ class _Part:
     """One part of the program (prologue, stream, store) for every task, as arrays."""
 
     bytes: np.ndarray
-    own: np.ndarray          # the task's uncontended duration
-    own_agent: np.ndarray    # of its lockstep group (= own outside Alg. 3)
+    own: np.ndarray  # the task's uncontended duration
+    own_agent: np.ndarray  # of its lockstep group (= own outside Alg. 3)
     compute: np.ndarray
-    load: np.ndarray         # payload bytes from HBM, to HBM, from a peer
+    load: np.ndarray  # payload bytes from HBM, to HBM, from a peer
     store: np.ndarray
     peer: np.ndarray
     beats: np.ndarray
-    hbm: np.ndarray          # HBM bandwidth bytes the loads and stores occupy (costs)
+    hbm: np.ndarray  # HBM bandwidth bytes the loads and stores occupy (costs)
     received: np.ndarray | None = None  # multicast: bytes through the port from main memory
 
 
 class _Tasks:
     """Per-task program parts plus where each task runs; builds the agents' programs."""
 
-    def __init__(self, net: Network, width: int, cluster: np.ndarray, peer: np.ndarray,
-                 parts: dict[str, _Part], store_blocking: bool) -> None:
+    def __init__(
+        self,
+        net: Network,
+        width: int,
+        cluster: np.ndarray,
+        peer: np.ndarray,
+        parts: dict[str, _Part],
+        store_blocking: bool,
+    ) -> None:
         self.net, self.width = net, width
         self.cluster, self.peer = cluster, peer
         self.arrays = parts
@@ -112,10 +119,16 @@ class _Tasks:
         route = None
         if b > 0:
             received = None if v.received is None else float(v.received[t]) / b
-            route = self.net.route(cluster, float(v.load[t]) / b, float(v.store[t]) / b,
-                                   int(self.peer[t]), float(v.peer[t]) / b,
-                                   float(v.beats[t]) * self.width / b, float(v.hbm[t]) / b,
-                                   received)
+            route = self.net.route(
+                cluster,
+                float(v.load[t]) / b,
+                float(v.store[t]) / b,
+                int(self.peer[t]),
+                float(v.peer[t]) / b,
+                float(v.beats[t]) * self.width / b,
+                float(v.hbm[t]) / b,
+                received,
+            )
         return Part(cluster, b, route, float(v.compute[t]), float(v.own[t]))
 
     def work(self, label: str, name: str, tasks: list[int]) -> Work:
@@ -136,7 +149,7 @@ class _Tasks:
                 continue
             yield self.work("load", "load", item)
             if "prefetch" in self.arrays:
-                yield WaitTransfer("load")             # the input prefetched by the last task
+                yield WaitTransfer("load")  # the input prefetched by the last task
                 if self.arrays["prefetch"].bytes[item[0]] > 0:
                     yield StartTransfer("load", "prefetch", self.work("", "prefetch", item).parts)
             yield self.work("compute", "stream", item)
@@ -158,8 +171,9 @@ class _Chunk:
     work: Work
 
 
-def _plan_items(agent: np.ndarray, rank: np.ndarray, n_agents: int,
-                budget: int) -> tuple[np.ndarray, np.ndarray]:
+def _plan_items(
+    agent: np.ndarray, rank: np.ndarray, n_agents: int, budget: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per task: whether it is merged into a chunk, and the chunk's rank within its agent."""
     items = np.zeros(n_agents, dtype=np.int64)
     np.maximum.at(items, agent, rank + 1)
@@ -171,8 +185,14 @@ def _plan_items(agent: np.ndarray, rank: np.ndarray, n_agents: int,
     return merged, chunk
 
 
-def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndarray,
-            item_members: np.ndarray, parts: tuple[str, ...]) -> dict[tuple[int, int], _Chunk]:
+def _chunks(
+    tasks: _Tasks,
+    agent: np.ndarray,
+    chunk: np.ndarray,
+    merged: np.ndarray,
+    item_members: np.ndarray,
+    parts: tuple[str, ...],
+) -> dict[tuple[int, int], _Chunk]:
     """Merge the marked tasks of each (agent, chunk) into one Work, one part per cluster."""
     ids = np.flatnonzero(merged)
     if len(ids) == 0:
@@ -190,8 +210,10 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
     def over(values: list[np.ndarray]) -> np.ndarray:
         return np.sum(values, axis=0)
 
-    sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
-            for f in ("bytes", "compute", "load", "store", "peer", "beats", "hbm")}
+    sums = {
+        f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
+        for f in ("bytes", "compute", "load", "store", "peer", "beats", "hbm")
+    }
     multicast = any(tasks.arrays[p].received is not None for p in parts)
     if multicast:
         sums["received"] = over([total(_received(tasks.arrays[p])) for p in parts])
@@ -202,8 +224,10 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
     ukey, ainv = np.unique(agent[ids] * n_ch + chunk[ids], return_inverse=True)
     agent_own = np.bincount(ainv, weights=item_own[ids], minlength=len(ukey))
     n_items = np.bincount(ainv, weights=1.0 / item_members[ids], minlength=len(ukey))
-    work_of = {(int(k) // n_ch, int(k) % n_ch): (float(v), round(float(i)))
-               for k, v, i in zip(ukey, agent_own, n_items, strict=True)}
+    work_of = {
+        (int(k) // n_ch, int(k) % n_ch): (float(v), round(float(i)))
+        for k, v, i in zip(ukey, agent_own, n_items, strict=True)
+    }
     out: dict[tuple[int, int], list[Part]] = {}
     for i in range(n):
         a, c, cluster = (int(x) for x in uniq[:, i])
@@ -211,23 +235,37 @@ def _chunks(tasks: _Tasks, agent: np.ndarray, chunk: np.ndarray, merged: np.ndar
         route = None
         if b > 0:
             peer = int(tasks.peer[ids[first[i]]])
-            route = tasks.net.route(cluster, sums["load"][i] / b, sums["store"][i] / b, peer,
-                                    sums["peer"][i] / b, sums["beats"][i] * tasks.width / b,
-                                    sums["hbm"][i] / b,
-                                    sums["received"][i] / b if multicast else None)
-        out.setdefault((a, c), []).append(Part(cluster, b, route, float(sums["compute"][i]),
-                                               float(own[i])))
-    return {k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v)))
-            for k, v in out.items()}
+            route = tasks.net.route(
+                cluster,
+                sums["load"][i] / b,
+                sums["store"][i] / b,
+                peer,
+                sums["peer"][i] / b,
+                sums["beats"][i] * tasks.width / b,
+                sums["hbm"][i] / b,
+                sums["received"][i] / b if multicast else None,
+            )
+        out.setdefault((a, c), []).append(
+            Part(cluster, b, route, float(sums["compute"][i]), float(own[i]))
+        )
+    return {
+        k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v))) for k, v in out.items()
+    }
 
 
 def _received(part: _Part) -> np.ndarray:
     return part.load if part.received is None else part.received
 
 
-def _sequences(agent: np.ndarray, rank: np.ndarray, member: np.ndarray, merged: np.ndarray,
-               chunk: np.ndarray, chunks: dict[tuple[int, int], _Chunk],
-               n_agents: int) -> list[list[list[int] | _Chunk]]:
+def _sequences(
+    agent: np.ndarray,
+    rank: np.ndarray,
+    member: np.ndarray,
+    merged: np.ndarray,
+    chunk: np.ndarray,
+    chunks: dict[tuple[int, int], _Chunk],
+    n_agents: int,
+) -> list[list[list[int] | _Chunk]]:
     """Each agent's items in order: lists of member tasks, or chunks."""
     seqs: list[list[tuple[float, list[int] | _Chunk]]] = [[] for _ in range(n_agents)]
     exact = np.flatnonzero(~merged)
@@ -242,13 +280,14 @@ def _sequences(agent: np.ndarray, rank: np.ndarray, member: np.ndarray, merged: 
         seqs[ag[i]].append((rk[i], ts[i:j]))
         i = j
     for (a, c), ch in chunks.items():
-        seqs[a].append((0.5 + c / (len(chunks) + 1), ch))   # between the first and last task
+        seqs[a].append((0.5 + c / (len(chunks) + 1), ch))  # between the first and last task
     return [[item for _, item in sorted(s, key=lambda e: e[0])] for s in seqs]
 
 
 # -- output stacks (Alg. 1-3) --------------------------------------------------------------
-def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
-               budget: int = ITEM_BUDGET) -> tuple[int, list[RunSpec]]:
+def stack_runs(
+    grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, budget: int = ITEM_BUDGET
+) -> tuple[int, list[RunSpec]]:
     """(agent block size, the one run) of an output-stack mapping."""
     m = net.machine
     setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
@@ -275,7 +314,8 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
         # A forwarded tile's round trip: the read plus the epoch increment back to the
         # source; as many tiles can be forwarded ahead as the source's forwarding buffer holds.
         fwd = (in_eng + 1.5 * net.latency(cluster, peer)) / np.maximum(
-            1.0, plan.allocated_bytes["share"] / np.maximum(in_tile, 1.0))
+            1.0, plan.allocated_bytes["share"] / np.maximum(in_tile, 1.0)
+        )
     else:
         first_hbm, h, fwd = np.ones(len(slot), dtype=bool), np.ones(len(slot)), np.zeros(0)
     hbm_unit = in_eng + lat
@@ -291,16 +331,31 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
     pro_bytes = in_tile + f_tile
     pro_in_hbm = np.where(first_hbm, in_tile, 0.0)
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
-    pro = _Part(pro_bytes, in_eng + f_eng + first_lat, np.zeros(0), np.zeros_like(in_tile),
-                pro_in_hbm + f_tile, np.zeros_like(in_tile), in_tile - pro_in_hbm,
-                inp.beats / steps + fil.beats / n_f, pro_in_hbm * in_occ + f_tile * f_occ)
+    pro = _Part(
+        pro_bytes,
+        in_eng + f_eng + first_lat,
+        np.zeros(0),
+        np.zeros_like(in_tile),
+        pro_in_hbm + f_tile,
+        np.zeros_like(in_tile),
+        in_tile - pro_in_hbm,
+        inp.beats / steps + fil.beats / n_f,
+        pro_in_hbm * in_occ + f_tile * f_occ,
+    )
     in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
-    st = _Part(in_rest + f_rest,
-               stream_own(costs.compute, steps - 1, in_unit, in_eng, in_window, n_f - 1,
-                          f_eng + lat, f_eng, k_f),
-               np.zeros(0), costs.compute, h * in_rest + f_rest, np.zeros_like(in_tile),
-               (1 - h) * in_rest, inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f,
-               h * in_rest * in_occ + f_rest * f_occ)
+    st = _Part(
+        in_rest + f_rest,
+        stream_own(
+            costs.compute, steps - 1, in_unit, in_eng, in_window, n_f - 1, f_eng + lat, f_eng, k_f
+        ),
+        np.zeros(0),
+        costs.compute,
+        h * in_rest + f_rest,
+        np.zeros_like(in_tile),
+        (1 - h) * in_rest,
+        inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f,
+        h * in_rest * in_occ + f_rest * f_occ,
+    )
     if multicast:
         # A wave moves in lockstep; each datum is read once and multicast to the wave's tasks
         # that need it. Its carrier (the wave's first stack for an input tile, the first tile
@@ -314,23 +369,38 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
             part.load = in_carrier * in_bytes + f_carrier * f_bytes
             part.hbm = in_carrier * in_bytes * in_occ + f_carrier * f_bytes * f_occ
     zero = np.zeros(len(slot))
-    store = _Part(out.bytes.astype(float), out.count * setup + out.beats + lat, np.zeros(0), zero,
-                  zero, out.bytes.astype(float), zero, out.beats.astype(float),
-                  out.hbm.astype(float))
+    store = _Part(
+        out.bytes.astype(float),
+        out.count * setup + out.beats + lat,
+        np.zeros(0),
+        zero,
+        zero,
+        out.bytes.astype(float),
+        zero,
+        out.beats.astype(float),
+        out.hbm.astype(float),
+    )
     group = slot // g
     for part in (pro, st, store):
         lock = np.zeros(int(group.max()) + 1)
         np.maximum.at(lock, group, part.own)
         part.own_agent = lock[group]
-    tasks = _Tasks(net, width, cluster, peer, dict(load=pro, stream=st, store=store),
-                   grid.mapping.buffers.output_depth == 1)
+    tasks = _Tasks(
+        net,
+        width,
+        cluster,
+        peer,
+        dict(load=pro, stream=st, store=store),
+        grid.mapping.buffers.output_depth == 1,
+    )
 
     n_agents = c_total // g
     agent = group % n_agents
     rank = group // n_agents
     merged, chunk = _plan_items(agent, rank, n_agents, budget)
-    chunks = _chunks(tasks, agent, chunk, merged, n_members.astype(float),
-                     ("load", "stream", "store"))
+    chunks = _chunks(
+        tasks, agent, chunk, merged, n_members.astype(float), ("load", "stream", "store")
+    )
     seqs = _sequences(agent, rank, member, merged, chunk, chunks, n_agents)
 
     def program(items: list[list[int] | _Chunk]) -> Iterator[Instr]:
@@ -341,8 +411,15 @@ def stack_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network,
 
 
 # -- input parallel (Alg. 4/5) -------------------------------------------------------------
-def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precision: str,
-            word_bytes: int, budget: int = ITEM_BUDGET) -> tuple[int, list[RunSpec]]:
+def fc_runs(
+    grid: TaskGrid,
+    costs: TaskCosts,
+    plan: L1Plan,
+    net: Network,
+    precision: str,
+    word_bytes: int,
+    budget: int = ITEM_BUDGET,
+) -> tuple[int, list[RunSpec]]:
     """(1, one run per phase) of an input-parallel mapping."""
     m: Machine = net.machine
     setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
@@ -363,21 +440,54 @@ def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precis
     pro_bytes = keep * inp.bytes + f_tile
     zero = np.zeros(n)
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
-    pro = _Part(pro_bytes, keep * in_eng + f_eng + lat, np.zeros(0), zero, pro_bytes, zero, zero,
-                keep * inp.beats + f_beats, keep * inp.bytes * in_occ + f_tile * f_occ)
+    pro = _Part(
+        pro_bytes,
+        keep * in_eng + f_eng + lat,
+        np.zeros(0),
+        zero,
+        pro_bytes,
+        zero,
+        zero,
+        keep * inp.beats + f_beats,
+        keep * inp.bytes * in_occ + f_tile * f_occ,
+    )
     # A double input buffer prefetches the next task's input in the background while this
     # task streams its filters; the next prologue waits for it (Alg. 2's prefetch applied to
     # Alg. 4/5's input batch). Its engine time still delays the filter tiles behind it.
     next_bytes = has_next * inp.bytes[nxt]
-    fetch = _Part(next_bytes, in_eng[nxt] + lat, np.zeros(0), zero, next_bytes, zero, zero,
-                  has_next * inp.beats[nxt], next_bytes * in_occ[nxt])
+    fetch = _Part(
+        next_bytes,
+        in_eng[nxt] + lat,
+        np.zeros(0),
+        zero,
+        next_bytes,
+        zero,
+        zero,
+        has_next * inp.beats[nxt],
+        next_bytes * in_occ[nxt],
+    )
     st_bytes = (fil.tiles - 1) * f_tile
-    st = _Part(st_bytes,
-               stream_own(costs.compute, has_next.astype(float), in_eng[nxt], in_eng[nxt],
-                          np.ones(n), fil.tiles - 1, f_eng + lat, f_eng,
-                          plan.spare_tiles("filter", f_tile)),
-               np.zeros(0), costs.compute, st_bytes, zero, zero, (fil.tiles - 1) * f_beats,
-               st_bytes * f_occ)
+    st = _Part(
+        st_bytes,
+        stream_own(
+            costs.compute,
+            has_next.astype(float),
+            in_eng[nxt],
+            in_eng[nxt],
+            np.ones(n),
+            fil.tiles - 1,
+            f_eng + lat,
+            f_eng,
+            plan.spare_tiles("filter", f_tile),
+        ),
+        np.zeros(0),
+        costs.compute,
+        st_bytes,
+        zero,
+        zero,
+        (fil.tiles - 1) * f_beats,
+        st_bytes * f_occ,
+    )
     for part in (pro, st, fetch):
         part.own_agent = part.own
     tasks = _Tasks(net, width, cluster, cluster, dict(load=pro, prefetch=fetch, stream=st), True)
@@ -393,31 +503,44 @@ def fc_runs(grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, precis
         images = int(grid.task_images[ids[0]])
         stack = int(grid.task_out_channels[ids[0]])
         key = (images, stack, phase == grid.n_phases - 1)
-        if key not in built:    # phases of one shape have equal tasks: build their run once
+        if key not in built:  # phases of one shape have equal tasks: build their run once
             run = int(output_runs(grid.layer, 1, 1, stack)[0]) * word_bytes
             occupancy = 1.0 / float(dma_efficiency(m, run, write=True))
-            reduce = _Reduction(net, setup, lat, width, stack * images / rate,
-                                stack * images * word_bytes, images, active, out_depth, key[2],
-                                occupancy)
+            reduce = _Reduction(
+                net,
+                setup,
+                lat,
+                width,
+                stack * images / rate,
+                stack * images * word_bytes,
+                images,
+                active,
+                out_depth,
+                key[2],
+                occupancy,
+            )
             seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total, budget)
-            built[key] = RunSpec(key, partial(_fc_programs, tasks, seqs, reduce), participates,
-                                 barrier)
+            built[key] = RunSpec(
+                key, partial(_fc_programs, tasks, seqs, reduce), participates, barrier
+            )
         runs.append(built[key])
     return 1, runs
 
 
-def _phase_items(tasks: _Tasks, ids: np.ndarray, rank: np.ndarray, c_total: int,
-                 budget: int) -> list[list[list[int] | _Chunk]]:
+def _phase_items(
+    tasks: _Tasks, ids: np.ndarray, rank: np.ndarray, c_total: int, budget: int
+) -> list[list[list[int] | _Chunk]]:
     """Each cluster's items in one phase (task ``ids[i]`` runs on cluster ``i mod C``)."""
     local = np.arange(len(ids))
     agent = local % c_total
     merged, chunk = _plan_items(agent, rank, c_total, budget)
-    chunks = _chunks(_Slice(tasks, ids), agent, chunk, merged, np.ones(len(ids)),
-                     ("load", "prefetch", "stream"))
-    seqs = _sequences(agent, rank, np.zeros(len(ids), dtype=np.int64), merged, chunk, chunks,
-                      c_total)
-    return [[it if isinstance(it, _Chunk) else [int(ids[t]) for t in it] for it in s]
-            for s in seqs]
+    chunks = _chunks(
+        _Slice(tasks, ids), agent, chunk, merged, np.ones(len(ids)), ("load", "prefetch", "stream")
+    )
+    seqs = _sequences(
+        agent, rank, np.zeros(len(ids), dtype=np.int64), merged, chunk, chunks, c_total
+    )
+    return [[it if isinstance(it, _Chunk) else [int(ids[t]) for t in it] for it in s] for s in seqs]
 
 
 class _Slice(_Tasks):
@@ -426,8 +549,9 @@ class _Slice(_Tasks):
     def __init__(self, tasks: _Tasks, ids: np.ndarray) -> None:
         self.net, self.width, self.store_blocking = tasks.net, tasks.width, tasks.store_blocking
         self.cluster, self.peer = tasks.cluster[ids], tasks.peer[ids]
-        self.arrays = {name: _Part(*(getattr(p, f)[ids] for f in _FIELDS))
-                       for name, p in tasks.arrays.items()}
+        self.arrays = {
+            name: _Part(*(getattr(p, f)[ids] for f in _FIELDS)) for name, p in tasks.arrays.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -438,13 +562,13 @@ class _Reduction:
     setup: int
     latency: int
     width: int
-    adds: float              # cycles to add one private output into another
+    adds: float  # cycles to add one private output into another
     stack_bytes: int
     images: int
     active: int
     out_depth: int
     last: bool
-    store_occupancy: float = 1.0   # HBM bytes per stored byte (DMA efficiency of its runs)
+    store_occupancy: float = 1.0  # HBM bytes per stored byte (DMA efficiency of its runs)
 
     def program(self, c: int) -> Iterator[Instr]:
         if c >= self.active:
@@ -453,7 +577,7 @@ class _Reduction:
         beats = -(-self.stack_bytes // self.width)
         step, level = 1, 0
         while step < self.active:
-            if c % (2 * step) == step:                 # send: my partial is complete
+            if c % (2 * step) == step:  # send: my partial is complete
                 yield SetFlag((c, level))
                 return
             partner = c + step
@@ -465,8 +589,11 @@ class _Reduction:
                 yield Work("reduce", own, (Part(c, float(self.stack_bytes), route, adds, own),))
             step, level = step * 2, level + 1
         if c == 0:
-            own = self.setup + self.images * (-(-self.stack_bytes // self.images // self.width)) \
+            own = (
+                self.setup
+                + self.images * (-(-self.stack_bytes // self.images // self.width))
                 + self.latency
+            )
             route = self.net.route(0, store=1.0, hbm=self.store_occupancy)
             part = Part(0, float(self.stack_bytes), route, 0.0, own)
             if self.out_depth == 1:
@@ -478,12 +605,14 @@ class _Reduction:
                     yield WaitTransfer("store")
 
 
-def _fc_programs(tasks: _Tasks, seqs: list[list[list[int] | _Chunk]],
-                 reduce: _Reduction) -> list[Iterator[Instr]]:
+def _fc_programs(
+    tasks: _Tasks, seqs: list[list[list[int] | _Chunk]], reduce: _Reduction
+) -> list[Iterator[Instr]]:
     return [_fc_program(tasks, items, c, reduce) for c, items in enumerate(seqs)]
 
 
-def _fc_program(tasks: _Tasks, items: list[list[int] | _Chunk], c: int,
-                reduce: _Reduction) -> Iterator[Instr]:
+def _fc_program(
+    tasks: _Tasks, items: list[list[int] | _Chunk], c: int, reduce: _Reduction
+) -> Iterator[Instr]:
     yield from tasks.sequence(items)
     yield from reduce.program(c)

@@ -34,8 +34,13 @@ class Breakdown:
     d2d: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
-        parts = dict(compute=self.compute, dma_wait=self.dma_wait, contention=self.contention,
-                     sync=self.sync, idle=self.idle)
+        parts = dict(
+            compute=self.compute,
+            dma_wait=self.dma_wait,
+            contention=self.contention,
+            sync=self.sync,
+            idle=self.idle,
+        )
         if self.d2d:
             parts["d2d"] = self.d2d
         return parts
@@ -113,7 +118,7 @@ class SimResult:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(doc, f)
-            os.chmod(tmp, 0o644)                  # mkstemp makes it private
+            os.chmod(tmp, 0o644)  # mkstemp makes it private
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
@@ -130,20 +135,52 @@ def trace_events(result: SimResult) -> dict[str, Any]:
     assert result.trace is not None
     us = 1e6 / result.clock_hz
     events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": _PIDS["hbm"], "args": {"name": "HBM"}}]
+        {"ph": "M", "name": "process_name", "pid": _PIDS["hbm"], "args": {"name": "HBM"}}
+    ]
     for track, title in _TRACKS.items():
-        events.append({"ph": "M", "name": "process_name", "pid": _PIDS[track],
-                       "args": {"name": title}})
+        events.append(
+            {"ph": "M", "name": "process_name", "pid": _PIDS[track], "args": {"name": title}}
+        )
         for c in range(result.clusters):
-            events.append({"ph": "M", "name": "thread_name", "pid": _PIDS[track], "tid": c,
-                           "args": {"name": f"cluster {c}"}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": _PIDS[track],
+                    "tid": c,
+                    "args": {"name": f"cluster {c}"},
+                }
+            )
     for track, c, t0, t1, label in result.trace.spans:
-        events.append({"ph": "X", "name": label, "cat": track, "pid": _PIDS[track], "tid": c,
-                       "ts": t0 * us, "dur": (t1 - t0) * us,
-                       "args": {"start_cycle": t0, "cycles": t1 - t0}})
+        events.append(
+            {
+                "ph": "X",
+                "name": label,
+                "cat": track,
+                "pid": _PIDS[track],
+                "tid": c,
+                "ts": t0 * us,
+                "dur": (t1 - t0) * us,
+                "args": {"start_cycle": t0, "cycles": t1 - t0},
+            }
+        )
     for t, load, store in result.trace.counters:
-        events.append({"ph": "C", "name": "HBM B/cycle", "pid": _PIDS["hbm"], "ts": t * us,
-                       "args": {"load": load, "store": store}})
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"layer": result.layer, "algorithm": result.algorithm,
-                          "cycles": result.cycles, "clock_hz": result.clock_hz}}
+        events.append(
+            {
+                "ph": "C",
+                "name": "HBM B/cycle",
+                "pid": _PIDS["hbm"],
+                "ts": t * us,
+                "args": {"load": load, "store": store},
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "layer": result.layer,
+            "algorithm": result.algorithm,
+            "cycles": result.cycles,
+            "clock_hz": result.clock_hz,
+        },
+    }

@@ -17,8 +17,15 @@ from autotune.sim.result import Breakdown, SimResult, Trace
 from autotune.tiling import MappingError, task_grid
 
 
-def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-             batch: int = 1, *, trace: bool = False) -> SimResult:
+def simulate(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    *,
+    trace: bool = False,
+) -> SimResult:
     """Simulate ``layer`` for ``batch`` images under ``mapping`` on ``machine``.
 
     Independent of the analytical model (``autotune.analyze``): it reads only the task
@@ -39,8 +46,10 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
 
         return simulate_package(layer, mapping, machine, precision, batch, trace=trace)
     if mapping.chiplet_split != "none":
-        raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
-                           f"several chiplets; {machine.name!r} has one")
+        raise MappingError(
+            f"chiplet_split {mapping.chiplet_split!r} needs a package of "
+            f"several chiplets; {machine.name!r} has one"
+        )
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch, machine)
     plan = plan_l1(grid, machine, wb)
@@ -60,16 +69,26 @@ def simulate(layer: Layer, mapping: Mapping, machine: Machine, precision: str = 
         sig = None if spec.key is None else (spec.key, _signature(carry))
         template = memo.get(sig) if sig is not None else None
         if template is None:
-            res = engine.run(spec.make(), t, carry, spec.participates, spec.barrier,
-                             last=i == len(runs) - 1)
+            res = engine.run(
+                spec.make(), t, carry, spec.participates, spec.barrier, last=i == len(runs) - 1
+            )
             if sig is not None:
                 memo[sig] = res
         else:
             res = _shifted(template, t - template.start)
         done.append(res)
         t, carry = res.end, res.carry
-    return _result(grid.layer.name, grid.algorithm, precision, batch, grid.n_tasks,
-                   int(costs.macs.sum()), machine, done, trace)
+    return _result(
+        grid.layer.name,
+        grid.algorithm,
+        precision,
+        batch,
+        grid.n_tasks,
+        int(costs.macs.sum()),
+        machine,
+        done,
+        trace,
+    )
 
 
 def _signature(carry: list[Background]) -> tuple:
@@ -79,20 +98,44 @@ def _signature(carry: list[Background]) -> tuple:
 
 def _shifted(res: RunResult, dt: float) -> RunResult:
     """A replay of ``res`` starting ``dt`` cycles later (a phase identical to a simulated one)."""
-    carry = [Background(b.slot, b.bytes_left, b.demand, b.route, b.start + dt, b.label)
-             for b in res.carry]
-    return RunResult(res.start + dt, res.end + dt, res.compute, res.dma_wait, res.contention,
-                     res.sync, res.hbm_load_bytes, res.hbm_store_bytes, res.intercluster_bytes,
-                     res.level_bytes, carry, 0,
-                     [(k, c, t0 + dt, t1 + dt, lb) for k, c, t0, t1, lb in res.spans],
-                     [(t0 + dt, ld, st) for t0, ld, st in res.counters])
+    carry = [
+        Background(b.slot, b.bytes_left, b.demand, b.route, b.start + dt, b.label)
+        for b in res.carry
+    ]
+    return RunResult(
+        res.start + dt,
+        res.end + dt,
+        res.compute,
+        res.dma_wait,
+        res.contention,
+        res.sync,
+        res.hbm_load_bytes,
+        res.hbm_store_bytes,
+        res.intercluster_bytes,
+        res.level_bytes,
+        carry,
+        0,
+        [(k, c, t0 + dt, t1 + dt, lb) for k, c, t0, t1, lb in res.spans],
+        [(t0 + dt, ld, st) for t0, ld, st in res.counters],
+    )
 
 
-def _result(layer: str, algorithm: str, precision: str, batch: int, tasks: int, macs: int,
-            machine: Machine, runs: list[RunResult], trace: bool) -> SimResult:
+def _result(
+    layer: str,
+    algorithm: str,
+    precision: str,
+    batch: int,
+    tasks: int,
+    macs: int,
+    machine: Machine,
+    runs: list[RunResult],
+    trace: bool,
+) -> SimResult:
     end = runs[-1].end
-    parts = {name: np.sum([getattr(r, name) for r in runs], axis=0)
-             for name in ("compute", "dma_wait", "contention", "sync")}
+    parts = {
+        name: np.sum([getattr(r, name) for r in runs], axis=0)
+        for name in ("compute", "dma_wait", "contention", "sync")
+    }
     busy = sum(parts.values())
     mean = {name: float(v.mean()) for name, v in parts.items()}
     mean["idle"] = float((end - busy).mean())
@@ -103,13 +146,23 @@ def _result(layer: str, algorithm: str, precision: str, batch: int, tasks: int, 
     if trace:
         timeline = Trace([s for r in runs for s in r.spans], [c for r in runs for c in r.counters])
     return SimResult(
-        layer=layer, algorithm=algorithm, precision=precision, batch=batch,
-        cycles=int(np.ceil(end - 1e-6)), breakdown=breakdown, macs=macs, tasks=tasks,
-        clusters=machine.clusters, peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
+        layer=layer,
+        algorithm=algorithm,
+        precision=precision,
+        batch=batch,
+        cycles=int(np.ceil(end - 1e-6)),
+        breakdown=breakdown,
+        macs=macs,
+        tasks=tasks,
+        clusters=machine.clusters,
+        peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
         clock_hz=machine.clock_hz,
         hbm_load_bytes=round(sum(r.hbm_load_bytes for r in runs)),
         hbm_store_bytes=round(sum(r.hbm_store_bytes for r in runs)),
-        level_bytes={lv.name: round(float(b)) for lv, b in zip(machine.levels, level_bytes,
-                                                               strict=True)},
+        level_bytes={
+            lv.name: round(float(b)) for lv, b in zip(machine.levels, level_bytes, strict=True)
+        },
         intercluster_bytes=round(sum(r.intercluster_bytes for r in runs)),
-        events=sum(r.events for r in runs), trace=timeline)
+        events=sum(r.events for r in runs),
+        trace=timeline,
+    )

@@ -16,6 +16,18 @@ from autotune.verify.program import Program, Region
 from autotune.verify.reference import reference
 from autotune.verify.verification import Verification, tolerance, verify, verify_program
 
-__all__ = ["AllocationError", "Outputs", "Program", "Region", "ScheduleError", "Stats",
-           "Verification", "build_program", "execute", "reference", "tolerance", "verify",
-           "verify_program"]
+__all__ = [
+    "AllocationError",
+    "Outputs",
+    "Program",
+    "Region",
+    "ScheduleError",
+    "Stats",
+    "Verification",
+    "build_program",
+    "execute",
+    "reference",
+    "tolerance",
+    "verify",
+    "verify_program",
+]

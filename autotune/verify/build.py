@@ -44,8 +44,9 @@ Span = tuple[int, int]
 Block = tuple[int, int, int, int, int]
 
 
-def build_program(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-                  batch: int = 1) -> Program:
+def build_program(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+) -> Program:
     """The operations every cluster performs to run ``layer`` for ``batch`` images.
 
     Raises ``MappingError`` when the mapping does not apply to the layer. A mapping that
@@ -72,9 +73,18 @@ def build_program(layer: Layer, mapping: Mapping, machine: Machine, precision: s
             builder.output_stack_multicast()
         else:
             builder.output_stack()
-    return Program(layer, mapping, batch, precision, wb, machine.l1_bytes,
-                   machine.l1_bank_bytes, machine.clusters, tuple(builder.ops),
-                   machine.dma_multicast)
+    return Program(
+        layer,
+        mapping,
+        batch,
+        precision,
+        wb,
+        machine.l1_bytes,
+        machine.l1_bank_bytes,
+        machine.clusters,
+        tuple(builder.ops),
+        machine.dma_multicast,
+    )
 
 
 def _spans(starts: np.ndarray, sizes: np.ndarray) -> list[Span]:
@@ -89,8 +99,14 @@ def _chunk_spans(start: int, total: int, size: int) -> list[Span]:
 class _Builder:
     """Emits the operations of one program; tracks which slot each buffer fills next."""
 
-    def __init__(self, grid: TaskGrid, allocated: dict[str, int], depth: dict[str, int],
-                 clusters: int, wb: int) -> None:
+    def __init__(
+        self,
+        grid: TaskGrid,
+        allocated: dict[str, int],
+        depth: dict[str, int],
+        clusters: int,
+        wb: int,
+    ) -> None:
         self.grid = grid
         self.layer = layer = grid.layer
         self.clusters = clusters
@@ -105,8 +121,10 @@ class _Builder:
         self.images = _chunk_spans(0, int(images.sum()), int(images[0]))
         self.stack_out = _spans(grid.stacks.out_start, grid.stacks.out_size)
         in_c = grid.mapping.tile.in_c
-        self.stack_steps = [_chunk_spans(int(a), int(n), in_c) for a, n in
-                            zip(grid.stacks.in_start, grid.stacks.in_size, strict=True)]
+        self.stack_steps = [
+            _chunk_spans(int(a), int(n), in_c)
+            for a, n in zip(grid.stacks.in_start, grid.stacks.in_size, strict=True)
+        ]
         self.rows_out = _spans(grid.rows.out_start, grid.rows.out_size)
         self.rows_in = _spans(grid.rows.in_start, grid.rows.in_size)
         self.cols_out = _spans(grid.cols.out_start, grid.cols.out_size)
@@ -127,8 +145,7 @@ class _Builder:
         return (k % self.depth[buffer]) * self.slot_words[buffer]
 
     # -- compute of one input step ----------------------------------------------------------
-    def convs(self, cluster: int, in_offset: int, out_offset: int, stack: Span,
-              step: Span) -> None:
+    def convs(self, cluster: int, in_offset: int, out_offset: int, stack: Span, step: Span) -> None:
         """Stream the step's filters through the filter buffer and accumulate each block."""
         kh, kw = self.layer.kernel_h, self.layer.kernel_w
         cin = self.layer.cin_per_group
@@ -136,11 +153,29 @@ class _Builder:
             j0 = ic0 - (ic0 // cin) * cin
             in_n = (ic1 - ic0) // ng
             f_offset = self.slot(cluster, "filter")
-            self.ops.append(Load(cluster, Region("filter", ((oc0, oc1), (j0, j0 + in_n),
-                                                            (0, kh), (0, kw))),
-                                 "filter", f_offset))
-            self.ops.append(Conv(cluster, "input", in_offset, "filter", f_offset, "output",
-                                 out_offset, (oc0, oc1), (ic0, ic1), ng, self.stride))
+            self.ops.append(
+                Load(
+                    cluster,
+                    Region("filter", ((oc0, oc1), (j0, j0 + in_n), (0, kh), (0, kw))),
+                    "filter",
+                    f_offset,
+                )
+            )
+            self.ops.append(
+                Conv(
+                    cluster,
+                    "input",
+                    in_offset,
+                    "filter",
+                    f_offset,
+                    "output",
+                    out_offset,
+                    (oc0, oc1),
+                    (ic0, ic1),
+                    ng,
+                    self.stride,
+                )
+            )
 
     def blocks(self, stack: Span, step: Span) -> list[Block]:
         key = (stack, step)
@@ -182,11 +217,20 @@ class _Builder:
         if ng > 1:
             per_slot = capacity // (cout * cin * k2)
             if per_slot >= 1:
-                return [(oc0 + g * cout, oc0 + min(g + per_slot, ng) * cout,
-                         ic0 + g * cin, ic0 + min(g + per_slot, ng) * cin,
-                         min(per_slot, ng - g)) for g in range(0, ng, per_slot)]
-            singles = [(oc0 + g * cout, oc0 + (g + 1) * cout, ic0 + g * cin,
-                        ic0 + (g + 1) * cin) for g in range(ng)]
+                return [
+                    (
+                        oc0 + g * cout,
+                        oc0 + min(g + per_slot, ng) * cout,
+                        ic0 + g * cin,
+                        ic0 + min(g + per_slot, ng) * cin,
+                        min(per_slot, ng - g),
+                    )
+                    for g in range(0, ng, per_slot)
+                ]
+            singles = [
+                (oc0 + g * cout, oc0 + (g + 1) * cout, ic0 + g * cin, ic0 + (g + 1) * cin)
+                for g in range(ng)
+            ]
         else:
             singles = [(oc0, oc1, ic0, ic1)]
         out: list[Block] = []
@@ -213,8 +257,9 @@ class _Builder:
         self.ops.append(Zero(cluster, "output", out_offset, out))
         for step in self.stack_steps[st]:
             in_offset = self.slot(cluster, "input")
-            self.ops.append(Load(cluster, Region("input", (images, step, rows_in, cols_in)),
-                                 "input", in_offset))
+            self.ops.append(
+                Load(cluster, Region("input", (images, step, rows_in, cols_in)), "input", in_offset)
+            )
             self.convs(cluster, in_offset, out_offset, stack, step)
         self.ops.append(Store(cluster, "output", out_offset, out))
 
@@ -240,24 +285,37 @@ class _Builder:
             stacks = list(dict.fromkeys(s[t] for t in tasks))
             out_offset = {}
             for t in tasks:
-                out = Region("output", (self.images[b[t]], self.stack_out[s[t]],
-                                        self.rows_out[r[t]], self.cols_out[c[t]]))
+                out = Region(
+                    "output",
+                    (
+                        self.images[b[t]],
+                        self.stack_out[s[t]],
+                        self.rows_out[r[t]],
+                        self.cols_out[c[t]],
+                    ),
+                )
                 out_offset[t] = self.slot(cluster[t], "output")
                 self.ops.append(Zero(cluster[t], "output", out_offset[t], out))
-            if self.layer.groups == 1:   # every stack reads every input slice, in equal steps
+            if self.layer.groups == 1:  # every stack reads every input slice, in equal steps
                 for k, step in enumerate(self.stack_steps[stacks[0]]):
                     in_offset = {}
                     for tile in tiles:
                         receivers = [t for t in tasks if (b[t], r[t], c[t]) == tile]
                         offsets = [self.slot(cluster[t], "input") for t in receivers]
                         in_offset.update(zip(receivers, offsets, strict=True))
-                        self.deliver(self.input_region(tile, step), "input",
-                                     [cluster[t] for t in receivers], offsets)
+                        self.deliver(
+                            self.input_region(tile, step),
+                            "input",
+                            [cluster[t] for t in receivers],
+                            offsets,
+                        )
                     for st in stacks:
                         receivers = [t for t in tasks if s[t] == st]
-                        self.multicast_convs([(cluster[t], in_offset[t], out_offset[t])
-                                              for t in receivers], self.stack_out[st],
-                                             self.stack_steps[st][k])
+                        self.multicast_convs(
+                            [(cluster[t], in_offset[t], out_offset[t]) for t in receivers],
+                            self.stack_out[st],
+                            self.stack_steps[st][k],
+                        )
             else:
                 for st in stacks:
                     receivers = [t for t in tasks if s[t] == st]
@@ -265,13 +323,29 @@ class _Builder:
                         in_offset = {}
                         for t in receivers:
                             in_offset[t] = self.slot(cluster[t], "input")
-                            self.ops.append(Load(cluster[t], self.input_region(
-                                (b[t], r[t], c[t]), step), "input", in_offset[t]))
-                        self.multicast_convs([(cluster[t], in_offset[t], out_offset[t])
-                                              for t in receivers], self.stack_out[st], step)
+                            self.ops.append(
+                                Load(
+                                    cluster[t],
+                                    self.input_region((b[t], r[t], c[t]), step),
+                                    "input",
+                                    in_offset[t],
+                                )
+                            )
+                        self.multicast_convs(
+                            [(cluster[t], in_offset[t], out_offset[t]) for t in receivers],
+                            self.stack_out[st],
+                            step,
+                        )
             for t in tasks:
-                out = Region("output", (self.images[b[t]], self.stack_out[s[t]],
-                                        self.rows_out[r[t]], self.cols_out[c[t]]))
+                out = Region(
+                    "output",
+                    (
+                        self.images[b[t]],
+                        self.stack_out[s[t]],
+                        self.rows_out[r[t]],
+                        self.cols_out[c[t]],
+                    ),
+                )
                 self.ops.append(Store(cluster[t], "output", out_offset[t], out))
 
     def input_region(self, tile: tuple[int, int, int], step: Span) -> Region:
@@ -283,11 +357,13 @@ class _Builder:
         if len(clusters) == 1:
             self.ops.append(Load(clusters[0], src, buffer, offsets[0]))
         else:
-            self.ops.append(Multicast(clusters[0], src, buffer,
-                                      tuple(zip(clusters, offsets, strict=True))))
+            self.ops.append(
+                Multicast(clusters[0], src, buffer, tuple(zip(clusters, offsets, strict=True)))
+            )
 
-    def multicast_convs(self, receivers: list[tuple[int, int, int]], stack: Span,
-                        step: Span) -> None:
+    def multicast_convs(
+        self, receivers: list[tuple[int, int, int]], stack: Span, step: Span
+    ) -> None:
         """``convs`` for the tasks of one stack in a wave: each filter block read once and
         multicast to them all. ``receivers``: (cluster, input offset, output offset)."""
         kh, kw = self.layer.kernel_h, self.layer.kernel_w
@@ -296,11 +372,28 @@ class _Builder:
             j0 = ic0 - (ic0 // cin) * cin
             in_n = (ic1 - ic0) // ng
             offsets = [self.slot(cl, "filter") for cl, _, _ in receivers]
-            self.deliver(Region("filter", ((oc0, oc1), (j0, j0 + in_n), (0, kh), (0, kw))),
-                         "filter", [cl for cl, _, _ in receivers], offsets)
+            self.deliver(
+                Region("filter", ((oc0, oc1), (j0, j0 + in_n), (0, kh), (0, kw))),
+                "filter",
+                [cl for cl, _, _ in receivers],
+                offsets,
+            )
             for (cl, in_offset, out_offset), f_offset in zip(receivers, offsets, strict=True):
-                self.ops.append(Conv(cl, "input", in_offset, "filter", f_offset, "output",
-                                     out_offset, (oc0, oc1), (ic0, ic1), ng, self.stride))
+                self.ops.append(
+                    Conv(
+                        cl,
+                        "input",
+                        in_offset,
+                        "filter",
+                        f_offset,
+                        "output",
+                        out_offset,
+                        (oc0, oc1),
+                        (ic0, ic1),
+                        ng,
+                        self.stride,
+                    )
+                )
 
     # -- Alg. 3: stacks of a share group forward input slices -------------------------------
     def output_stack_shared(self) -> None:
@@ -324,8 +417,10 @@ class _Builder:
             while u < grid.n_tasks and (b[u], r[u], c[u], s[u] // size) == key:
                 u += 1
             if slots[t] // self.clusters != slots[u - 1] // self.clusters:
-                raise MappingError(f"share group of {size} clusters spans two waves of "
-                                   f"{self.clusters} clusters: its members cannot forward")
+                raise MappingError(
+                    f"share group of {size} clusters spans two waves of "
+                    f"{self.clusters} clusters: its members cannot forward"
+                )
             members = [(slots[k] % self.clusters, s[k]) for k in range(t, u)]
             self.share_group(members, b[t], r[t], c[t])
             t = u
@@ -338,8 +433,10 @@ class _Builder:
         def patch(m: int, t: int) -> Region:
             return Region("input", (images, steps[(m + t) % n_steps], rows_in, cols_in))
 
-        outs = [Region("output", (images, self.stack_out[st], self.rows_out[rt],
-                                  self.cols_out[ct])) for _, st in members]
+        outs = [
+            Region("output", (images, self.stack_out[st], self.rows_out[rt], self.cols_out[ct]))
+            for _, st in members
+        ]
         out_offsets = [self.slot(cl, "output") for cl, _ in members]
         current = []
         for m, (cl, _) in enumerate(members):
@@ -353,8 +450,9 @@ class _Builder:
                     cl = members[m][0]
                     self.ops.append(Copy(cl, cl, "input", current[m], patch(m, t), "share", 0))
             for m, (cl, st) in enumerate(members):
-                self.convs(cl, current[m], out_offsets[m], self.stack_out[st],
-                           steps[(m + t) % n_steps])
+                self.convs(
+                    cl, current[m], out_offsets[m], self.stack_out[st], steps[(m + t) % n_steps]
+                )
             if last_round:
                 break
             for m, (cl, _) in enumerate(members):
@@ -362,8 +460,11 @@ class _Builder:
                 if m == n - 1:
                     self.ops.append(Load(cl, patch(m, t + 1), "input", current[m]))
                 else:
-                    self.ops.append(Copy(cl, members[m + 1][0], "share", 0, patch(m + 1, t),
-                                         "input", current[m]))
+                    self.ops.append(
+                        Copy(
+                            cl, members[m + 1][0], "share", 0, patch(m + 1, t), "input", current[m]
+                        )
+                    )
         for m, (cl, _) in enumerate(members):
             self.ops.append(Store(cl, "output", out_offsets[m], outs[m]))
 
@@ -374,7 +475,7 @@ class _Builder:
         active = min(len(steps), self.clusters)
         self.alloc(list(range(active)))
         spatial = ((0, layer.h_in), (0, layer.w_in))
-        for images in self.images:                    # phase order: batch tile, then stack
+        for images in self.images:  # phase order: batch tile, then stack
             for stack in self.stack_out:
                 out = Region("output", (images, stack, (0, 1), (0, 1)))
                 offsets = [self.slot(cl, "output") for cl in range(active)]
@@ -383,8 +484,9 @@ class _Builder:
                 for k, step in enumerate(steps):
                     cl = k % self.clusters
                     in_offset = self.slot(cl, "input")
-                    self.ops.append(Load(cl, Region("input", (images, step) + spatial), "input",
-                                         in_offset))
+                    self.ops.append(
+                        Load(cl, Region("input", (images, step) + spatial), "input", in_offset)
+                    )
                     self.convs(cl, in_offset, offsets[cl], stack, step)
                 self.reduce(active, offsets, out)
                 self.ops.append(Store(0, "output", offsets[0], out))
@@ -395,6 +497,7 @@ class _Builder:
         stride = 1
         while stride < active:
             for dst in range(0, active - stride, 2 * stride):
-                self.ops.append(Reduce(dst, dst + stride, "output", offsets[dst],
-                                       offsets[dst + stride], out))
+                self.ops.append(
+                    Reduce(dst, dst + stride, "output", offsets[dst], offsets[dst + stride], out)
+                )
             stride *= 2

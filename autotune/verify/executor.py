@@ -61,8 +61,10 @@ class ScheduleError(Exception):
     def __str__(self) -> str:
         if self.op is None:
             return self.reason
-        return (f"op {self.index} ({type(self.op).__name__} on cluster {self.op.cluster}): "
-                f"{self.reason}")
+        return (
+            f"op {self.index} ({type(self.op).__name__} on cluster {self.op.cluster}): "
+            f"{self.reason}"
+        )
 
 
 class AllocationError(ScheduleError):
@@ -74,16 +76,20 @@ class Stats:
     """What a run did: operations by kind, bytes moved per path, MACs computed."""
 
     op_counts: dict[str, int] = field(default_factory=dict)
-    load_bytes: int = 0           # main memory -> L1
-    store_bytes: int = 0          # L1 -> main memory
-    intercluster_bytes: int = 0   # L1 -> another cluster's L1 (forwarding, reduction)
-    local_bytes: int = 0          # L1 -> own L1 (publishing into the forwarding buffer)
-    multicast_bytes: int = 0      # main memory -> L1 of the 2nd, 3rd ... multicast receiver
+    load_bytes: int = 0  # main memory -> L1
+    store_bytes: int = 0  # L1 -> main memory
+    intercluster_bytes: int = 0  # L1 -> another cluster's L1 (forwarding, reduction)
+    local_bytes: int = 0  # L1 -> own L1 (publishing into the forwarding buffer)
+    multicast_bytes: int = 0  # main memory -> L1 of the 2nd, 3rd ... multicast receiver
     macs: int = 0
 
     def bytes_moved(self) -> dict[str, int]:
-        moved = {"load": self.load_bytes, "store": self.store_bytes,
-                 "intercluster": self.intercluster_bytes, "local": self.local_bytes}
+        moved = {
+            "load": self.load_bytes,
+            "store": self.store_bytes,
+            "intercluster": self.intercluster_bytes,
+            "local": self.local_bytes,
+        }
         if self.multicast_bytes:
             moved["multicast_extra"] = self.multicast_bytes
         return moved
@@ -130,9 +136,11 @@ class _Buffer:
     def span(self, offset: int, words: int, region: Region) -> np.ndarray:
         """The ``words`` words at ``offset`` (a view into L1), checked against the buffer."""
         if offset < 0 or offset + words > self.data.size:
-            raise ScheduleError(f"{region} ({words} words at word {offset}) does not fit in "
-                                f"buffer {self.name!r} of {self.data.size} words")
-        return self.data[offset:offset + words]
+            raise ScheduleError(
+                f"{region} ({words} words at word {offset}) does not fit in "
+                f"buffer {self.name!r} of {self.data.size} words"
+            )
+        return self.data[offset : offset + words]
 
     def write(self, offset: int, data: np.ndarray, region: Region, pairs: int) -> _Content:
         """Record that ``data`` (the words at ``offset``) now holds ``region``; whatever it
@@ -161,8 +169,9 @@ class _Machine:
         layer = program.layer
         self.program, self.layer = program, layer
         if program.precision not in DTYPES:
-            raise ValueError(f"the executor computes in {', '.join(DTYPES)}, "
-                             f"not {program.precision}")
+            raise ValueError(
+                f"the executor computes in {', '.join(DTYPES)}, not {program.precision}"
+            )
         self.dtype = DTYPES[program.precision]
         self.acc_dtype = ACCUMULATOR_DTYPES[program.precision]
         self.wb = program.word_bytes
@@ -172,8 +181,7 @@ class _Machine:
         for name in ("input", "filter"):
             array = np.asarray(inputs[name])
             if array.shape != shapes[name]:
-                raise ValueError(f"{name} has shape {array.shape}, the layer needs "
-                                 f"{shapes[name]}")
+                raise ValueError(f"{name} has shape {array.shape}, the layer needs {shapes[name]}")
             self.main[name] = np.array(array, dtype=self.dtype)  # own copy in main memory
         self.main["output"] = np.zeros(shapes["output"], dtype=self.dtype)
         self.stored = np.zeros(shapes["output"], dtype=bool)
@@ -200,12 +208,15 @@ class _Machine:
 
 def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
     """Shapes of the three main-memory tensors (layout: see ``autotune.verify.program``)."""
-    return {"input": (batch, layer.c_in, layer.h_in, layer.w_in),
-            "filter": (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w),
-            "output": (batch, layer.c_out, layer.h_out, layer.w_out)}
+    return {
+        "input": (batch, layer.c_in, layer.h_in, layer.w_in),
+        "filter": (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w),
+        "output": (batch, layer.c_out, layer.h_out, layer.w_out),
+    }
 
 
 # -- operations ---------------------------------------------------------------------------------
+
 
 def _alloc(m: _Machine, op: Alloc) -> None:
     program = m.program
@@ -221,12 +232,15 @@ def _alloc(m: _Machine, op: Alloc) -> None:
     end = start + op.nbytes
     if end > program.l1_bytes:
         held = ", ".join(f"{name} {b.data.nbytes} B" for name, b in node.buffers.items())
-        raise AllocationError(f"allocating buffer {op.buffer!r} of {op.nbytes} B at byte "
-                              f"{start} overflows the {program.l1_bytes} B of L1"
-                              + (f" (already allocated: {held})" if held else ""))
+        raise AllocationError(
+            f"allocating buffer {op.buffer!r} of {op.nbytes} B at byte "
+            f"{start} overflows the {program.l1_bytes} B of L1"
+            + (f" (already allocated: {held})" if held else "")
+        )
     words = op.nbytes // m.wb
-    node.buffers[op.buffer] = _Buffer(op.buffer, node.arena[start:start + words * m.wb]
-                                      .view(m.dtype))
+    node.buffers[op.buffer] = _Buffer(
+        op.buffer, node.arena[start : start + words * m.wb].view(m.dtype)
+    )
     node.top = end
 
 
@@ -275,22 +289,28 @@ def _zero(m: _Machine, op: Zero) -> None:
     buffer.write(op.offset, data, op.region, 0)
 
 
-def _held(m: _Machine, cluster: int, name: str, offset: int, accumulator: bool,
-          tensor: str) -> _Content:
+def _held(
+    m: _Machine, cluster: int, name: str, offset: int, accumulator: bool, tensor: str
+) -> _Content:
     content = m.buffer(cluster, name).at(offset)
     if content is None:
-        raise ScheduleError(f"buffer {name!r} of cluster {cluster} holds nothing at word "
-                            f"{offset} (never loaded there, or overwritten)")
+        raise ScheduleError(
+            f"buffer {name!r} of cluster {cluster} holds nothing at word "
+            f"{offset} (never loaded there, or overwritten)"
+        )
     if (content.pairs >= 0) != accumulator or content.region.tensor != tensor:
         kind = "an accumulator of output" if accumulator else f"{tensor} data"
-        raise ScheduleError(f"buffer {name!r} of cluster {cluster} holds "
-                            f"{content.describe()} at word {offset}, not {kind}")
+        raise ScheduleError(
+            f"buffer {name!r} of cluster {cluster} holds "
+            f"{content.describe()} at word {offset}, not {kind}"
+        )
     return content
 
 
 @lru_cache(maxsize=4096)
-def extent(out: tuple[int, int], stride: int, pad: int, kernel: int,
-           n_in: int) -> tuple[int, int, int, int]:
+def extent(
+    out: tuple[int, int], stride: int, pad: int, kernel: int, n_in: int
+) -> tuple[int, int, int, int]:
     """Input rows (or columns) ``[lo, hi)`` that outputs ``out`` read, clipped to the input,
     and the zero rows before and after that lie in the padding."""
     lo = out[0] * stride - pad
@@ -315,32 +335,45 @@ def _conv(m: _Machine, op: Conv) -> None:
             f"output tile {acc.region} with stride {op.stride} needs input images "
             f"{images[0]}:{images[1]}, rows {rows[0]}:{rows[1]}, columns {cols[0]}:{cols[1]}, "
             f"but buffer {op.in_buffer!r} holds {patch.region}"
-            + _missing(p_rows, rows[:2], "rows") + _missing(p_cols, cols[:2], "columns"))
+            + _missing(p_rows, rows[:2], "rows")
+            + _missing(p_cols, cols[:2], "columns")
+        )
     if not (p_ch[0] <= i0 < i1 <= p_ch[1] and out_ch[0] <= o0 < o1 <= out_ch[1]):
-        raise ScheduleError(f"block reads input channels {i0}:{i1} into output channels "
-                            f"{o0}:{o1}, but the patch holds {patch.region} and the "
-                            f"accumulator {acc.region}")
+        raise ScheduleError(
+            f"block reads input channels {i0}:{i1} into output channels "
+            f"{o0}:{o1}, but the patch holds {patch.region} and the "
+            f"accumulator {acc.region}"
+        )
     cin, cout = layer.cin_per_group, layer.cout_per_group
     if groups < 1 or (i1 - i0) % groups or (o1 - o0) % groups:
-        raise ScheduleError(f"{groups} groups do not divide input channels {i0}:{i1} and "
-                            f"output channels {o0}:{o1}")
+        raise ScheduleError(
+            f"{groups} groups do not divide input channels {i0}:{i1} and output channels {o0}:{o1}"
+        )
     in_n, group = (i1 - i0) // groups, i0 // cin
     whole = in_n == cin and i0 % cin == 0 and (o1 - o0) // groups == cout
-    if (o0 // cout != group or (i1 - 1) // cin != group + groups - 1
-            or (o1 - 1) // cout != group + groups - 1 or (groups > 1 and not whole)):
-        raise ScheduleError(f"input channels {i0}:{i1} and output channels {o0}:{o1} are not "
-                            f"the same {groups} group(s) of {cin} inputs and {cout} outputs")
+    if (
+        o0 // cout != group
+        or (i1 - 1) // cin != group + groups - 1
+        or (o1 - 1) // cout != group + groups - 1
+        or (groups > 1 and not whole)
+    ):
+        raise ScheduleError(
+            f"input channels {i0}:{i1} and output channels {o0}:{o1} are not "
+            f"the same {groups} group(s) of {cin} inputs and {cout} outputs"
+        )
     j0 = i0 - group * cin
     need = ((o0, o1), (j0, j0 + in_n), (0, layer.kernel_h), (0, layer.kernel_w))
     if filt.region.box != need:
-        raise ScheduleError(f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
-                            f"but buffer {op.filter_buffer!r} holds {filt.region}")
-    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0]:i1 - p_ch[0]]
+        raise ScheduleError(
+            f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
+            f"but buffer {op.filter_buffer!r} holds {filt.region}"
+        )
+    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0] : i1 - p_ch[0]]
     w = filt.data.reshape(filt.region.shape)
-    if m.acc_dtype != m.dtype:   # FP16.32: fp16 products are exact in fp32, summed in fp32
+    if m.acc_dtype != m.dtype:  # FP16.32: fp16 products are exact in fp32, summed in fp32
         x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
     result = conv_block(x, w, groups, op.stride, (rows[2], rows[3], cols[2], cols[3]))
-    y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0]:o1 - out_ch[0]]
+    y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0] : o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
     y += result
@@ -349,8 +382,11 @@ def _conv(m: _Machine, op: Conv) -> None:
 
 
 def _missing(have: tuple[int, int], need: tuple[int, int], what: str) -> str:
-    gaps = [f"{a}:{b}" for a, b in ((need[0], min(have[0], need[1])),
-                                    (max(have[1], need[0]), need[1])) if a < b]
+    gaps = [
+        f"{a}:{b}"
+        for a, b in ((need[0], min(have[0], need[1])), (max(have[1], need[0]), need[1]))
+        if a < b
+    ]
     return f" (missing {what} {', '.join(gaps)})" if gaps else ""
 
 
@@ -359,9 +395,11 @@ def _copy(m: _Machine, op: Copy) -> None:
     content = src.at(op.src_offset)
     if content is None or content.pairs >= 0 or content.region != op.region:
         held = "nothing" if content is None else content.describe()
-        raise ScheduleError(f"reads {op.region} from buffer {op.src_buffer!r} of cluster "
-                            f"{op.src_cluster} at word {op.src_offset}, which holds {held}: "
-                            f"that cluster never loaded this slice there")
+        raise ScheduleError(
+            f"reads {op.region} from buffer {op.src_buffer!r} of cluster "
+            f"{op.src_cluster} at word {op.src_offset}, which holds {held}: "
+            f"that cluster never loaded this slice there"
+        )
     words = op.region.words
     dst = m.buffer(op.cluster, op.buffer)
     data = dst.span(op.offset, words, op.region)
@@ -379,9 +417,11 @@ def _reduce(m: _Machine, op: Reduce) -> None:
     mine = _held(m, op.cluster, op.buffer, op.offset, True, "output")
     theirs = _held(m, op.src_cluster, op.buffer, op.src_offset, True, "output")
     if mine.region != op.region or theirs.region != op.region:
-        raise ScheduleError(f"reduces {op.region} but cluster {op.cluster} holds "
-                            f"{mine.describe()} and cluster {op.src_cluster} holds "
-                            f"{theirs.describe()}")
+        raise ScheduleError(
+            f"reduces {op.region} but cluster {op.cluster} holds "
+            f"{mine.describe()} and cluster {op.src_cluster} holds "
+            f"{theirs.describe()}"
+        )
     mine.data += theirs.data
     mine.pairs += theirs.pairs
     m.stats.intercluster_bytes += op.region.words * m.wb
@@ -390,15 +430,21 @@ def _reduce(m: _Machine, op: Reduce) -> None:
 def _store(m: _Machine, op: Store) -> None:
     content = _held(m, op.cluster, op.buffer, op.offset, True, "output")
     if content.region != op.region:
-        raise ScheduleError(f"stores {op.region} but buffer {op.buffer!r} holds "
-                            f"{content.describe()}")
+        raise ScheduleError(
+            f"stores {op.region} but buffer {op.buffer!r} holds {content.describe()}"
+        )
     out = m.tensor(op.region, ("output",))
     expected = (op.region.box[1][1] - op.region.box[1][0]) * m.layer.cin_per_group
     if content.pairs != expected:
-        how = ("missing: a skipped input step or reduction step" if content.pairs < expected
-               else "too many: something was accumulated twice")
-        raise ScheduleError(f"stores {op.region} with {content.pairs} of the {expected} "
-                            f"(output channel, input channel) pairs summed in ({how})")
+        how = (
+            "missing: a skipped input step or reduction step"
+            if content.pairs < expected
+            else "too many: something was accumulated twice"
+        )
+        raise ScheduleError(
+            f"stores {op.region} with {content.pairs} of the {expected} "
+            f"(output channel, input channel) pairs summed in ({how})"
+        )
     slices = op.region.slices
     if m.stored[slices].any():
         raise ScheduleError(f"{op.region} was already stored")
@@ -408,7 +454,12 @@ def _store(m: _Machine, op: Store) -> None:
 
 
 HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
-    Alloc: _alloc, Load: _load, Multicast: _multicast, Zero: _zero, Conv: _conv, Copy: _copy,
+    Alloc: _alloc,
+    Load: _load,
+    Multicast: _multicast,
+    Zero: _zero,
+    Conv: _conv,
+    Copy: _copy,
     Reduce: _reduce,
     Store: _store,
 }
@@ -452,5 +503,7 @@ def _unstored(stored: np.ndarray) -> str:
         other = tuple(a for a in range(missing.ndim) if a != axis)
         idx = np.flatnonzero(missing.any(axis=other))
         parts.append(f"{name} {idx[0]}:{idx[-1] + 1}")
-    return (f"{int(missing.sum())} of {missing.size} output words were never stored, within "
-            f"{', '.join(parts)} (a skipped stack, tile or phase)")
+    return (
+        f"{int(missing.sum())} of {missing.size} output words were never stored, within "
+        f"{', '.join(parts)} (a skipped stack, tile or phase)"
+    )

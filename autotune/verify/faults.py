@@ -57,8 +57,11 @@ def skip_remainder_stack(program: Program) -> Program:
     while i < len(ops):
         op = ops[i]
         if isinstance(op, Zero) and op.region.box[1][1] - op.region.box[1][0] < delta_o:
-            j = next(j for j in range(i, len(ops))
-                     if isinstance(ops[j], Store) and ops[j].region == op.region)
+            j = next(
+                j
+                for j in range(i, len(ops))
+                if isinstance(ops[j], Store) and ops[j].region == op.region
+            )
             i = j + 1
             continue
         kept.append(op)
@@ -78,8 +81,9 @@ def wrong_stride(program: Program) -> Program:
     layer = program.layer
     if (layer.stride_h, layer.stride_w) == (1, 1):
         raise ValueError("the layer has stride 1")
-    return program.replace_ops([replace(op, stride=(1, 1)) if isinstance(op, Conv) else op
-                                for op in program.ops])
+    return program.replace_ops(
+        [replace(op, stride=(1, 1)) if isinstance(op, Conv) else op for op in program.ops]
+    )
 
 
 def forward_from_predecessor(program: Program) -> Program:
@@ -92,9 +96,12 @@ def forward_from_predecessor(program: Program) -> Program:
         base = cluster - cluster % size
         return base + (cluster - base - 1) % size
 
-    ops = [replace(op, src_cluster=predecessor(op.cluster))
-           if isinstance(op, Copy) and op.src_cluster != op.cluster else op
-           for op in program.ops]
+    ops = [
+        replace(op, src_cluster=predecessor(op.cluster))
+        if isinstance(op, Copy) and op.src_cluster != op.cluster
+        else op
+        for op in program.ops
+    ]
     if list(program.ops) == ops:
         raise ValueError("no input slice is forwarded between clusters")
     return program.replace_ops(ops)
@@ -113,8 +120,12 @@ def skip_input_step(program: Program) -> Program:
     start = loads[1]
     cluster = program.ops[start].cluster
     end = start + 1
-    while end < len(program.ops) and isinstance(program.ops[end], Load | Conv) and not \
-            _is_input_load(program.ops[end]) and program.ops[end].cluster == cluster:
+    while (
+        end < len(program.ops)
+        and isinstance(program.ops[end], Load | Conv)
+        and not _is_input_load(program.ops[end])
+        and program.ops[end].cluster == cluster
+    ):
         end += 1
     return program.replace_ops(program.ops[:start] + program.ops[end:])
 
@@ -138,8 +149,7 @@ def _with(program: Program, index: int, op: Op) -> Program:
     return program.replace_ops(ops)
 
 
-def _without(program: Program, match: Callable[[Op], bool], none: str,
-             skip: int = 0) -> Program:
+def _without(program: Program, match: Callable[[Op], bool], none: str, skip: int = 0) -> Program:
     hits = [i for i, op in enumerate(program.ops) if match(op)]
     if len(hits) <= skip:
         raise ValueError(none)
@@ -150,7 +160,16 @@ def _without(program: Program, match: Callable[[Op], bool], none: str,
 
 #: Every fault by name, for tests and demonstrations.
 FAULTS: dict[str, Callable[[Program], Program]] = {
-    f.__name__: f for f in (overflow_l1, drop_halo_row, skip_remainder_stack,
-                            drop_reduction_step, wrong_stride, forward_from_predecessor,
-                            skip_input_load, skip_input_step, drop_multicast_receiver)
+    f.__name__: f
+    for f in (
+        overflow_l1,
+        drop_halo_row,
+        skip_remainder_stack,
+        drop_reduction_step,
+        wrong_stride,
+        forward_from_predecessor,
+        skip_input_load,
+        skip_input_step,
+        drop_multicast_receiver,
+    )
 }

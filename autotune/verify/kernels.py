@@ -12,8 +12,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 
-def conv_block(x: np.ndarray, w: np.ndarray, groups: int, stride: tuple[int, int],
-               pads: tuple[int, int, int, int]) -> np.ndarray:
+def conv_block(
+    x: np.ndarray,
+    w: np.ndarray,
+    groups: int,
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+) -> np.ndarray:
     """Convolve a patch with a block of filters.
 
     Args:
@@ -31,22 +36,27 @@ def conv_block(x: np.ndarray, w: np.ndarray, groups: int, stride: tuple[int, int
     if top or bottom or left or right:
         n, c, h, wd = x.shape
         padded = np.zeros((n, c, h + top + bottom, wd + left + right), dtype=x.dtype)
-        padded[:, :, top:top + h, left:left + wd] = x
+        padded[:, :, top : top + h, left : left + wd] = x
         x = padded
     images, channels, h, wd = x.shape
     out_c, cin, kh, kw = w.shape
     sh, sw = stride
     oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
     if kh == kw == 1:
-        cols = x[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw]
+        cols = x[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
     else:
         s0, s1, s2, s3 = x.strides
-        cols = as_strided(x, (images, channels, kh, kw, oh, ow),
-                          (s0, s1, s2, s3, s2 * sh, s3 * sw), writeable=False)
+        cols = as_strided(
+            x,
+            (images, channels, kh, kw, oh, ow),
+            (s0, s1, s2, s3, s2 * sh, s3 * sw),
+            writeable=False,
+        )
     k, p = cin * kh * kw, oh * ow
     if groups > 1:
-        product = np.matmul(w.reshape(groups, out_c // groups, k),
-                            cols.reshape(images, groups, k, p))
+        product = np.matmul(
+            w.reshape(groups, out_c // groups, k), cols.reshape(images, groups, k, p)
+        )
     elif images == 1:
         product = np.dot(w.reshape(out_c, k), cols.reshape(k, p))  # BLAS even when k == 1
     else:

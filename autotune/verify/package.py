@@ -27,8 +27,15 @@ from autotune.verify.executor import DTYPES, ScheduleError, execute, expected_sh
 from autotune.verify.reference import reference
 
 
-def verify_package(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-                   batch: int = 1, seed: int = 0, parts: tuple[Part, ...] | None = None):
+def verify_package(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    seed: int = 0,
+    parts: tuple[Part, ...] | None = None,
+):
     """``verify`` on a package; ``parts`` overrides the split's parts (to inject faults)."""
     from autotune.verify.verification import (
         UNIT_ROUNDOFF,
@@ -42,12 +49,18 @@ def verify_package(layer: Layer, mapping: Mapping, machine: Machine, precision: 
         raise ValueError(f"verification runs fp32 and fp64, not {precision}")
     machine.check_precision(precision)
     if parts is None:
-        parts = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
-                            word_bytes(precision))
+        parts = split_parts(
+            layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
+        )
     chiplet = machine.chiplet()
     tol = tolerance(layer, precision)
-    common = dict(layer=layer.name, algorithm=mapping.algorithm, precision=precision,
-                  batch=batch, tolerance=tol)
+    common = dict(
+        layer=layer.name,
+        algorithm=mapping.algorithm,
+        precision=precision,
+        batch=batch,
+        tolerance=tol,
+    )
     data = random_inputs(layer, batch, precision, seed)
     x, w = data["input"], data["filter"]
     padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (0, 0)))
@@ -62,47 +75,65 @@ def verify_package(layer: Layer, mapping: Mapping, machine: Machine, precision: 
         inputs = {"input": padded[i0:i1, c0:c1, r0:r1], "filter": w[o0:o1]}
         shapes = expected_shapes(part.layer, part.batch)
         if any(inputs[name].shape != shapes[name] for name in inputs):
-            errors.append(f"chiplet {part.chiplet}: its slices {inputs['input'].shape} and "
-                          f"{inputs['filter'].shape} do not match its sub-layer's "
-                          f"{shapes['input']} and {shapes['filter']}")
+            errors.append(
+                f"chiplet {part.chiplet}: its slices {inputs['input'].shape} and "
+                f"{inputs['filter'].shape} do not match its sub-layer's "
+                f"{shapes['input']} and {shapes['filter']}"
+            )
             continue
-        program = build_program(part.layer, part_mapping(mapping, part), chiplet, precision,
-                                part.batch)
+        program = build_program(
+            part.layer, part_mapping(mapping, part), chiplet, precision, part.batch
+        )
         try:
             run = execute(program, inputs)
         except ScheduleError as error:
             errors.append(f"chiplet {part.chiplet}: {error}")
             continue
-        output[i0:i1, o0:o1, part.out_rows[0]:part.out_rows[1]] = run.output
+        output[i0:i1, o0:o1, part.out_rows[0] : part.out_rows[1]] = run.output
         for name, count in run.stats.op_counts.items():
             op_counts[name] = op_counts.get(name, 0) + count
         for name, count in run.stats.bytes_moved().items():
             moved[name] = moved.get(name, 0) + count
         macs += run.stats.macs
     if errors:
-        return Verification(ok=False, max_abs_error=math.nan, max_rel_error=math.nan,
-                            errors=errors, op_counts=op_counts, **common)
+        return Verification(
+            ok=False,
+            max_abs_error=math.nan,
+            max_rel_error=math.nan,
+            errors=errors,
+            op_counts=op_counts,
+            **common,
+        )
     exact = reference(layer, x.astype(np.float64), w.astype(np.float64))
     scale = reference(layer, np.abs(x), np.abs(w)).astype(np.float64)
     max_abs, max_rel, errors = compare(output, exact, scale, tol)
-    return Verification(ok=not errors, max_abs_error=max_abs, max_rel_error=max_rel,
-                        errors=errors, op_counts=op_counts, bytes_moved=moved, macs=macs,
-                        **common)
+    return Verification(
+        ok=not errors,
+        max_abs_error=max_abs,
+        max_rel_error=max_rel,
+        errors=errors,
+        op_counts=op_counts,
+        bytes_moved=moved,
+        macs=macs,
+        **common,
+    )
 
 
 def _coverage_errors(layer: Layer, parts: tuple[Part, ...], batch: int) -> list[str]:
     count = coverage(layer, parts, batch)
     errors = []
-    for what, bad in (("no chiplet computes", count == 0), ("several chiplets compute",
-                                                           count > 1)):
+    for what, bad in (("no chiplet computes", count == 0), ("several chiplets compute", count > 1)):
         if bad.any():
             image, channel, row = (int(i) for i in np.argwhere(bad)[0])
-            errors.append(f"{what} {int(bad.sum()) * layer.w_out} output words, first at "
-                          f"image {image}, channel {channel}, row {row}")
+            errors.append(
+                f"{what} {int(bad.sum()) * layer.w_out} output words, first at "
+                f"image {image}, channel {channel}, row {row}"
+            )
     return errors
 
 
 # -- faults: broken splits the verifier must reject ------------------------------------------
+
 
 def drop_part(parts: tuple[Part, ...]) -> tuple[Part, ...]:
     """Forget the last chiplet's part (its output is missing)."""

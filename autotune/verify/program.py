@@ -59,6 +59,7 @@ class Region:
 
 # -- operations: each names the cluster that issues it ----------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Alloc:
     """Reserve ``nbytes`` of the cluster's L1 arena for ``buffer``."""
@@ -185,7 +186,7 @@ class Program:
     l1_align_bytes: int
     clusters: int
     ops: tuple[Op, ...]
-    multicast: bool = False     # the machine's DMA can multicast (``Multicast`` ops allowed)
+    multicast: bool = False  # the machine's DMA can multicast (``Multicast`` ops allowed)
 
     def on_cluster(self, cluster: int) -> list[Op]:
         """The operations one cluster issues, in its schedule order."""

@@ -34,7 +34,9 @@ def reference(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return out.reshape(batch, layer.c_out, 1, 1)
     padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (layer.pad_w, layer.pad_w)))
     windows = sliding_window_view(padded, (layer.kernel_h, layer.kernel_w), axis=(2, 3))
-    windows = windows[:, :, ::layer.stride_h, ::layer.stride_w][:, :, :layer.h_out, :layer.w_out]
+    windows = windows[:, :, :: layer.stride_h, :: layer.stride_w][
+        :, :, : layer.h_out, : layer.w_out
+    ]
     # windows: (batch, c_in, h_out, w_out, kh, kw)
     if layer.groups == 1:
         out = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3]))  # (b, h, w, c_out)

@@ -58,11 +58,11 @@ from autotune.verify.program import Program
 from autotune.verify.reference import reference
 
 LAMBDA = 10.0
-UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp64": 2.0 ** -53, "fp16": 2.0 ** -11}
+UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp64": 2.0**-53, "fp16": 2.0**-11}
 #: Precision partial sums are accumulated in (FP16.32: fp16 operands, fp32 sums).
 ACCUMULATION = {"fp32": "fp32", "fp64": "fp64", "fp16": "fp32"}
 #: Smallest normal fp16 number: below it the output's rounding error is absolute.
-FP16_MIN_NORMAL = 2.0 ** -14
+FP16_MIN_NORMAL = 2.0**-14
 
 
 @dataclass(frozen=True)
@@ -104,18 +104,24 @@ def tolerance(layer: Layer, precision: str) -> float:
     return bound
 
 
-def random_inputs(layer: Layer, batch: int, precision: str,
-                  seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(layer: Layer, batch: int, precision: str, seed: int = 0) -> dict[str, np.ndarray]:
     """Input and filters uniform in [-1, 1) from ``numpy.random.default_rng(seed)``."""
     rng = np.random.default_rng(seed)
     shapes = expected_shapes(layer, batch)
     dtype = DTYPES[precision]
-    return {name: rng.uniform(-1.0, 1.0, shapes[name]).astype(dtype)
-            for name in ("input", "filter")}
+    return {
+        name: rng.uniform(-1.0, 1.0, shapes[name]).astype(dtype) for name in ("input", "filter")
+    }
 
 
-def verify(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32",
-           batch: int = 1, seed: int = 0) -> Verification:
+def verify(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    seed: int = 0,
+) -> Verification:
     """Execute ``layer`` under ``mapping`` on random data and compare with the reference.
 
     A mapping that does not fit L1 (or breaks any other rule of the executor) comes back
@@ -134,8 +140,10 @@ def verify(layer: Layer, mapping: Mapping, machine: Machine, precision: str = "f
 
         return verify_package(layer, mapping, machine, precision, batch, seed)
     if mapping.chiplet_split != "none":
-        raise MappingError(f"chiplet_split {mapping.chiplet_split!r} needs a package of "
-                           f"several chiplets; {machine.name!r} has one")
+        raise MappingError(
+            f"chiplet_split {mapping.chiplet_split!r} needs a package of "
+            f"several chiplets; {machine.name!r} has one"
+        )
     return verify_program(build_program(layer, mapping, machine, precision, batch), seed)
 
 
@@ -146,30 +154,49 @@ def verify_program(program: Program, seed: int = 0) -> Verification:
         raise ValueError(f"verification runs fp16, fp32 and fp64, not {precision}")
     data = random_inputs(layer, program.batch, precision, seed)
     tol = tolerance(layer, precision)
-    common = dict(layer=layer.name, algorithm=program.mapping.algorithm, precision=precision,
-                  batch=program.batch, tolerance=tol)
+    common = dict(
+        layer=layer.name,
+        algorithm=program.mapping.algorithm,
+        precision=precision,
+        batch=program.batch,
+        tolerance=tol,
+    )
     try:
         run = execute(program, data)
     except ScheduleError as error:
-        return Verification(ok=False, max_abs_error=math.nan, max_rel_error=math.nan,
-                            errors=[str(error)], op_counts=program.op_counts(), **common)
+        return Verification(
+            ok=False,
+            max_abs_error=math.nan,
+            max_rel_error=math.nan,
+            errors=[str(error)],
+            op_counts=program.op_counts(),
+            **common,
+        )
     x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
     exact = reference(layer, x, w)
     # The scale of the bound needs no more than a few digits: fp32 halves its cost.
     magnitudes = [np.abs(data[name]) for name in ("input", "filter")]
-    if precision == "fp16":   # sums of up to K products would lose digits (or overflow) in fp16
+    if precision == "fp16":  # sums of up to K products would lose digits (or overflow) in fp16
         magnitudes = [a.astype(np.float32) for a in magnitudes]
         scale = np.maximum(reference(layer, *magnitudes).astype(np.float64), FP16_MIN_NORMAL)
     else:
         scale = reference(layer, *magnitudes).astype(np.float64)
     max_abs, max_rel, errors = compare(run.output, exact, scale, tol)
-    return Verification(ok=not errors, max_abs_error=max_abs, max_rel_error=max_rel,
-                        errors=errors, op_counts=run.stats.op_counts,
-                        bytes_moved=run.stats.bytes_moved(), macs=run.stats.macs, **common)
+    return Verification(
+        ok=not errors,
+        max_abs_error=max_abs,
+        max_rel_error=max_rel,
+        errors=errors,
+        op_counts=run.stats.op_counts,
+        bytes_moved=run.stats.bytes_moved(),
+        macs=run.stats.macs,
+        **common,
+    )
 
 
-def compare(output: np.ndarray, exact: np.ndarray, scale: np.ndarray,
-            tol: float) -> tuple[float, float, list[str]]:
+def compare(
+    output: np.ndarray, exact: np.ndarray, scale: np.ndarray, tol: float
+) -> tuple[float, float, list[str]]:
     """(max |error|, max |error| / scale, errors) of ``output`` against ``exact``."""
     error = np.abs(output.astype(np.float64) - exact)
     rel = error / np.where(scale > 0, scale, 1.0)
@@ -180,8 +207,10 @@ def compare(output: np.ndarray, exact: np.ndarray, scale: np.ndarray,
         bad = int(np.count_nonzero(~(rel <= tol)))
         names = ("image", "channel", "row", "column")
         at = ", ".join(f"{n} {i}" for n, i in zip(names, worst, strict=True))
-        errors.append(f"numerical mismatch in {bad} of {rel.size} outputs: at {at} the "
-                      f"executor gives {float(output[worst]):.6g}, the reference "
-                      f"{float(exact[worst]):.6g} (error {max_rel:.3g} x sum|x||w|, "
-                      f"tolerance {tol:.3g})")
+        errors.append(
+            f"numerical mismatch in {bad} of {rel.size} outputs: at {at} the "
+            f"executor gives {float(output[worst]):.6g}, the reference "
+            f"{float(exact[worst]):.6g} (error {max_rel:.3g} x sum|x||w|, "
+            f"tolerance {tol:.3g})"
+        )
     return float(error.max()), max_rel, errors

@@ -21,10 +21,13 @@ def test_check_prints_every_layer():
 
 def test_check_bad_file_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("network: n\nlayers:\n  - {name: c9, kind: conv, in: [8, 8, 3], "
-                   "out_channels: 4, kernel: 3, stride: 0}\n")
-    result = subprocess.run([sys.executable, "-m", "autotune", "check", str(bad)],
-                            capture_output=True, text=True)
+    bad.write_text(
+        "network: n\nlayers:\n  - {name: c9, kind: conv, in: [8, 8, 3], "
+        "out_channels: 4, kernel: 3, stride: 0}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "autotune", "check", str(bad)], capture_output=True, text=True
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -34,8 +37,10 @@ def test_check_bad_file_exits_2_with_one_line(tmp_path):
 
 def test_check_unsupported_precision_exits_2(tmp_path):
     net = tmp_path / "n.yaml"
-    net.write_text("network: n\nprecision: fp16\nlayers:\n  - {name: f, kind: fc, in: [1, 1, 4],"
-                   " out_channels: 2}\n")
+    net.write_text(
+        "network: n\nprecision: fp16\nlayers:\n  - {name: f, kind: fc, in: [1, 1, 4],"
+        " out_channels: 2}\n"
+    )
     result = runner.invoke(app, ["check", str(net)])
     assert result.exit_code == 2
     assert "does not compute 'fp16'" in result.output
@@ -55,8 +60,7 @@ def test_check_precision_option_selects_the_machine_format():
 def test_machines_lists_presets():
     result = runner.invoke(app, ["machines"])
     assert result.exit_code == 0
-    rows = {line.split()[1]: line for line in result.output.splitlines()
-            if line.startswith("│")}
+    rows = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│")}
     assert set(rows) == {"manticore", "manticore-package", "mppa3", "sw26010-cg"}
     assert "4.10 Tflop/s" in rows["manticore"] and "256.00 GB/s" in rows["manticore"]
     assert "16.38 Tflop/s" in rows["manticore-package"] and "1.02 TB/s" in rows["manticore-package"]
@@ -71,14 +75,17 @@ def test_version():
 
 def test_tune_prints_schedule_table(tmp_path):
     net = tmp_path / "n.yaml"
-    net.write_text("network: small\nlayers:\n"
-                   "  - {name: c1, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, "
-                   "padding: 1}\n"
-                   "  - {name: c2, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, "
-                   "padding: 1}\n"
-                   "  - {name: fc, kind: fc, in: [4, 4, 16], out_channels: 10}\n")
-    result = runner.invoke(app, ["tune", str(net), "--search", "exhaustive", "--trials", "4",
-                                 "--storage", "memory"])
+    net.write_text(
+        "network: small\nlayers:\n"
+        "  - {name: c1, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, "
+        "padding: 1}\n"
+        "  - {name: c2, kind: conv, in: [16, 16, 8], out_channels: 16, kernel: 3, "
+        "padding: 1}\n"
+        "  - {name: fc, kind: fc, in: [4, 4, 16], out_channels: 10}\n"
+    )
+    result = runner.invoke(
+        app, ["tune", str(net), "--search", "exhaustive", "--trials", "4", "--storage", "memory"]
+    )
     assert result.exit_code == 0, result.output
     for text in ("c1", "c2", "= c1", "fc", "OPTIMAL", "images/s", "% of peak", "ok"):
         assert text in result.output
@@ -99,8 +106,10 @@ def test_tune_infeasible_exits_2(tmp_path):
     machine = tmp_path / "tiny.yaml"
     machine.write_text(yaml.safe_dump(raw))
     net = tmp_path / "n.yaml"
-    net.write_text("network: n\nlayers:\n  - {name: big, kind: conv, in: [8, 8, 8], "
-                   "out_channels: 8, kernel: 3}\n")
+    net.write_text(
+        "network: n\nlayers:\n  - {name: big, kind: conv, in: [8, 8, 8], "
+        "out_channels: 8, kernel: 3}\n"
+    )
     result = runner.invoke(app, ["tune", str(net), "--machine", str(machine)])
     assert result.exit_code == 2
     assert "'big'" in result.output and "smallest footprint" in result.output

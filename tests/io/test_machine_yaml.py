@@ -45,11 +45,11 @@ def test_other_presets():
     chiplet = Machine.preset("manticore")
     assert package.chiplets == 4 and package.total_clusters == 512
     assert package.peak_flops("fp32") == 4 * chiplet.peak_flops("fp32")
-    assert package.hbm_bytes_per_s == 4 * chiplet.hbm_bytes_per_s        # 4 x 256 GB/s
+    assert package.hbm_bytes_per_s == 4 * chiplet.hbm_bytes_per_s  # 4 x 256 GB/s
     assert package.chiplet().peak_flops("fp32") == chiplet.peak_flops("fp32")
     mppa = Machine.preset("mppa3")
     assert mppa.clusters == 5 and mppa.dma_multicast and mppa.l1_bytes == 4 * 2**20
-    assert mppa.peak_flops("fp16") == pytest.approx(3.072e12)            # '3 TFLOPS FP16'
+    assert mppa.peak_flops("fp16") == pytest.approx(3.072e12)  # '3 TFLOPS FP16'
     with pytest.raises(ValueError, match="does not compute 'fp32'"):
         mppa.check_precision("fp32")
     sw = Machine.preset("sw26010-cg")
@@ -69,8 +69,12 @@ def test_no_manticore_number_in_code():
     root = Path(__file__).resolve().parents[2] / "autotune"
     for path in root.rglob("*.py"):
         text = path.read_text()
-        for pattern in (r"131072", r"\b256\s*\*\s*1e9", r"hbm_latency_cycles\s*=\s*256",
-                        r"\b1\.0?e9\b"):
+        for pattern in (
+            r"131072",
+            r"\b256\s*\*\s*1e9",
+            r"hbm_latency_cycles\s*=\s*256",
+            r"\b1\.0?e9\b",
+        ):
             assert not re.search(pattern, text), (path, pattern)
 
 
@@ -82,17 +86,29 @@ def mutate(tmp_path, edit) -> Path:
     return path
 
 
-@pytest.mark.parametrize("edit, field, words", [
-    (lambda r: r["parameters"]["hbm_bandwidth"].update(unit="B/cycle"), "hbm_bandwidth",
-     "unit must be 'GB/s'"),
-    (lambda r: r["parameters"]["clock"].pop("source"), "parameters.clock", "exactly one"),
-    (lambda r: r["parameters"].pop("l1_size"), "l1_size", "missing"),
-    (lambda r: r["parameters"].update(turbo={"value": 1, "unit": "x", "assumption": "a"}),
-     "turbo", "unknown parameter"),
-    (lambda r: r["parameters"]["fpu_utilization"].update(value=1.5), "fpu_utilization",
-     "(0, 1]"),
-    (lambda r: r.update(colour="red"), "colour", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "edit, field, words",
+    [
+        (
+            lambda r: r["parameters"]["hbm_bandwidth"].update(unit="B/cycle"),
+            "hbm_bandwidth",
+            "unit must be 'GB/s'",
+        ),
+        (lambda r: r["parameters"]["clock"].pop("source"), "parameters.clock", "exactly one"),
+        (lambda r: r["parameters"].pop("l1_size"), "l1_size", "missing"),
+        (
+            lambda r: r["parameters"].update(turbo={"value": 1, "unit": "x", "assumption": "a"}),
+            "turbo",
+            "unknown parameter",
+        ),
+        (
+            lambda r: r["parameters"]["fpu_utilization"].update(value=1.5),
+            "fpu_utilization",
+            "(0, 1]",
+        ),
+        (lambda r: r.update(colour="red"), "colour", "unknown key"),
+    ],
+)
 def test_bad_machine_files(tmp_path, edit, field, words):
     path = mutate(tmp_path, edit)
     with pytest.raises(InputError) as info:
@@ -111,19 +127,36 @@ def test_unknown_machine():
         resolve_machine("nonesuch")
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda r: r["parameters"].update(d2d_bandwidth={"value": 1, "unit": "GB/s",
-                                                     "assumption": "x"}), "d2d_bandwidth"),
-    (lambda r: r["parameters"].update(chiplets={"value": 2, "unit": "chiplets",
-                                                "assumption": "x"}), "d2d_bandwidth"),
-    (lambda r: r["parameters"].update(dma_read_efficiency={"value": {64: 1.5},
-                                                           "unit": "fraction",
-                                                           "assumption": "x"}),
-     "dma_read_efficiency"),
-    (lambda r: r["parameters"].update(dma_multicast={"value": 2, "unit": "flag",
-                                                     "assumption": "x"}), "dma_multicast"),
-    (lambda r: r["parameters"]["clock"].update(value={"a": 1}), "clock"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (
+            lambda r: r["parameters"].update(
+                d2d_bandwidth={"value": 1, "unit": "GB/s", "assumption": "x"}
+            ),
+            "d2d_bandwidth",
+        ),
+        (
+            lambda r: r["parameters"].update(
+                chiplets={"value": 2, "unit": "chiplets", "assumption": "x"}
+            ),
+            "d2d_bandwidth",
+        ),
+        (
+            lambda r: r["parameters"].update(
+                dma_read_efficiency={"value": {64: 1.5}, "unit": "fraction", "assumption": "x"}
+            ),
+            "dma_read_efficiency",
+        ),
+        (
+            lambda r: r["parameters"].update(
+                dma_multicast={"value": 2, "unit": "flag", "assumption": "x"}
+            ),
+            "dma_multicast",
+        ),
+        (lambda r: r["parameters"]["clock"].update(value={"a": 1}), "clock"),
+    ],
+)
 def test_optional_parameters_are_checked(tmp_path, edit, field):
     with pytest.raises(InputError, match=field):
         Machine.from_file(mutate(tmp_path, edit))
@@ -136,8 +169,11 @@ def test_base_preset_is_overlaid(tmp_path):
     assert replace(package.chiplet(), name="manticore") == chiplet
     # schedule files embed the resolved, self-contained description
     assert "base" not in package.description and package.description["hierarchy"]
-    raw = {"name": "faster", "base": "manticore",
-           "parameters": {"hbm_bandwidth": {"value": 512, "unit": "GB/s", "assumption": "x"}}}
+    raw = {
+        "name": "faster",
+        "base": "manticore",
+        "parameters": {"hbm_bandwidth": {"value": 512, "unit": "GB/s", "assumption": "x"}},
+    }
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(raw))
     m = Machine.from_file(path)

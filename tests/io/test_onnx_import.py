@@ -41,19 +41,34 @@ class Graph:
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=name, **attrs))
         return out
 
-    def conv(self, x: str, name: str, c_in: int, c_out: int, k: int, stride: int = 1,
-             pad: int = 0, groups: int = 1, **attrs) -> str:
+    def conv(
+        self,
+        x: str,
+        name: str,
+        c_in: int,
+        c_out: int,
+        k: int,
+        stride: int = 1,
+        pad: int = 0,
+        groups: int = 1,
+        **attrs,
+    ) -> str:
         w = self.const(f"{name}.weight", (c_out, c_in // groups, k, k))
         if "auto_pad" not in attrs:
             attrs.setdefault("pads", [pad] * 4)
-        return self.op("Conv", [x, w], name, kernel_shape=[k, k], strides=[stride] * 2,
-                       group=groups, **attrs)
+        return self.op(
+            "Conv", [x, w], name, kernel_shape=[k, k], strides=[stride] * 2, group=groups, **attrs
+        )
 
     def save(self, path, out: str) -> str:
         elem = self.inputs[0].type.tensor_type.elem_type
-        graph = helper.make_graph(self.nodes, self.name, self.inputs,
-                                  [helper.make_tensor_value_info(out, elem, None)],
-                                  initializer=self.inits)
+        graph = helper.make_graph(
+            self.nodes,
+            self.name,
+            self.inputs,
+            [helper.make_tensor_value_info(out, elem, None)],
+            initializer=self.inits,
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         # The checker wants the output's shape: infer it, and keep only that.
         model = onnx.shape_inference.infer_shapes(model)
@@ -72,17 +87,21 @@ def conv_net(tmp_path, name: str = "one.onnx", **conv_attrs) -> str:
 def small_cnn(tmp_path) -> str:
     g = Graph("small_cnn")
     x = g.conv(g.input("x", [2, 3, 32, 32]), "conv1", 3, 16, 3, pad=1)
-    x = g.op("Relu", [x])                                                # unnamed: Relu_1
+    x = g.op("Relu", [x])  # unnamed: Relu_1
     x = g.op("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
     x = g.conv(x, "gconv", 16, 32, 3, pad=1, groups=4)
     dw_weight = helper.make_tensor("dw.weight", FLOAT, [32, 1, 3, 3], [0.0] * 288)
-    w = g.op("Constant", [], "dw_const", value=dw_weight)                # not listed
+    w = g.op("Constant", [], "dw_const", value=dw_weight)  # not listed
     x = g.op("Conv", [x, w], "dw", pads=[1, 1, 1, 1], group=32)
     x = g.conv(x, "down", 32, 64, 3, stride=2, pad=1)
     x = g.op("Flatten", [x], "flat", axis=1)
-    x = g.op("Gemm", [x, g.const("fc1.weight", (128, 4096)), g.const("fc1.bias", (128,))],
-             "fc1", transB=1)
-    x = g.op("Relu", [x])                                                # unnamed: Relu_9
+    x = g.op(
+        "Gemm",
+        [x, g.const("fc1.weight", (128, 4096)), g.const("fc1.bias", (128,))],
+        "fc1",
+        transB=1,
+    )
+    x = g.op("Relu", [x])  # unnamed: Relu_9
     x = g.op("MatMul", [x, g.const("fc2.weight", (128, 10))], "fc2")
     return g.save(tmp_path / "small.onnx", x)
 
@@ -110,7 +129,8 @@ def test_resnet50_shapes_equal_the_bundled_yaml(tmp_path):
     x = g.op("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
     c_in = 64
     for stage, (width, blocks, stride) in enumerate(
-            [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], start=1):
+        [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], start=1
+    ):
         for b in range(blocks):
             s = stride if b == 0 else 1
             p = f"layer{stage}.{b}"
@@ -121,13 +141,15 @@ def test_resnet50_shapes_equal_the_bundled_yaml(tmp_path):
             x = g.op("Relu", [g.op("Add", [y, short])])
             c_in = 4 * width
     x = g.op("Flatten", [g.op("GlobalAveragePool", [x], "avgpool")], "flatten")
-    x = g.op("Gemm", [x, g.const("fc.weight", (1000, 2048)), g.const("fc.bias", (1000,))],
-             "fc", transB=1)
+    x = g.op(
+        "Gemm", [x, g.const("fc.weight", (1000, 2048)), g.const("fc.bias", (1000,))], "fc", transB=1
+    )
     net = load_network(g.save(tmp_path / "resnet50.onnx", x))
     reference = load_network(EXAMPLES / "resnet50.yaml")
     assert len(net.layers) == 54
     assert [(la.kind, la.shape_key()) for la in net.layers] == [
-        (la.kind, la.shape_key()) for la in reference.layers]
+        (la.kind, la.shape_key()) for la in reference.layers
+    ]
     assert [la.name for la in net.layers] == [la.name for la in reference.layers]
     assert net.macs == reference.macs and net.batch == 1
     # stem Relu + MaxPool; per block 3 Relu + Add; GlobalAveragePool + Flatten
@@ -152,14 +174,16 @@ def test_fc_after_transpose_falls_back_to_a_vector(tmp_path):
     x = g.op("Flatten", [x], "flat")
     x = g.op("MatMul", [x, g.const("w", (7 * 7 * 16, 32))], "fc")
     assert load_network(g.save(tmp_path / "t.onnx", x)).layers == (
-        Layer.fc("fc", 1, 1, 7 * 7 * 16, 32),)
+        Layer.fc("fc", 1, 1, 7 * 7 * 16, 32),
+    )
 
 
 def test_matmul_over_rows_is_a_pointwise_conv(tmp_path):
     g = Graph()
     x = g.op("MatMul", [g.input("x", [1, 4, 6, 8]), g.const("w", (8, 16))], "pw")
     assert load_network(g.save(tmp_path / "nhwc.onnx", x)).layers == (
-        Layer("pw", "conv", 4, 6, 8, 16),)
+        Layer("pw", "conv", 4, 6, 8, 16),
+    )
 
 
 def test_double_input_symbolic_batch_and_duplicate_names(tmp_path):
@@ -172,18 +196,20 @@ def test_double_input_symbolic_batch_and_duplicate_names(tmp_path):
     assert [la.name for la in net.layers] == ["c", "c_2"]
 
 
-@pytest.mark.parametrize(("auto_pad", "pad"), [("SAME_UPPER", 1), ("SAME_LOWER", 1),
-                                               ("VALID", 0)])
+@pytest.mark.parametrize(("auto_pad", "pad"), [("SAME_UPPER", 1), ("SAME_LOWER", 1), ("VALID", 0)])
 def test_auto_pad(tmp_path, auto_pad, pad):
     layer = load_network(conv_net(tmp_path, auto_pad=auto_pad)).layers[0]
     assert (layer.pad_h, layer.pad_w, layer.h_out) == (pad, pad, 16 - 2 + 2 * pad)
 
 
-@pytest.mark.parametrize(("attrs", "field", "text"), [
-    (dict(pad=1, dilations=[2, 2]), "dilations", "dilated"),
-    (dict(pads=[0, 0, 1, 1]), "pads", "asymmetric padding [0, 0, 1, 1]"),
-    (dict(auto_pad="SAME_UPPER", stride=2), "auto_pad", "unequal"),
-])
+@pytest.mark.parametrize(
+    ("attrs", "field", "text"),
+    [
+        (dict(pad=1, dilations=[2, 2]), "dilations", "dilated"),
+        (dict(pads=[0, 0, 1, 1]), "pads", "asymmetric padding [0, 0, 1, 1]"),
+        (dict(auto_pad="SAME_UPPER", stride=2), "auto_pad", "unequal"),
+    ],
+)
 def test_unsupported_conv_is_one_line_naming_file_node_field(tmp_path, attrs, field, text):
     path = conv_net(tmp_path, **attrs)
     with pytest.raises(InputError) as info:
@@ -205,10 +231,16 @@ def test_matmul_without_constant_weight_is_skipped_and_listed(tmp_path):
 
 def test_weights_in_an_external_data_file(tmp_path):
     model = onnx.load(conv_net(tmp_path, pad=1))
-    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.data",
-              size_threshold=0)
+    onnx.save(
+        model,
+        tmp_path / "ext.onnx",
+        save_as_external_data=True,
+        location="ext.data",
+        size_threshold=0,
+    )
     assert load_network(tmp_path / "ext.onnx").layers == (
-        Layer("c", "conv", 16, 16, 8, 8, 3, 3, pad_h=1, pad_w=1),)
+        Layer("c", "conv", 16, 16, 8, 8, 3, 3, pad_h=1, pad_w=1),
+    )
     (tmp_path / "ext.data").unlink()
     with pytest.raises(InputError, match=r"ext\.onnx: not a valid ONNX model: .*ext\.data"):
         load_network(tmp_path / "ext.onnx")
@@ -242,8 +274,7 @@ def test_cli_check_onnx(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["check", small_cnn(tmp_path)])
     assert result.exit_code == 0, result.output
-    for text in ("small_cnn: 6 layers, batch 2", "gconv", "fc2", "8×8×64",
-                 "skipped 4 ONNX nodes"):
+    for text in ("small_cnn: 6 layers, batch 2", "gconv", "fc2", "8×8×64", "skipped 4 ONNX nodes"):
         assert text in result.output
     bad = conv_net(tmp_path, "bad.onnx", pad=1, dilations=[2, 2])
     result = runner.invoke(app, ["check", bad])

@@ -59,8 +59,12 @@ def test_cycles_at_least_the_physical_bounds(manticore, case):
 @given(mapped_layers())
 def test_untiled_square_layers_match_the_report_equations(manticore, case):
     layer, mapping, batch, precision = case
-    square = (layer.h_in == layer.w_in and layer.kernel_h == layer.kernel_w
-              and layer.groups == 1 and batch == 1)
+    square = (
+        layer.h_in == layer.w_in
+        and layer.kernel_h == layer.kernel_w
+        and layer.groups == 1
+        and batch == 1
+    )
     untiled = mapping.tile.out_h is None and mapping.tile.out_w is None
     if not (square and untiled) or mapping.algorithm == "output_stack_shared":
         return
@@ -68,10 +72,12 @@ def test_untiled_square_layers_match_the_report_equations(manticore, case):
     if mapping.algorithm == "output_stack" and layer.pad_h == 0 and layer.stride_h == 1:
         # Eq. (7) with W_I the loaded extent (no padding rows to skip).
         assert a.offchip_load_words == report.eq7_load_words(
-            layer.h_in, layer.kernel_h, layer.c_in, layer.c_out, mapping.delta_o)
+            layer.h_in, layer.kernel_h, layer.c_in, layer.c_out, mapping.delta_o
+        )
     if mapping.algorithm == "input_parallel":
         assert a.offchip_load_words == report.eq12_load_words(
-            layer.h_in, layer.c_in, layer.c_out, mapping.delta_o, 1)
+            layer.h_in, layer.c_in, layer.c_out, mapping.delta_o, 1
+        )
         active = min(math.ceil(layer.c_in / mapping.tile.in_c), manticore.clusters)
         assert a.intercluster_words == report.reduction_words(active, layer.c_out, 1)
 

@@ -25,8 +25,9 @@ def fc_layer(d_o: int, d_i: int = 512) -> Layer:
 
 def test_alg1_minimum_space_is_2057_words(manticore):
     # Sec. 2.1.2: W_O^2 + W_I^2 + F^2 = 2057 words, < 8.1 KiB sp, < 16.1 KiB dp.
-    minimal = Mapping("output_stack", delta_o=1,
-                      buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1))
+    minimal = Mapping(
+        "output_stack", delta_o=1, buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1)
+    )
     a = analyze(TYPICAL, minimal, manticore, "fp32")
     assert sum(a.buffer_tile_words.values()) == 2057 == report.alg1_min_words(32, 32, 3)
     assert a.l1_bytes / KIB < 8.1
@@ -40,8 +41,9 @@ def test_alg1_ccr_8_9(manticore):
     assert a.ccr == pytest.approx(report.eq2_ccr(32, 32, 3, 128))
     assert round(a.ccr, 1) == 8.9
     assert round(a.flop_per_byte, 1) == 4.4
-    assert round(analyze(TYPICAL, Mapping.from_report(1), manticore, "fp64").flop_per_byte,
-                 1) == 2.2
+    assert (
+        round(analyze(TYPICAL, Mapping.from_report(1), manticore, "fp64").flop_per_byte, 1) == 2.2
+    )
     # Alg. 1 with the report's 48 KiB of buffers (Sec. 2.1.2) fits easily.
     assert a.fits and a.l1_bytes == 48 * KIB
 
@@ -54,8 +56,9 @@ def test_alg2_delta_o_limit(manticore, precision, limit):
     assert not over.fits and "L1" in over.reason
 
 
-@pytest.mark.parametrize("precision, delta_o, ccr, flop_per_byte",
-                         [("fp32", 24, 141.8, 70.9), ("fp64", 12, 87.8, 21.9)])
+@pytest.mark.parametrize(
+    "precision, delta_o, ccr, flop_per_byte", [("fp32", 24, 141.8, 70.9), ("fp64", 12, 87.8, 21.9)]
+)
 def test_alg2_ccr(manticore, precision, delta_o, ccr, flop_per_byte):
     # Eq. (8) at the delta_o limits: 141.8 MAC/word (70.9 spflop/B), 87.8 (21.9 dpflop/B).
     a = analyze(TYPICAL, Mapping.from_report(2, delta_o=delta_o), manticore, precision)
@@ -73,8 +76,9 @@ def test_alg3_delta_o_limit(manticore, precision, limit):
     a = analyze(TYPICAL, Mapping.from_report(3, delta_o=limit), manticore, precision)
     assert a.fits and a.report_algorithm == 3
     assert a.buffer_bytes["share"] == 32 * 32 * a.word_bytes
-    assert not analyze(TYPICAL, Mapping.from_report(3, delta_o=limit + 1), manticore,
-                       precision).fits
+    assert not analyze(
+        TYPICAL, Mapping.from_report(3, delta_o=limit + 1), manticore, precision
+    ).fits
 
 
 def test_alg3_traffic_matches_eq9_eq10_when_stacks_fill_share_groups(manticore):
@@ -107,8 +111,12 @@ def test_alg4_minimum_space_132689_words(manticore):
     # Sec. 3.1.2: D_O B + W_I^2 (B + 1) = 132 689 words for W_I = 7, D_O = 4096, B = 32,
     # ca. 519 KiB sp, 1037 KiB dp: too much for 128 KiB.
     layer = fc_layer(4096)
-    minimal = Mapping("input_parallel", delta_o=4096, batch_tile=32,
-                      buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1))
+    minimal = Mapping(
+        "input_parallel",
+        delta_o=4096,
+        batch_tile=32,
+        buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1),
+    )
     a = analyze(layer, minimal, manticore, "fp32", batch=32)
     assert sum(a.buffer_tile_words.values()) == 132689 == report.alg4_min_words(7, 4096, 32)
     # 132 689 x 4 B = 518.3 KiB and x 8 B = 1036.6 KiB: the report rounds both up.
@@ -119,21 +127,36 @@ def test_alg4_minimum_space_132689_words(manticore):
 @pytest.mark.parametrize("precision, limit", [("fp32", 768), ("fp64", 384)])
 def test_alg4_d_o_limit(manticore, precision, limit):
     # Sec. 3.1.2: with 32 KiB of buffers, D_O <= 768 sp and <= 384 dp for B = 32.
-    ok = analyze(fc_layer(limit), Mapping.from_report(4, delta_o=limit, batch_tile=32),
-                 manticore, precision, batch=32)
+    ok = analyze(
+        fc_layer(limit),
+        Mapping.from_report(4, delta_o=limit, batch_tile=32),
+        manticore,
+        precision,
+        batch=32,
+    )
     assert ok.fits and ok.report_algorithm == 4
-    over = analyze(fc_layer(limit + 1),
-                   Mapping.from_report(4, delta_o=limit + 1, batch_tile=32), manticore,
-                   precision, batch=32)
+    over = analyze(
+        fc_layer(limit + 1),
+        Mapping.from_report(4, delta_o=limit + 1, batch_tile=32),
+        manticore,
+        precision,
+        batch=32,
+    )
     assert not over.fits
 
 
-@pytest.mark.parametrize("precision, d_o, ccr, flop_per_byte",
-                         [("fp32", 768, 30.7, 15.4), ("fp64", 384, 29.5, 7.4)])
+@pytest.mark.parametrize(
+    "precision, d_o, ccr, flop_per_byte", [("fp32", 768, 30.7, 15.4), ("fp64", 384, 29.5, 7.4)]
+)
 def test_alg4_ccr(manticore, precision, d_o, ccr, flop_per_byte):
     # Eq. (11): B D_O / (B + D_O) counts loads only ("the bulk of accesses").
-    a = analyze(fc_layer(d_o), Mapping.from_report(4, delta_o=d_o, batch_tile=32), manticore,
-                precision, batch=32)
+    a = analyze(
+        fc_layer(d_o),
+        Mapping.from_report(4, delta_o=d_o, batch_tile=32),
+        manticore,
+        precision,
+        batch=32,
+    )
     assert a.ccr_loads == pytest.approx(report.eq11_ccr(d_o, 32))
     assert round(a.ccr_loads, 1) == ccr
     assert round(2 * a.ccr_loads / a.word_bytes, 1) == flop_per_byte
@@ -141,13 +164,19 @@ def test_alg4_ccr(manticore, precision, d_o, ccr, flop_per_byte):
     assert a.intercluster_words == 127 * d_o * 32 == report.reduction_words(128, d_o, 32)
 
 
-@pytest.mark.parametrize("precision, delta_o, ccr, flop_per_byte",
-                         [("fp32", 768, 30.6, 15.3), ("fp64", 384, 29.5, 7.4)])
+@pytest.mark.parametrize(
+    "precision, delta_o, ccr, flop_per_byte", [("fp32", 768, 30.6, 15.3), ("fp64", 384, 29.5, 7.4)]
+)
 def test_alg5_ccr(manticore, precision, delta_o, ccr, flop_per_byte):
     # Eq. (12)-(14) for B = 32, D_O = 4096 at the delta_o limits.
     layer = fc_layer(4096)
-    a = analyze(layer, Mapping.from_report(5, delta_o=delta_o, batch_tile=32), manticore,
-                precision, batch=32)
+    a = analyze(
+        layer,
+        Mapping.from_report(5, delta_o=delta_o, batch_tile=32),
+        manticore,
+        precision,
+        batch=32,
+    )
     assert a.fits and a.report_algorithm == 5
     assert a.offchip_load_words == report.eq12_load_words(7, 512, 4096, delta_o, 32)
     assert a.ccr_loads == pytest.approx(report.eq14_ccr(4096, delta_o, 32))

@@ -18,25 +18,33 @@ from tests.strategies import conv_layers, fc_layers
 
 def small_layers():
     # tiny, non-square, strided, grouped and fc layers, plus a few large ones
-    return st.one_of(conv_layers(max_hw=24, max_c=48), fc_layers(max_c=256),
-                     st.sampled_from([
-                         Layer("big", "conv", 56, 56, 64, 64, 3, 3, pad_h=1, pad_w=1),
-                         Layer.fc("huge_fc", 7, 7, 512, 4096),
-                         Layer("wide", "conv", 13, 208, 8, 16, 3, 3, 2, 2, 1, 1),
-                     ]))
+    return st.one_of(
+        conv_layers(max_hw=24, max_c=48),
+        fc_layers(max_c=256),
+        st.sampled_from(
+            [
+                Layer("big", "conv", 56, 56, 64, 64, 3, 3, pad_h=1, pad_w=1),
+                Layer.fc("huge_fc", 7, 7, 512, 4096),
+                Layer("wide", "conv", 13, 208, 8, 16, 3, 3, 2, 2, 1, 1),
+            ]
+        ),
+    )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(layer=small_layers(), batch=st.sampled_from([1, 1, 2, 3]),
-       precision=st.sampled_from(["fp32", "fp64"]),
-       objective=st.sampled_from(["latency", "latency", "traffic", "energy"]))
+@given(
+    layer=small_layers(),
+    batch=st.sampled_from([1, 1, 2, 3]),
+    precision=st.sampled_from(["fp32", "fp64"]),
+    objective=st.sampled_from(["latency", "latency", "traffic", "energy"]),
+)
 def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objective):
     space = search_space(layer, manticore, batch)
     best = exhaustive_search(space, manticore, precision, objective)
     result = solve(space, manticore, precision, objective)
     assert result.status == "OPTIMAL"
     assert result.candidates == best.candidates
-    assert result.index == best.index          # same mapping: same lexicographic tie-breaks
+    assert result.index == best.index  # same mapping: same lexicographic tie-breaks
     for key in ("cycles", "offchip_bytes", "l1", "energy"):
         assert result.values[key] == best.values[key]
     # the decoded mapping, analysed on its own, has exactly those costs
@@ -46,9 +54,12 @@ def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objec
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(layer=st.one_of(conv_layers(max_hw=20, max_c=40), fc_layers(max_c=200)),
-       batch=st.sampled_from([1, 2, 3]), precision=st.sampled_from(["fp32", "fp64"]),
-       objective=st.sampled_from(["latency", "latency", "traffic"]))
+@given(
+    layer=st.one_of(conv_layers(max_hw=20, max_c=40), fc_layers(max_c=200)),
+    batch=st.sampled_from([1, 2, 3]),
+    precision=st.sampled_from(["fp32", "fp64"]),
+    objective=st.sampled_from(["latency", "latency", "traffic"]),
+)
 def test_ilp_optimum_equals_exhaustive_with_dma_efficiency(layer, batch, precision, objective):
     """The same law with the inverse DMA efficiencies active (SW26010's measured tables,
     seed 004 Table II: two-variable tables read with element constraints)."""
@@ -56,7 +67,7 @@ def test_ilp_optimum_equals_exhaustive_with_dma_efficiency(layer, batch, precisi
     space = search_space(layer, sw, batch)
     best = exhaustive_search(space, sw, precision, objective)
     if best is None or not best.index:
-        return                                    # nothing fits the 64 KB LDM
+        return  # nothing fits the 64 KB LDM
     result = solve(space, sw, precision, objective)
     assert result.status == "OPTIMAL"
     assert result.index == best.index
@@ -128,8 +139,10 @@ def test_network_solves_identical_shapes_once(manticore):
 
 
 def test_network_results_do_not_depend_on_processes(manticore):
-    layers = tuple(Layer(f"c{i}", "conv", 10 + i, 10, 16, 16 * (i + 1), 3, 3, pad_h=1, pad_w=1)
-                   for i in range(3))
+    layers = tuple(
+        Layer(f"c{i}", "conv", 10 + i, 10, 16, 16 * (i + 1), 3, 3, pad_h=1, pad_w=1)
+        for i in range(3)
+    )
     net = Network("n", layers)
     serial = solve_network(net, manticore, processes=1)
     parallel = solve_network(net, manticore, processes=2)
@@ -143,8 +156,11 @@ def test_energy_objective_uses_the_machine_energies(manticore):
     frugal = solve_layer(layer, manticore, "fp32", objective="energy")
     assert frugal.analysis.energy_pj <= fast.analysis.energy_pj
     e = manticore.energy_pj
-    expected = (layer.macs * e["mac_fp32"] + frugal.analysis.offchip_bytes * e["hbm_byte"]
-                + frugal.analysis.intercluster_bytes * e["noc_byte"])
+    expected = (
+        layer.macs * e["mac_fp32"]
+        + frugal.analysis.offchip_bytes * e["hbm_byte"]
+        + frugal.analysis.intercluster_bytes * e["noc_byte"]
+    )
     assert frugal.analysis.energy_pj == pytest.approx(expected, rel=1e-9)
 
 
@@ -158,8 +174,12 @@ def multicast_machines():
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(machine=multicast_machines(), layer=small_layers(), batch=st.sampled_from([1, 1, 2, 3]),
-       objective=st.sampled_from(["latency", "latency", "traffic", "energy"]))
+@given(
+    machine=multicast_machines(),
+    layer=small_layers(),
+    batch=st.sampled_from([1, 1, 2, 3]),
+    objective=st.sampled_from(["latency", "latency", "traffic", "energy"]),
+)
 def test_ilp_optimum_equals_exhaustive_with_multicast(machine, layer, batch, objective):
     space = search_space(layer, machine, batch)
     assert space.multicast == (False, True)

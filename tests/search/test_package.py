@@ -15,14 +15,17 @@ PACKAGE = small_package()
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(layer=st.one_of(conv_layers(max_hw=12, max_c=16), fc_layers(max_c=48)),
-       batch=st.sampled_from([1, 2, 3]),
-       objective=st.sampled_from(["latency", "latency", "traffic"]))
+@given(
+    layer=st.one_of(conv_layers(max_hw=12, max_c=16), fc_layers(max_c=48)),
+    batch=st.sampled_from([1, 2, 3]),
+    objective=st.sampled_from(["latency", "latency", "traffic"]),
+)
 def test_package_ilp_equals_exhaustive(layer, batch, objective):
     ilp = solve_layer(layer, PACKAGE, "fp32", batch, objective=objective)
-    enumerated = solve_layer(layer, PACKAGE, "fp32", batch, objective=objective,
-                             search="exhaustive")
-    assert ilp.mapping == enumerated.mapping            # same split, same inner mapping
+    enumerated = solve_layer(
+        layer, PACKAGE, "fp32", batch, objective=objective, search="exhaustive"
+    )
+    assert ilp.mapping == enumerated.mapping  # same split, same inner mapping
     assert ilp.analysis == enumerated.analysis
     assert ilp.search.status == "OPTIMAL"
     # "none" is always a candidate: the package is never slower than one chiplet

@@ -32,12 +32,30 @@ def test_two_processes_complete_one_network(tmp_path):
     net = tmp_path / "net.yaml"
     net.write_text(NETWORK)
     budget = 16
-    command = [sys.executable, "-m", "autotune", "tune", str(net), "--storage", URL,
-               "--trials", str(budget), "--no-verify", "--out"]
+    command = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "tune",
+        str(net),
+        "--storage",
+        URL,
+        "--trials",
+        str(budget),
+        "--no-verify",
+        "--out",
+    ]
     env = {**os.environ, "COLUMNS": "200"}
-    procs = [subprocess.Popen([*command, str(tmp_path / f"out{i}.json")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [*command, str(tmp_path / f"out{i}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outputs = [p.communicate(timeout=600) for p in procs]
     for p, (_out, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
@@ -46,8 +64,11 @@ def test_two_processes_complete_one_network(tmp_path):
     for summary in summaries:
         study = optuna.load_study(study_name=summary.study_name, storage=URL)
         states = [t.state for t in study.trials]
-        finished = [s for s in states if s in (optuna.trial.TrialState.COMPLETE,
-                                               optuna.trial.TrialState.PRUNED)]
+        finished = [
+            s
+            for s in states
+            if s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        ]
         # nothing lost (every trial finished) and nothing beyond one per extra process
         assert budget <= len(finished) <= budget + 1, summary.study_name
         assert optuna.trial.TrialState.RUNNING not in states
@@ -58,8 +79,13 @@ def test_two_processes_complete_one_network(tmp_path):
         keys = [tuple(sorted(t.params.items())) for t in seeded]
         assert len(keys) == len(set(keys))
     # a third run finds every study complete and tunes nothing
-    third = subprocess.run([*command, str(tmp_path / "out2.json")], env=env,
-                           capture_output=True, text=True, timeout=600)
+    third = subprocess.run(
+        [*command, str(tmp_path / "out2.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert third.returncode == 0, third.stderr
     again = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(URL)}
     assert again == {s.study_name: s.n_trials for s in summaries}

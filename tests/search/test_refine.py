@@ -53,8 +53,9 @@ def test_top_k_starts_with_the_optimum(manticore):
 
 def test_never_worse_than_the_ilp_and_finds_better(manticore):
     seeds = incumbents(manticore)
-    result = refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=30, storage="memory",
-                          simulate=skewed)
+    result = refine_layer(
+        LAYER, manticore, "fp32", 1, seeds, trials=30, storage="memory", simulate=skewed
+    )
     assert result.ilp_cycles == skewed(LAYER, seeds[0], manticore, "fp32", 1).cycles
     assert result.cycles <= result.ilp_cycles
     assert result.cycles == skewed(LAYER, result.mapping, manticore, "fp32", 1).cycles
@@ -64,28 +65,32 @@ def test_never_worse_than_the_ilp_and_finds_better(manticore):
 
 def test_deterministic_for_one_worker(manticore):
     seeds = incumbents(manticore)
-    runs = [refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=20, storage="memory",
-                         seed=5, simulate=skewed) for _ in range(2)]
+    runs = [
+        refine_layer(
+            LAYER, manticore, "fp32", 1, seeds, trials=20, storage="memory", seed=5, simulate=skewed
+        )
+        for _ in range(2)
+    ]
     assert runs[0].mapping == runs[1].mapping and runs[0].cycles == runs[1].cycles
 
 
 def test_cache_hit_and_budget_extension(manticore, tmp_path):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     seeds = incumbents(manticore)
-    first = refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=12, storage=url,
-                         simulate=skewed)
-    again = refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=12, storage=url,
-                         simulate=skewed)
+    first = refine_layer(
+        LAYER, manticore, "fp32", 1, seeds, trials=12, storage=url, simulate=skewed
+    )
+    again = refine_layer(
+        LAYER, manticore, "fp32", 1, seeds, trials=12, storage=url, simulate=skewed
+    )
     assert again.cached and again.simulated == 0 and again.mapping == first.mapping
-    more = refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=20, storage=url,
-                        simulate=skewed)
+    more = refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=20, storage=url, simulate=skewed)
     assert not more.cached and more.trials == 20 and more.simulated <= 8
 
 
 def test_default_storage_in_xdg_cache(manticore, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    refine_layer(LAYER, manticore, "fp32", 1, incumbents(manticore, 1), trials=3,
-                 simulate=skewed)
+    refine_layer(LAYER, manticore, "fp32", 1, incumbents(manticore, 1), trials=3, simulate=skewed)
     assert (tmp_path / "autotune" / "studies.db").exists()
 
 
@@ -93,8 +98,16 @@ def _run_until_killed(url: str, budget: int) -> None:
     from autotune import Machine
 
     machine = Machine.preset("manticore")
-    refine_layer(LAYER, machine, "fp32", 1, incumbents(machine), trials=budget, storage=url,
-                 simulate=slow_skewed)
+    refine_layer(
+        LAYER,
+        machine,
+        "fp32",
+        1,
+        incumbents(machine),
+        trials=budget,
+        storage=url,
+        simulate=slow_skewed,
+    )
 
 
 def test_resume_after_sigkill(manticore, tmp_path):
@@ -118,16 +131,29 @@ def test_resume_after_sigkill(manticore, tmp_path):
     proc.join()
     assert name is not None, "the first run never got going"
     study = optuna.load_study(study_name=name, storage=url)
-    finished_before = {t.number: t.params for t in study.trials
-                       if t.state in (optuna.trial.TrialState.COMPLETE,
-                                      optuna.trial.TrialState.PRUNED)}
+    finished_before = {
+        t.number: t.params
+        for t in study.trials
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    }
     assert 0 < len(finished_before) < budget
     time.sleep(3.5)  # past the heartbeat grace period: the killed trial counts as stale
-    result = refine_layer(LAYER, manticore, "fp32", 1, incumbents(manticore), trials=budget,
-                          storage=url, simulate=skewed)
+    result = refine_layer(
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        incumbents(manticore),
+        trials=budget,
+        storage=url,
+        simulate=skewed,
+    )
     study = optuna.load_study(study_name=name, storage=url)
-    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
-                                                       optuna.trial.TrialState.PRUNED)]
+    finished = [
+        t
+        for t in study.trials
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
     assert len(finished) == budget == result.trials
     # finished trials were kept, not repeated
     for number, params in finished_before.items():
@@ -146,8 +172,9 @@ def test_prunes_without_simulating(manticore):
     big = Layer("big", "conv", 56, 56, 256, 512, 3, 3, pad_h=1, pad_w=1)
     space = search_space(big, manticore, 1)
     seeds = [space.decode(i) for i in top_k(space, manticore, "fp32", "latency", 1)]
-    result = refine_layer(big, manticore, "fp32", 1, seeds, trials=40, storage="memory",
-                          simulate=counting)
+    result = refine_layer(
+        big, manticore, "fp32", 1, seeds, trials=40, storage="memory", simulate=counting
+    )
     assert len(calls) == result.simulated < 40  # some proposals did not fit L1
     assert all(analyze(big, m, manticore).fits for m in calls)
 
@@ -159,11 +186,23 @@ def quiet_optuna():
 
 def test_two_workers_share_one_study(manticore, tmp_path):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    result = refine_layer(LAYER, manticore, "fp32", 1, incumbents(manticore), trials=30,
-                          storage=url, simulate=slow_skewed, workers=2)
+    result = refine_layer(
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        incumbents(manticore),
+        trials=30,
+        storage=url,
+        simulate=slow_skewed,
+        workers=2,
+    )
     study = optuna.load_study(study_name=result.study, storage=url)
-    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
-                                                       optuna.trial.TrialState.PRUNED)]
+    finished = [
+        t
+        for t in study.trials
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
     # Optuna's callback stops each worker at the budget; a worker may finish the trial it
     # had started, so the study holds the budget or one more per extra worker
     assert 30 <= len(finished) <= 31

@@ -7,14 +7,20 @@ import dataclasses
 from autotune import Machine
 
 
-def with_bandwidth(machine: Machine, *, hbm: float = 1.0, links: float = 1.0,
-                   dma: int = 1) -> Machine:
+def with_bandwidth(
+    machine: Machine, *, hbm: float = 1.0, links: float = 1.0, dma: int = 1
+) -> Machine:
     """``machine`` with its HBM, quadrant links and DMA port scaled by the given factors."""
-    levels = tuple(dataclasses.replace(lv, uplink_bytes_per_cycle=lv.uplink_bytes_per_cycle
-                                       * links) for lv in machine.levels)
-    return dataclasses.replace(machine, hbm_bytes_per_cycle=machine.hbm_bytes_per_cycle * hbm,
-                               dma_bytes_per_cycle=machine.dma_bytes_per_cycle * dma,
-                               levels=levels)
+    levels = tuple(
+        dataclasses.replace(lv, uplink_bytes_per_cycle=lv.uplink_bytes_per_cycle * links)
+        for lv in machine.levels
+    )
+    return dataclasses.replace(
+        machine,
+        hbm_bytes_per_cycle=machine.hbm_bytes_per_cycle * hbm,
+        dma_bytes_per_cycle=machine.dma_bytes_per_cycle * dma,
+        levels=levels,
+    )
 
 
 def with_fanout(machine: Machine, level: int, factor: int) -> Machine:
@@ -29,8 +35,11 @@ def with_dma_efficiency(machine: Machine, source: str = "sw26010-cg") -> Machine
     004 Table II): every main-memory transfer then reaches a fraction of the bandwidth that
     depends on its contiguous runs."""
     tables = Machine.preset(source)
-    return dataclasses.replace(machine, dma_read_efficiency=tables.dma_read_efficiency,
-                               dma_write_efficiency=tables.dma_write_efficiency)
+    return dataclasses.replace(
+        machine,
+        dma_read_efficiency=tables.dma_read_efficiency,
+        dma_write_efficiency=tables.dma_write_efficiency,
+    )
 
 
 def without_dma_efficiency(machine: Machine) -> Machine:

@@ -26,7 +26,7 @@ def sw() -> Machine:
 
 
 def test_vectorised_efficiency_is_the_machines_step_function(sw, manticore):
-    sizes = [1, 31, 32, 33, 100, 576, 600, 4095, 4096, 10 ** 6]
+    sizes = [1, 31, 32, 33, 100, 576, 600, 4095, 4096, 10**6]
     for write in (False, True):
         got = dma_efficiency(sw, np.asarray(sizes), write)
         assert got.tolist() == [sw.dma_efficiency(s, write) for s in sizes]
@@ -35,9 +35,9 @@ def test_vectorised_efficiency_is_the_machines_step_function(sw, manticore):
 
 def test_runs_follow_the_layout():
     layer = Layer("c", "conv", 10, 12, 8, 4, 3, 3, pad_h=1, pad_w=1)
-    assert [int(v) for v in input_runs(layer, 10, 12, 3)] == [360, 1]    # whole slices
-    assert [int(v) for v in input_runs(layer, 4, 12, 3)] == [48, 3]      # whole rows
-    assert [int(v) for v in input_runs(layer, 4, 5, 3)] == [5, 12]       # row pieces
+    assert [int(v) for v in input_runs(layer, 10, 12, 3)] == [360, 1]  # whole slices
+    assert [int(v) for v in input_runs(layer, 4, 12, 3)] == [48, 3]  # whole rows
+    assert [int(v) for v in input_runs(layer, 4, 5, 3)] == [5, 12]  # row pieces
     assert [int(v) for v in output_runs(layer, 10, 12, 4)] == [480, 1]
 
 
@@ -62,8 +62,9 @@ def test_efficiency_slows_time_not_bytes(manticore, tabled, case):
     assert r.hbm_store_bytes == a.offchip_store_words * a.word_bytes
     best_read = max(f for _, f in tabled.dma_read_efficiency)
     best_write = max(f for _, f in tabled.dma_write_efficiency)
-    bound = (r.hbm_load_bytes / best_read + r.hbm_store_bytes / best_write) \
-        / tabled.hbm_bytes_per_cycle
+    bound = (
+        r.hbm_load_bytes / best_read + r.hbm_store_bytes / best_write
+    ) / tabled.hbm_bytes_per_cycle
     assert r.cycles >= bound * (1 - 1e-9)
     assert r.cycles >= r.macs / tabled.peak_macs_per_cycle(precision)
 
@@ -71,15 +72,20 @@ def test_efficiency_slows_time_not_bytes(manticore, tabled, case):
 def test_tables_of_ones_change_nothing(manticore, tabled):
     ones = tuple((size, 1.0) for size, _ in tabled.dma_read_efficiency)
     import dataclasses
+
     flat = dataclasses.replace(manticore, dma_read_efficiency=ones, dma_write_efficiency=ones)
     layer = Layer("c", "conv", 28, 28, 64, 64, 3, 3, pad_h=1, pad_w=1)
     mapping = Mapping("output_stack", delta_o=16, tile=Tile(out_h=7, out_w=10, in_c=2))
     for machine in (flat,):
-        a, b = analyze(layer, mapping, machine, "fp32", 2), analyze(layer, mapping, manticore,
-                                                                     "fp32", 2)
+        a, b = (
+            analyze(layer, mapping, machine, "fp32", 2),
+            analyze(layer, mapping, manticore, "fp32", 2),
+        )
         assert a.cycles == b.cycles and a.memory_cycles == b.memory_cycles
-        assert simulate(layer, mapping, machine, "fp32", 2).cycles == simulate(
-            layer, mapping, manticore, "fp32", 2).cycles
+        assert (
+            simulate(layer, mapping, machine, "fp32", 2).cycles
+            == simulate(layer, mapping, manticore, "fp32", 2).cycles
+        )
 
 
 @pytest.mark.parametrize("out_w, in_run, out_run", [(None, 2048, 2048), (4, 32, 32)])
@@ -89,20 +95,25 @@ def test_memory_bound_stream_runs_at_the_tables_bandwidth(sw, out_w, in_run, out
     the model's memory time is each operand's bytes over the table's efficiency for its
     runs, and the simulator agrees with the model within 10%."""
     layer = Layer("c", "conv", 64, 64, 64, 8)
-    mapping = Mapping("output_stack", delta_o=8, tile=Tile(out_h=4, out_w=out_w, in_c=1),
-                      buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1))
+    mapping = Mapping(
+        "output_stack",
+        delta_o=8,
+        tile=Tile(out_h=4, out_w=out_w, in_c=1),
+        buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+    )
     grid = task_grid(layer, mapping, 2)
-    assert int(input_runs(layer, grid.rows.in_size[0], grid.cols.in_size[0], 1)[0]) * 8 \
-        == in_run
-    assert int(output_runs(layer, grid.rows.out_size[0], grid.cols.out_size[0], 8)[0]) * 8 \
-        == out_run
+    assert int(input_runs(layer, grid.rows.in_size[0], grid.cols.in_size[0], 1)[0]) * 8 == in_run
+    assert (
+        int(output_runs(layer, grid.rows.out_size[0], grid.cols.out_size[0], 8)[0]) * 8 == out_run
+    )
     a = analyze(layer, mapping, sw, "fp64", 2)
     plain = without_dma_efficiency(sw)
-    filter_run = 8        # a filter tile per step: in_c = 1 slice x 1x1 of one output
-    expected = (a.input_load_words * 8 / sw.dma_efficiency(in_run)
-                + a.filter_load_words * 8 / sw.dma_efficiency(filter_run)
-                + a.offchip_store_words * 8 / sw.dma_efficiency(out_run, write=True)) \
-        / sw.hbm_bytes_per_cycle
+    filter_run = 8  # a filter tile per step: in_c = 1 slice x 1x1 of one output
+    expected = (
+        a.input_load_words * 8 / sw.dma_efficiency(in_run)
+        + a.filter_load_words * 8 / sw.dma_efficiency(filter_run)
+        + a.offchip_store_words * 8 / sw.dma_efficiency(out_run, write=True)
+    ) / sw.hbm_bytes_per_cycle
     assert a.bound == "memory"
     assert a.memory_cycles == pytest.approx(expected, rel=1e-3)
     assert a.offchip_bytes == analyze(layer, mapping, plain, "fp64", 2).offchip_bytes

@@ -43,9 +43,12 @@ def test_more_bandwidth_is_never_slower(manticore, case):
     """
     layer, mapping, batch, precision = _fitting(case, manticore)
     base = simulate(layer, mapping, manticore, precision, batch).cycles
-    for machine in (with_bandwidth(manticore, hbm=1.5), with_bandwidth(manticore, hbm=2),
-                    with_bandwidth(manticore, hbm=4),
-                    with_bandwidth(manticore, hbm=2, links=2, dma=2)):
+    for machine in (
+        with_bandwidth(manticore, hbm=1.5),
+        with_bandwidth(manticore, hbm=2),
+        with_bandwidth(manticore, hbm=4),
+        with_bandwidth(manticore, hbm=2, links=2, dma=2),
+    ):
         assert simulate(layer, mapping, machine, precision, batch).cycles <= base * 1.001
     wider_port = simulate(layer, mapping, with_bandwidth(manticore, dma=2), precision, batch)
     assert wider_port.cycles <= base * 1.01
@@ -74,8 +77,12 @@ def test_compute_bound_balanced_case_agrees_with_the_model(manticore):
     # 128 equal tasks (one stack of 64 outputs x 32 bands of 2 rows x 4 images), CCR ~ 80
     # MAC/word: HBM stays below a third of its bandwidth.
     layer = Layer("c", "conv", 64, 64, 64, 64, 3, 3, pad_h=1, pad_w=1)
-    mapping = Mapping("output_stack", delta_o=64, tile=Tile(out_h=2),
-                      buffers=Buffers(input_bytes=16384, filter_bytes=16384))
+    mapping = Mapping(
+        "output_stack",
+        delta_o=64,
+        tile=Tile(out_h=2),
+        buffers=Buffers(input_bytes=16384, filter_bytes=16384),
+    )
     a = analyze(layer, mapping, manticore, "fp32", 4)
     r = simulate(layer, mapping, manticore, "fp32", 4)
     assert a.tasks == manticore.clusters and a.bound == "compute"
@@ -83,14 +90,22 @@ def test_compute_bound_balanced_case_agrees_with_the_model(manticore):
     assert r.cycles == pytest.approx(a.cycles, rel=0.05)
 
 
-@pytest.mark.parametrize("layer, mapping", [
-    # Report Alg. 1 on its example layer: each of 128 clusters streams all 128 slices.
-    (Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1), Mapping.from_report(1)),
-    # A 1x1 layer streaming 4 slices per step through deep buffers.
-    (Layer("c", "conv", 32, 32, 256, 128), Mapping(
-        "output_stack", tile=Tile(in_c=4), buffers=Buffers(input_bytes=65536,
-                                                           filter_bytes=1024))),
-])
+@pytest.mark.parametrize(
+    "layer, mapping",
+    [
+        # Report Alg. 1 on its example layer: each of 128 clusters streams all 128 slices.
+        (Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1), Mapping.from_report(1)),
+        # A 1x1 layer streaming 4 slices per step through deep buffers.
+        (
+            Layer("c", "conv", 32, 32, 256, 128),
+            Mapping(
+                "output_stack",
+                tile=Tile(in_c=4),
+                buffers=Buffers(input_bytes=65536, filter_bytes=1024),
+            ),
+        ),
+    ],
+)
 def test_bandwidth_bound_streaming_case_agrees_with_the_model(manticore, layer, mapping):
     a = analyze(layer, mapping, manticore)
     r = simulate(layer, mapping, manticore)
@@ -99,9 +114,15 @@ def test_bandwidth_bound_streaming_case_agrees_with_the_model(manticore, layer, 
     assert r.cycles == pytest.approx(a.cycles, rel=0.05)
 
 
-@pytest.mark.parametrize("grow", [
-    dict(c_in=256), dict(c_out=256), dict(h_in=64), dict(batch=2),
-])
+@pytest.mark.parametrize(
+    "grow",
+    [
+        dict(c_in=256),
+        dict(c_out=256),
+        dict(h_in=64),
+        dict(batch=2),
+    ],
+)
 def test_doubling_a_bandwidth_bound_layer_doubles_its_time(manticore, grow):
     layer = Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1)
     mapping = Mapping("output_stack", buffers=Buffers(input_bytes=32768, filter_bytes=1024))
@@ -117,13 +138,19 @@ def test_doubling_a_bandwidth_bound_layer_doubles_its_time(manticore, grow):
 @given(mapped_layers())
 def test_double_buffers_are_never_slower_than_single(manticore, case):
     layer, mapping, batch, precision = case
-    depth = {d: mapping.with_(buffers=dataclasses.replace(
-        mapping.buffers, input_depth=d, filter_depth=d, output_depth=d)) for d in (1, 2)}
+    depth = {
+        d: mapping.with_(
+            buffers=dataclasses.replace(
+                mapping.buffers, input_depth=d, filter_depth=d, output_depth=d
+            )
+        )
+        for d in (1, 2)
+    }
     double = analyze(layer, depth[2], manticore, precision, batch)
     assume(double.fits and double.tasks <= 5000)
     r1 = simulate(layer, depth[1], manticore, precision, batch)
     r2 = simulate(layer, depth[2], manticore, precision, batch)
-    assert r2.cycles <= r1.cycles * 1.02     # within fair-sharing anomalies (0.9% found)
+    assert r2.cycles <= r1.cycles * 1.02  # within fair-sharing anomalies (0.9% found)
 
 
 @SETTINGS

@@ -14,8 +14,8 @@ def _rates(demand, paths, capacity):
     idx = np.zeros((len(paths), width), dtype=np.int64)
     w = np.zeros((len(paths), width))
     for f, path in enumerate(paths):
-        idx[f, :len(path)] = path
-        w[f, :len(path)] = 1.0
+        idx[f, : len(path)] = path
+        w[f, : len(path)] = 1.0
     return max_min_rates(np.asarray(demand, dtype=float), idx, w, np.asarray(capacity, float))
 
 
@@ -35,12 +35,13 @@ def test_max_min_on_a_tree():
     # Flows 0 and 1 share a narrow link 1 (cap 4); all three share the root 0 (cap 10):
     # the narrow link caps 0 and 1 at 2 each, and flow 2 gets the rest of the root.
     assert _rates([100, 100, 100], [[0, 1], [0, 1], [0, 2]], [10, 4, 100]) == pytest.approx(
-        [2, 2, 6])
+        [2, 2, 6]
+    )
 
 
 def test_weights_charge_more_capacity_per_payload_byte():
     idx = np.array([[0], [0]])
-    w = np.array([[2.0], [1.0]])              # flow 0 uses two bytes of capacity per byte
+    w = np.array([[2.0], [1.0]])  # flow 0 uses two bytes of capacity per byte
     rates = max_min_rates(np.array([100.0, 100.0]), idx, w, np.array([30.0]))
     assert rates == pytest.approx([10, 10])  # equal payload rates, 20 + 10 = 30 of capacity
 
@@ -68,6 +69,12 @@ def test_tied_flows_move_in_proportion():
     # group's largest flow gets a fair share, its partner a quarter of that, the rest is 2's.
     idx = np.zeros((3, 1), dtype=np.int64)
     w = np.ones((3, 1))
-    rates = max_min_rates(np.array([100.0, 25.0, 100.0]), idx, w, np.array([90.0]),
-                          group=np.array([0, 0, 1]), scale=np.array([1.0, 0.25, 1.0]))
+    rates = max_min_rates(
+        np.array([100.0, 25.0, 100.0]),
+        idx,
+        w,
+        np.array([90.0]),
+        group=np.array([0, 0, 1]),
+        scale=np.array([1.0, 0.25, 1.0]),
+    )
     assert rates == pytest.approx([40, 10, 40])

@@ -23,7 +23,7 @@ PACKAGE = small_package()
 @given(case=mapped_layers(), split=st.sampled_from(SPLITS))
 def test_package_bytes_equal_the_model(case, split):
     layer, mapping, batch, precision = case
-    assume(mapping.share_group in (1, 4))              # the test chiplet has 8 clusters
+    assume(mapping.share_group in (1, 4))  # the test chiplet has 8 clusters
     mapping = mapping.with_(chiplet_split=split)
     try:
         a = analyze(layer, mapping, PACKAGE, precision, batch)
@@ -38,11 +38,17 @@ def test_package_bytes_equal_the_model(case, split):
     assert r.chiplet_split == split and r.chiplets == a.chiplets
     # the slowest chiplet: at least part 0 after its own stage-in
     parts = split_parts(layer, split, PACKAGE.chiplets, batch, a.word_bytes)
-    first = simulate(parts[0].layer, part_mapping(mapping, parts[0]), PACKAGE.chiplet(),
-                     precision, parts[0].batch)
+    first = simulate(
+        parts[0].layer,
+        part_mapping(mapping, parts[0]),
+        PACKAGE.chiplet(),
+        precision,
+        parts[0].batch,
+    )
     incoming = [b for (_, dst), b in link_bytes(parts).items() if dst == 0]
-    stage = (PACKAGE.d2d_latency_cycles + max(incoming) / PACKAGE.d2d_bytes_per_cycle
-             if incoming else 0)
+    stage = (
+        PACKAGE.d2d_latency_cycles + max(incoming) / PACKAGE.d2d_bytes_per_cycle if incoming else 0
+    )
     assert r.cycles >= first.cycles + math.ceil(stage - 1e-9)
     assert r.fpu_utilization <= PACKAGE.fpu_utilization + 1e-9
     assert sum(r.breakdown.as_dict().values()) == pytest.approx(r.cycles, rel=1e-6, abs=1)
@@ -52,7 +58,7 @@ def test_spatial_stage_in_is_the_halo_over_one_link():
     conv = Layer("c", "conv", 32, 16, 8, 8, 3, 3, pad_h=1, pad_w=1)
     mapping = Mapping("output_stack", delta_o=8, chiplet_split="spatial")
     r = simulate(conv, mapping, PACKAGE, "fp32", 1)
-    row = 16 * 8 * 4                                   # one input row, all channels
-    assert r.d2d_bytes == 2 * row                      # one halo row each way
+    row = 16 * 8 * 4  # one input row, all channels
+    assert r.d2d_bytes == 2 * row  # one halo row each way
     assert r.d2d_cycles == PACKAGE.d2d_latency_cycles + math.ceil(row / PACKAGE.d2d_bytes_per_cycle)
     assert r.breakdown.as_dict()["d2d"] == pytest.approx(r.d2d_cycles, abs=1)

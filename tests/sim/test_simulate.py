@@ -25,8 +25,13 @@ def test_exported_and_independent_of_the_cost_model():
     sim_dir = Path(autotune.__file__).parent / "sim"
     for path in sim_dir.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n.startswith("autotune.model") for n in names), path.name
 
 
@@ -67,7 +72,7 @@ def test_breakdown_accounts_for_every_cycle(manticore, case):
     assert all(v >= -1e-6 * r.cycles for v in parts.values()), parts
     mac_cycles = r.macs / (manticore.fpu_utilization * r.peak_macs_per_cycle)
     if mapping.algorithm == "input_parallel":
-        assert parts["compute"] >= mac_cycles * (1 - 1e-9)   # plus the reduction's adds
+        assert parts["compute"] >= mac_cycles * (1 - 1e-9)  # plus the reduction's adds
     else:
         assert parts["compute"] == pytest.approx(mac_cycles, rel=1e-9)
     assert 0 < r.fpu_utilization <= manticore.fpu_utilization + 1e-12
@@ -85,8 +90,8 @@ def test_alg3_loads_each_slice_once_per_share_group(manticore):
     slices = 128 * 32 * 32 * 4
     filters = 128 * 128 * 9 * 4
     assert alg2.hbm_load_bytes == 16 * slices + filters
-    assert alg3.hbm_load_bytes == slices + filters                  # Eq. 10
-    assert alg3.intercluster_bytes == 15 * slices                   # Eq. 9
+    assert alg3.hbm_load_bytes == slices + filters  # Eq. 10
+    assert alg3.intercluster_bytes == 15 * slices  # Eq. 9
     assert alg3.breakdown.sync >= 0 and alg2.intercluster_bytes == 0
 
 
@@ -106,10 +111,12 @@ def test_alg4_reduction_moves_127_stacks(manticore):
 def test_small_transfers_are_slower(manticore):
     """The effect of swDNN's Table II (seed 004): bandwidth grows with the block size."""
     achieved = []
-    for side in (2, 4, 8, 16, 32, 64):        # one cluster streams 64 slices of side^2 words
+    for side in (2, 4, 8, 16, 32, 64):  # one cluster streams 64 slices of side^2 words
         layer = Layer("c", "conv", side, side, 64, 1)
-        mapping = Mapping("output_stack", buffers=Buffers(
-            input_bytes=min(65536, 16 * side * side * 4), filter_bytes=1024))
+        mapping = Mapping(
+            "output_stack",
+            buffers=Buffers(input_bytes=min(65536, 16 * side * side * 4), filter_bytes=1024),
+        )
         r = simulate(layer, mapping, manticore)
         achieved.append(r.hbm_load_bytes / r.cycles)
     assert achieved == sorted(achieved)
@@ -120,8 +127,9 @@ def test_small_transfers_are_slower(manticore):
 def test_double_buffering_hides_the_latency(manticore):
     layer = Layer("c", "conv", 16, 16, 256, 8, 3, 3, pad_h=1, pad_w=1)
     single = Mapping("output_stack", delta_o=8, buffers=Buffers(input_depth=1, filter_depth=1))
-    double = Mapping("output_stack", delta_o=8, buffers=Buffers(input_bytes=16384,
-                                                                filter_bytes=4096))
+    double = Mapping(
+        "output_stack", delta_o=8, buffers=Buffers(input_bytes=16384, filter_bytes=4096)
+    )
     r1, r2 = simulate(layer, single, manticore), simulate(layer, double, manticore)
     assert r2.cycles < 0.5 * r1.cycles
     assert r2.breakdown.dma_wait < 0.1 * r1.breakdown.dma_wait
@@ -138,18 +146,20 @@ def test_errors(manticore):
         simulate(REPORT_CONV, Mapping.from_report(2, delta_o=8), manticore).write_trace("x")
 
 
-@pytest.mark.parametrize("mapping, batch", [
-    (Mapping.from_report(3, delta_o=8, tile=Tile(out_h=16)), 1),
-    (Mapping("output_stack", delta_o=8, buffers=Buffers(output_depth=2)), 1),
-    (Mapping.from_report(5, delta_o=16, batch_tile=2), 2),
-    (Mapping("input_parallel", delta_o=16, batch_tile=2, buffers=Buffers(output_depth=2)), 2),
-])
+@pytest.mark.parametrize(
+    "mapping, batch",
+    [
+        (Mapping.from_report(3, delta_o=8, tile=Tile(out_h=16)), 1),
+        (Mapping("output_stack", delta_o=8, buffers=Buffers(output_depth=2)), 1),
+        (Mapping.from_report(5, delta_o=16, batch_tile=2), 2),
+        (Mapping("input_parallel", delta_o=16, batch_tile=2, buffers=Buffers(output_depth=2)), 2),
+    ],
+)
 def test_trace_is_chrome_json_with_events_per_cluster(manticore, tmp_path, mapping, batch):
-    layer = REPORT_CONV if mapping.algorithm != "input_parallel" else Layer.fc("fc", 2, 2, 300,
-                                                                                   32)
+    layer = REPORT_CONV if mapping.algorithm != "input_parallel" else Layer.fc("fc", 2, 2, 300, 32)
     r = simulate(layer, mapping, manticore, batch=batch, trace=True)
     path = r.write_trace(tmp_path / "t.json")
-    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]       # no temporary left over
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary left over
     doc = json.loads(path.read_text())
     spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
@@ -161,7 +171,7 @@ def test_trace_is_chrome_json_with_events_per_cluster(manticore, tmp_path, mappi
     assert "cluster 0" in names
     background = {e["pid"] for e in spans if e["pid"] != 1}
     if mapping.buffers.output_depth == 2:
-        assert 2 in background                    # stores behind the next task
+        assert 2 in background  # stores behind the next task
     if mapping.algorithm == "input_parallel" and mapping.buffers.input_depth == 2:
-        assert 3 in background                    # input batches prefetched
+        assert 3 in background  # input batches prefetched
     assert any(e["ph"] == "C" for e in doc["traceEvents"])

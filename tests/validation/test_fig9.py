@@ -15,11 +15,14 @@ from tests.package_machine import small_package
 from tests.strategies import conv_layers, fc_layers
 
 # layer4's 3x3 (compute-bound at any batch), a 1x1 expansion and the classifier (memory-bound)
-FEW = Network("resnet50-few", (
-    Layer("layer4.1.conv2", "conv", 7, 7, 512, 512, 3, 3, pad_h=1, pad_w=1),
-    Layer("layer4.1.conv3", "conv", 7, 7, 512, 2048, 1, 1),
-    Layer.fc("fc", 1, 1, 2048, 1000),
-))
+FEW = Network(
+    "resnet50-few",
+    (
+        Layer("layer4.1.conv2", "conv", 7, 7, 512, 512, 3, 3, pad_h=1, pad_w=1),
+        Layer("layer4.1.conv3", "conv", 7, 7, 512, 2048, 1, 1),
+        Layer.fc("fc", 1, 1, 2048, 1000),
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +35,8 @@ def test_classification_is_the_roofline_definition(figures):
         machine = Machine.preset(f.machine)
         ridge = machine.peak_flops("fp32") / machine.hbm_bytes_per_s
         for p, layer in zip(f.points, FEW.layers, strict=True):
-            words = (4 * layer.input_words + layer.weight_words + 4 * layer.output_words)
-            assert p.compulsory_bytes == 4 * words           # every word used, fp32
+            words = 4 * layer.input_words + layer.weight_words + 4 * layer.output_words
+            assert p.compulsory_bytes == 4 * words  # every word used, fp32
             assert p.intensity == pytest.approx(2 * 4 * layer.macs / (4 * words))
             assert p.ridge == pytest.approx(ridge)
             assert p.bound == ("compute" if p.intensity >= ridge else "memory")
@@ -45,10 +48,12 @@ def test_percentages_follow_the_simulated_cycles(figures):
         machine = Machine.preset(f.machine)
         for p in f.points:
             seconds = p.cycles / machine.clock_hz
-            assert p.peak_fraction == pytest.approx(2 * p.macs / seconds
-                                                    / machine.peak_flops("fp32"))
-            assert p.bandwidth_fraction == pytest.approx(p.offchip_bytes / seconds
-                                                         / machine.hbm_bytes_per_s)
+            assert p.peak_fraction == pytest.approx(
+                2 * p.macs / seconds / machine.peak_flops("fp32")
+            )
+            assert p.bandwidth_fraction == pytest.approx(
+                p.offchip_bytes / seconds / machine.hbm_bytes_per_s
+            )
             # nothing beats the FPUs' sustained rate or the memory's bandwidth
             assert p.peak_fraction <= machine.fpu_utilization + 1e-9
             assert p.bandwidth_fraction <= 1 + 1e-9
@@ -67,8 +72,9 @@ def test_package_is_at_least_as_fast_per_layer(figures):
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(layer=st.one_of(conv_layers(max_hw=12, max_c=24), fc_layers(max_c=64)),
-       batch=st.integers(1, 4))
+@given(
+    layer=st.one_of(conv_layers(max_hw=12, max_c=24), fc_layers(max_c=64)), batch=st.integers(1, 4)
+)
 def test_package_never_slower_than_one_chiplet(layer, batch):
     """The split "none" is always a candidate, so the package's optimum is at most one
     chiplet's, on every layer."""

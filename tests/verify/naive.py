@@ -27,7 +27,8 @@ def naive_conv(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
                                 iy = oy * layer.stride_h - layer.pad_h + ky
                                 ix = ox * layer.stride_w - layer.pad_w + kx
                                 if 0 <= iy < layer.h_in and 0 <= ix < layer.w_in:
-                                    total += (float(x[b, group * cin + c, iy, ix])
-                                              * float(w[o, c, ky, kx]))
+                                    total += float(x[b, group * cin + c, iy, ix]) * float(
+                                        w[o, c, ky, kx]
+                                    )
                     out[b, o, oy, ox] = total
     return out

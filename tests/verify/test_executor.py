@@ -19,14 +19,12 @@ FC = Layer.fc("fc", 1, 2, 8, 4)
 
 @pytest.fixture
 def program(manticore):
-    return build_program(CONV, Mapping("output_stack", delta_o=2, tile=Tile(out_h=3)),
-                         manticore)
+    return build_program(CONV, Mapping("output_stack", delta_o=2, tile=Tile(out_h=3)), manticore)
 
 
 @pytest.fixture
 def fc_program(manticore):
-    return build_program(FC, Mapping("input_parallel", delta_o=4, tile=Tile(in_c=2)),
-                         manticore)
+    return build_program(FC, Mapping("input_parallel", delta_o=4, tile=Tile(in_c=2)), manticore)
 
 
 def run(program):
@@ -34,8 +32,11 @@ def run(program):
 
 
 def first(program, kind, **match):
-    return next(i for i, op in enumerate(program.ops) if isinstance(op, kind)
-                and all(getattr(op, k) == v for k, v in match.items()))
+    return next(
+        i
+        for i, op in enumerate(program.ops)
+        if isinstance(op, kind) and all(getattr(op, k) == v for k, v in match.items())
+    )
 
 
 def mutate(program, index, **changes):
@@ -54,9 +55,8 @@ def rejected(program, *words):
 
 def test_program_lists_each_clusters_operations_in_order(program):
     clusters = {op.cluster for op in program.ops}
-    assert sorted(clusters) == list(range(len(clusters)))   # task t on cluster t (one wave)
-    merged = sorted((i for c in clusters for i, op in enumerate(program.ops)
-                     if op.cluster == c))
+    assert sorted(clusters) == list(range(len(clusters)))  # task t on cluster t (one wave)
+    merged = sorted((i for c in clusters for i, op in enumerate(program.ops) if op.cluster == c))
     assert merged == list(range(len(program.ops)))
     for c in clusters:
         ops = program.on_cluster(c)
@@ -87,8 +87,7 @@ def test_a_buffer_is_allocated_once(program):
 
 
 def test_load_into_a_buffer_never_allocated(program):
-    rejected(mutate(program, first(program, Load), cluster=program.clusters - 1),
-             "never allocated")
+    rejected(mutate(program, first(program, Load), cluster=program.clusters - 1), "never allocated")
 
 
 def test_load_outside_the_tensor(program):
@@ -105,12 +104,16 @@ def test_load_larger_than_its_buffer(program):
 
 def test_conv_with_the_wrong_filters(program):
     index = first(program, Load)
-    f = next(i for i in range(index, len(program.ops))
-             if isinstance(program.ops[i], Load) and program.ops[i].src.tensor == "filter")
+    f = next(
+        i
+        for i in range(index, len(program.ops))
+        if isinstance(program.ops[i], Load) and program.ops[i].src.tensor == "filter"
+    )
     box = program.ops[f].src.box
     wrong = Region("filter", ((2, 4),) + box[1:])
-    rejected(mutate(program, f, src=wrong), "block needs filter[0:1, 0:1, 0:3, 0:3]",
-             "holds filter[2:4")
+    rejected(
+        mutate(program, f, src=wrong), "block needs filter[0:1, 0:1, 0:3, 0:3]", "holds filter[2:4"
+    )
 
 
 def test_conv_into_channels_outside_its_accumulator(program):
@@ -120,8 +123,9 @@ def test_conv_into_channels_outside_its_accumulator(program):
 
 def test_conv_mixing_groups(manticore):
     grouped = Layer("g", "conv", 4, 4, 4, 4, 1, 1, groups=2)
-    mapping = Mapping("output_stack", delta_o=4, tile=Tile(in_c=4),
-                      buffers=Buffers(filter_bytes=1024))
+    mapping = Mapping(
+        "output_stack", delta_o=4, tile=Tile(in_c=4), buffers=Buffers(filter_bytes=1024)
+    )
     program = build_program(grouped, mapping, manticore)
     index = first(program, Conv, groups=2)
     rejected(mutate(program, index, groups=1), "are not the same 1 group(s)")
@@ -149,8 +153,7 @@ def test_reduction_counted_twice(fc_program):
 
 def test_reduction_with_itself(fc_program):
     index = first(fc_program, Reduce)
-    rejected(mutate(fc_program, index, src_cluster=fc_program.ops[index].cluster),
-             "with itself")
+    rejected(mutate(fc_program, index, src_cluster=fc_program.ops[index].cluster), "with itself")
 
 
 def test_inputs_of_the_wrong_shape(program):

@@ -49,12 +49,18 @@ def test_hand_choice_verifies_in_fp16(mppa3, layer):
     assert v.precision == "fp16" and 0 < v.max_rel_error <= v.tolerance
 
 
-@pytest.mark.parametrize("layer, mapping", [
-    (LAYERS[0], Mapping("output_stack", delta_o=4, tile=Tile(out_h=3, out_w=5, in_c=2))),
-    (LAYERS[0], Mapping("output_stack_shared", delta_o=5, share_group=4,
-                        tile=Tile(out_h=4, in_c=1))),
-    (LAYERS[3], Mapping("input_parallel", delta_o=5, batch_tile=1, tile=Tile(in_c=8))),
-], ids=["steps", "shared", "reduction"])
+@pytest.mark.parametrize(
+    "layer, mapping",
+    [
+        (LAYERS[0], Mapping("output_stack", delta_o=4, tile=Tile(out_h=3, out_w=5, in_c=2))),
+        (
+            LAYERS[0],
+            Mapping("output_stack_shared", delta_o=5, share_group=4, tile=Tile(out_h=4, in_c=1)),
+        ),
+        (LAYERS[3], Mapping("input_parallel", delta_o=5, batch_tile=1, tile=Tile(in_c=8))),
+    ],
+    ids=["steps", "shared", "reduction"],
+)
 def test_steps_forwarding_and_reductions_verify_in_fp16(tiny, layer, mapping):
     v = verify(layer, mapping, tiny, "fp16", batch=2)
     assert v.ok, v.errors
@@ -72,10 +78,10 @@ def test_partial_sums_are_fp32_and_the_output_is_rounded_once(tiny):
     assert out.dtype == np.float16
     x, w = (data[n].astype(np.float64) for n in ("input", "filter"))
     exact = reference(layer, x, w)
-    assert np.all(np.abs(out - exact) <= 2.0 ** -11 * np.abs(exact) + 1e-5 * 512)
+    assert np.all(np.abs(out - exact) <= 2.0**-11 * np.abs(exact) + 1e-5 * 512)
     steps = np.zeros_like(exact, dtype=np.float16)
-    for k in range(0, 512, 8):     # the same sum in fp16 steps: what FP16.32 avoids
-        part = reference(Layer.fc("step", 1, 1, 8, 6), x[:, k:k + 8], w[:, k:k + 8])
+    for k in range(0, 512, 8):  # the same sum in fp16 steps: what FP16.32 avoids
+        part = reference(Layer.fc("step", 1, 1, 8, 6), x[:, k : k + 8], w[:, k : k + 8])
         steps = (steps + part.astype(np.float16)).astype(np.float16)
     assert np.abs(out - exact).max() < np.abs(steps - exact).max()
 
@@ -83,14 +89,16 @@ def test_partial_sums_are_fp32_and_the_output_is_rounded_once(tiny):
 def test_tolerance_includes_one_fp16_rounding():
     layer = LAYERS[0]
     assert tolerance(layer, "fp16") == pytest.approx(
-        10 * np.sqrt(8 * 9 + 1) * (2.0 ** -24 + 2.0 ** -53) + 2 * 2.0 ** -11)
+        10 * np.sqrt(8 * 9 + 1) * (2.0**-24 + 2.0**-53) + 2 * 2.0**-11
+    )
     assert tolerance(layer, "fp16") > tolerance(layer, "fp32")
 
 
 def test_a_skipped_input_step_is_caught_in_fp16(tiny):
     layer = Layer("c", "conv", 8, 8, 16, 4, 3, 3, pad_h=1, pad_w=1)
-    program = build_program(layer, Mapping("output_stack", delta_o=4, tile=Tile(in_c=2)),
-                            tiny, "fp16")
+    program = build_program(
+        layer, Mapping("output_stack", delta_o=4, tile=Tile(in_c=2)), tiny, "fp16"
+    )
     assert verify_program(program).ok
     v = verify_program(faults.skip_input_step(program))
     assert not v.ok and "missing" in v.errors[0]

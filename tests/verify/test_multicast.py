@@ -39,7 +39,7 @@ def test_multicast_programs_verify_and_move_the_models_bytes(case):
 def test_kann_channel_split_reads_the_input_once_and_multicasts_it():
     layer = Layer("c", "conv", 6, 6, 8, 10, 3, 3, pad_h=1, pad_w=1)
     machine = multicast_machine()
-    mapping = Mapping("output_stack", delta_o=2, multicast=True)    # 5 stacks, one wave
+    mapping = Mapping("output_stack", delta_o=2, multicast=True)  # 5 stacks, one wave
     program = build_program(layer, mapping, machine, "fp32")
     casts = [op for op in program.ops if isinstance(op, Multicast)]
     assert casts and all(op.src.tensor == "input" and len(op.targets) == 5 for op in casts)

@@ -21,8 +21,9 @@ LAYERS = [
 
 def _mapping(layer: Layer, split: str) -> Mapping:
     if layer.kind == "fc":
-        return Mapping("input_parallel", delta_o=3, batch_tile=2, tile=_tile(4),
-                       chiplet_split=split)
+        return Mapping(
+            "input_parallel", delta_o=3, batch_tile=2, tile=_tile(4), chiplet_split=split
+        )
     return Mapping("output_stack", delta_o=2, batch_tile=2, chiplet_split=split)
 
 
@@ -40,8 +41,10 @@ def test_every_split_verifies(layer, split):
     assert v.macs == 4 * layer.macs
 
 
-@pytest.mark.parametrize("fault, reason", [(drop_part, "no chiplet computes"),
-                                           (duplicate_part, "several chiplets compute")])
+@pytest.mark.parametrize(
+    "fault, reason",
+    [(drop_part, "no chiplet computes"), (duplicate_part, "several chiplets compute")],
+)
 @pytest.mark.parametrize("split", ["output_channels", "spatial", "images"])
 def test_missing_or_doubled_parts_are_rejected(fault, reason, split):
     layer = LAYERS[0]
@@ -57,7 +60,6 @@ def test_a_part_reading_the_wrong_rows_is_rejected():
     layer = LAYERS[0]
     parts = list(split_parts(layer, "spatial", PACKAGE.chiplets, 2))
     r0, r1 = parts[1].in_rows
-    parts[1] = replace(parts[1], in_rows=(r0 + 1, r1 + 1))   # one row too low
-    v = verify_package(layer, _mapping(layer, "spatial"), PACKAGE, "fp32", 2,
-                       parts=tuple(parts))
+    parts[1] = replace(parts[1], in_rows=(r0 + 1, r1 + 1))  # one row too low
+    v = verify_package(layer, _mapping(layer, "spatial"), PACKAGE, "fp32", 2, parts=tuple(parts))
     assert not v.ok and "numerical mismatch" in v.errors[0]

@@ -32,8 +32,9 @@ def test_reference_equals_naive_loops(name):
     layer = TINY[name]
     data = random_inputs(layer, 2, "fp64", seed=1)
     expected = naive_conv(layer, data["input"], data["filter"])
-    np.testing.assert_allclose(reference(layer, data["input"], data["filter"]), expected,
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        reference(layer, data["input"], data["filter"]), expected, rtol=0, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -47,10 +48,15 @@ def test_executor_equals_naive_loops(manticore, name):
 
 
 @settings(max_examples=40, deadline=None)
-@given(layer=st.one_of(conv_layers(max_hw=6, max_c=4), fc_layers(max_c=6)),
-       out_h=st.integers(1, 3), in_c=st.integers(1, 4), seed=st.integers(0, 9))
-def test_reference_and_executor_equal_naive_on_random_tiny_layers(manticore, layer, out_h,
-                                                                   in_c, seed):
+@given(
+    layer=st.one_of(conv_layers(max_hw=6, max_c=4), fc_layers(max_c=6)),
+    out_h=st.integers(1, 3),
+    in_c=st.integers(1, 4),
+    seed=st.integers(0, 9),
+)
+def test_reference_and_executor_equal_naive_on_random_tiny_layers(
+    manticore, layer, out_h, in_c, seed
+):
     data = random_inputs(layer, 1, "fp32", seed)
     x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
     expected = naive_conv(layer, x, w)

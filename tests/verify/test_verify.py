@@ -28,15 +28,18 @@ def test_verify_is_the_public_function():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp64"])
-@pytest.mark.parametrize("layer, mapping, batch", [
-    (CONV, Mapping.from_report(1), 1),
-    (CONV, Mapping.from_report(2, delta_o=8), 1),                    # remainder stack of 4
-    (STRIDED, Mapping.from_report(2, delta_o=4, tile=Tile(out_h=2, out_w=3, in_c=2)), 2),
-    (CONV, Mapping.from_report(3, delta_o=3), 1),                    # 7 stacks, group of 16
-    (CONV, Mapping.from_report(3, delta_o=2, share_group=4, tile=Tile(out_h=4)), 1),
-    (FC, Mapping.from_report(4, delta_o=30, batch_tile=3), 3),
-    (FC, Mapping.from_report(5, delta_o=7, batch_tile=2), 3),        # batch remainder of 1
-])
+@pytest.mark.parametrize(
+    "layer, mapping, batch",
+    [
+        (CONV, Mapping.from_report(1), 1),
+        (CONV, Mapping.from_report(2, delta_o=8), 1),  # remainder stack of 4
+        (STRIDED, Mapping.from_report(2, delta_o=4, tile=Tile(out_h=2, out_w=3, in_c=2)), 2),
+        (CONV, Mapping.from_report(3, delta_o=3), 1),  # 7 stacks, group of 16
+        (CONV, Mapping.from_report(3, delta_o=2, share_group=4, tile=Tile(out_h=4)), 1),
+        (FC, Mapping.from_report(4, delta_o=30, batch_tile=3), 3),
+        (FC, Mapping.from_report(5, delta_o=7, batch_tile=2), 3),  # batch remainder of 1
+    ],
+)
 def test_report_algorithms_verify(manticore, layer, mapping, batch, precision):
     v = verify(layer, mapping, manticore, precision, batch)
     assert v.ok, v.errors
@@ -50,7 +53,7 @@ def test_shared_stacks_forward_slices_within_their_quadrant(manticore):
     v = verify(CONV, Mapping.from_report(3, delta_o=5), manticore)  # 4 stacks, 12 slices
     slice_bytes = CONV.h_in * CONV.w_in * 4
     assert v.ok, v.errors
-    assert v.bytes_moved["intercluster"] == 3 * 11 * slice_bytes   # 3 members x 11 rounds
+    assert v.bytes_moved["intercluster"] == 3 * 11 * slice_bytes  # 3 members x 11 rounds
     filter_bytes = CONV.weight_words * 4
     assert v.bytes_moved["load"] == (12 + 3) * slice_bytes + filter_bytes  # + first slices
 
@@ -79,7 +82,7 @@ def test_tolerance_follows_precision_and_reduction_length():
     short, long = Layer.fc("a", 1, 1, 15, 1), Layer.fc("b", 1, 1, 1023, 1)
     assert tolerance(long, "fp32") == pytest.approx(8 * tolerance(short, "fp32"))
     assert tolerance(short, "fp64") < tolerance(short, "fp32") * 1e-8
-    assert tolerance(long, "fp32") < 1 / 1023   # a dropped average product stays visible
+    assert tolerance(long, "fp32") < 1 / 1023  # a dropped average product stays visible
 
 
 def test_compare_reports_the_worst_output():
@@ -90,20 +93,21 @@ def test_compare_reports_the_worst_output():
     assert compare(out, exact, scale, 1e-3)[2] == []
     max_abs, max_rel, errors = compare(out, exact, scale, 1e-4)
     assert max_abs == pytest.approx(1e-3) and max_rel == pytest.approx(2.5e-4)
-    assert "numerical mismatch in 1 of 18 outputs: at image 0, channel 1, row 2, column 0" \
-        in errors[0]
+    assert (
+        "numerical mismatch in 1 of 18 outputs: at image 0, channel 1, row 2, column 0" in errors[0]
+    )
     out[0, 0, 0, 0] = np.nan
     assert compare(out, exact, scale, 1.0)[2]
 
 
 # -- random legal mappings -------------------------------------------------------------------
 
+
 @st.composite
 def small_cases(draw):
     layer = draw(st.one_of(conv_layers(max_hw=10, max_c=12), fc_layers(max_c=40)))
     batch = draw(st.integers(1, 3))
-    return (layer, draw(mappings(layer, batch)), batch,
-            draw(st.sampled_from(["fp32", "fp64"])))
+    return (layer, draw(mappings(layer, batch)), batch, draw(st.sampled_from(["fp32", "fp64"])))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

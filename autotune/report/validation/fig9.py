@@ -51,14 +51,14 @@ class LayerPoint:
     name: str
     kind: str
     split: str
-    macs: int                 # whole batch
+    macs: int  # whole batch
     compulsory_bytes: int
-    intensity: float          # flop per compulsory byte
-    ridge: float              # the machine's ridge point, flop per byte
-    bound: str                # "compute" or "memory" (roofline classification)
+    intensity: float  # flop per compulsory byte
+    ridge: float  # the machine's ridge point, flop per byte
+    bound: str  # "compute" or "memory" (roofline classification)
     cycles: int
     offchip_bytes: int
-    peak_fraction: float      # 2 MACs / time / peak flop/s
+    peak_fraction: float  # 2 MACs / time / peak flop/s
     bandwidth_fraction: float  # off-chip bytes / time / HBM bandwidth
 
 
@@ -68,14 +68,19 @@ class Summary:
     min: float
     median: float
     max: float
-    above: int                # how many clear the paper's line
+    above: int  # how many clear the paper's line
 
     @classmethod
     def of(cls, values: list[float], line: float) -> Summary:
         if not values:
             return cls(0, float("nan"), float("nan"), float("nan"), 0)
-        return cls(len(values), min(values), statistics.median(values), max(values),
-                   sum(v > line for v in values))
+        return cls(
+            len(values),
+            min(values),
+            statistics.median(values),
+            max(values),
+            sum(v > line for v in values),
+        )
 
 
 @dataclass(frozen=True)
@@ -93,14 +98,17 @@ class Fig9:
     @property
     def compute(self) -> Summary:
         """Compute-bound convolutions: fraction of peak flop/s."""
-        return Summary.of([p.peak_fraction for p in self.points
-                           if p.bound == "compute" and p.kind == "conv"], COMPUTE_LINE)
+        return Summary.of(
+            [p.peak_fraction for p in self.points if p.bound == "compute" and p.kind == "conv"],
+            COMPUTE_LINE,
+        )
 
     @property
     def memory(self) -> Summary:
         """Memory-bound layers: fraction of peak bandwidth."""
-        return Summary.of([p.bandwidth_fraction for p in self.points if p.bound == "memory"],
-                          MEMORY_LINE)
+        return Summary.of(
+            [p.bandwidth_fraction for p in self.points if p.bound == "memory"], MEMORY_LINE
+        )
 
 
 def classify(layer, machine, precision: str, batch: int) -> tuple[float, float, str, int]:
@@ -121,18 +129,37 @@ def points(result) -> list[LayerPoint]:
         cycles = r.simulated.cycles if r.simulated is not None else r.predicted.cycles
         offchip = r.simulated.hbm_bytes if r.simulated is not None else r.predicted.offchip_bytes
         seconds = cycles / machine.clock_hz
-        out.append(LayerPoint(
-            r.layer.name, r.layer.kind, r.mapping.chiplet_split, r.predicted.macs, nbytes,
-            intensity, ridge, bound, cycles, offchip,
-            2 * r.predicted.macs / seconds / machine.peak_flops(precision),
-            offchip / seconds / machine.hbm_bytes_per_s))
+        out.append(
+            LayerPoint(
+                r.layer.name,
+                r.layer.kind,
+                r.mapping.chiplet_split,
+                r.predicted.macs,
+                nbytes,
+                intensity,
+                ridge,
+                bound,
+                cycles,
+                offchip,
+                2 * r.predicted.macs / seconds / machine.peak_flops(precision),
+                offchip / seconds / machine.hbm_bytes_per_s,
+            )
+        )
     return out
 
 
-def fig9(network=NETWORK, machines: tuple[str, ...] = MACHINES, *, batch: int = DEFAULT_BATCH,
-         precision: str = "fp32", refine: bool = False, verify: bool = False,
-         storage: str | None = "memory", trials: int | None = None,
-         progress=False) -> list[Fig9]:
+def fig9(
+    network=NETWORK,
+    machines: tuple[str, ...] = MACHINES,
+    *,
+    batch: int = DEFAULT_BATCH,
+    precision: str = "fp32",
+    refine: bool = False,
+    verify: bool = False,
+    storage: str | None = "memory",
+    trials: int | None = None,
+    progress=False,
+) -> list[Fig9]:
     """Tune ``network`` on each machine and place its layers on that machine's roofline.
 
     ``network`` is a path or a ``Network`` (e.g. a few layers for a quick check).
@@ -142,10 +169,28 @@ def fig9(network=NETWORK, machines: tuple[str, ...] = MACHINES, *, batch: int = 
     figures = []
     for name in machines:
         start = time.perf_counter()
-        result = tune(network, name, precision=precision, batch=batch, refine=refine,
-                      verify=verify, storage=storage, trials=trials, progress=progress)
-        figures.append(Fig9(name, result.network, batch, precision, points(result),
-                            result.totals.peak_fraction, time.perf_counter() - start))
+        result = tune(
+            network,
+            name,
+            precision=precision,
+            batch=batch,
+            refine=refine,
+            verify=verify,
+            storage=storage,
+            trials=trials,
+            progress=progress,
+        )
+        figures.append(
+            Fig9(
+                name,
+                result.network,
+                batch,
+                precision,
+                points(result),
+                result.totals.peak_fraction,
+                time.perf_counter() - start,
+            )
+        )
     return figures
 
 
@@ -154,14 +199,20 @@ def report(figures: list[Fig9]) -> str:
     lines = []
     for f in figures:
         c, m = f.compute, f.memory
-        lines.append(f"{f.network} on {f.machine} (batch {f.batch}, {f.precision}, "
-                     f"tuned in {f.wall_s:.0f} s): ridge {f.points[0].ridge:.1f} flop/B")
-        lines.append(f"  compute-bound conv layers: {c.count}, % of peak flop/s min "
-                     f"{100 * c.min:.1f} median {100 * c.median:.1f} max {100 * c.max:.1f}; "
-                     f"{c.above} of {c.count} above the paper's {100 * COMPUTE_LINE:.0f} %")
-        lines.append(f"  memory-bound layers: {m.count}, % of peak bandwidth min "
-                     f"{100 * m.min:.1f} median {100 * m.median:.1f} max {100 * m.max:.1f}; "
-                     f"{m.above} of {m.count} above the paper's {100 * MEMORY_LINE:.0f} %")
+        lines.append(
+            f"{f.network} on {f.machine} (batch {f.batch}, {f.precision}, "
+            f"tuned in {f.wall_s:.0f} s): ridge {f.points[0].ridge:.1f} flop/B"
+        )
+        lines.append(
+            f"  compute-bound conv layers: {c.count}, % of peak flop/s min "
+            f"{100 * c.min:.1f} median {100 * c.median:.1f} max {100 * c.max:.1f}; "
+            f"{c.above} of {c.count} above the paper's {100 * COMPUTE_LINE:.0f} %"
+        )
+        lines.append(
+            f"  memory-bound layers: {m.count}, % of peak bandwidth min "
+            f"{100 * m.min:.1f} median {100 * m.median:.1f} max {100 * m.max:.1f}; "
+            f"{m.above} of {m.count} above the paper's {100 * MEMORY_LINE:.0f} %"
+        )
         lines.append(f"  network overall: {100 * f.overall_peak_fraction:.1f} % of peak flop/s")
     return "\n".join(lines)
 

@@ -34,13 +34,19 @@ from autotune.ir.machine import Machine
 
 #: The measurement (seed 003, Sec. V).
 MEASURED_FPS = 20.0
-SOURCE = ("seed 003 (Dupont de Dinechin et al., MPPA3), Sec. V: YOLOv3 416x416, FP16.32, "
-          "KaNN on 5 clusters at 1.2 GHz, 'the performance is close to 20 FPS'")
+SOURCE = (
+    "seed 003 (Dupont de Dinechin et al., MPPA3), Sec. V: YOLOv3 416x416, FP16.32, "
+    "KaNN on 5 clusters at 1.2 GHz, 'the performance is close to 20 FPS'"
+)
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "yolov3.yaml"
 #: YOLOv3's layers autotune does not time (darknet cfg/yolov3.cfg), each fused or not by KaNN.
-UNTIMED = ("2 upsample (x2 nearest)", "4 route (channel concatenation; KaNN eliminates the "
-           "copies)", "23 shortcut (residual addition)", "72 leaky ReLU + batch norm (KaNN "
-           "folds and fuses them into the convolutions)", "3 yolo detection heads")
+UNTIMED = (
+    "2 upsample (x2 nearest)",
+    "4 route (channel concatenation; KaNN eliminates the copies)",
+    "23 shortcut (residual addition)",
+    "72 leaky ReLU + batch norm (KaNN folds and fuses them into the convolutions)",
+    "3 yolo detection heads",
+)
 
 
 @dataclass(frozen=True)
@@ -64,42 +70,50 @@ class KannValidation:
     clock_hz: float
     predicted_fps: float
     measured_fps: float
-    ratio: float                        # predicted / measured
-    bound_layers: dict[str, int]        # layers per bound (compute / memory / latency)
+    ratio: float  # predicted / measured
+    bound_layers: dict[str, int]  # layers per bound (compute / memory / latency)
     bound_time_share: dict[str, float]  # share of the predicted time per bound
-    multicast_layers: int               # layers whose chosen mapping multicasts
-    kann_fps: float | None              # every layer on KaNN's better strategy, simulated
-    kann_strategy: dict[str, int]       # layers on spatial / channel splitting
+    multicast_layers: int  # layers whose chosen mapping multicasts
+    kann_fps: float | None  # every layer on KaNN's better strategy, simulated
+    kann_strategy: dict[str, int]  # layers on spatial / channel splitting
     top: list[Contributor]
     untimed: tuple[str, ...] = UNTIMED
     source: str = SOURCE
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        lines = [f"{self.network} on mppa3, {self.precision}, batch {self.batch}, "
-                 f"{self.layers} conv layers timed",
-                 f"predicted {self.predicted_fps:.2f} FPS, measured {self.measured_fps:.0f} FPS "
-                 f"(ratio predicted/measured {self.ratio:.2f})"]
+        lines = [
+            f"{self.network} on mppa3, {self.precision}, batch {self.batch}, "
+            f"{self.layers} conv layers timed",
+            f"predicted {self.predicted_fps:.2f} FPS, measured {self.measured_fps:.0f} FPS "
+            f"(ratio predicted/measured {self.ratio:.2f})",
+        ]
         if self.kann_fps is not None:
-            lines.append(f"KaNN's own strategies (better of spatial/channel per layer, "
-                         f"simulated): {self.kann_fps:.2f} FPS  {self.kann_strategy}")
-        lines.append("bound (layers): " + ", ".join(f"{k} {v}" for k, v in
-                                                   self.bound_layers.items()))
-        lines.append("bound (time):   " + ", ".join(f"{k} {v:.0%}" for k, v in
-                                                   self.bound_time_share.items()))
+            lines.append(
+                f"KaNN's own strategies (better of spatial/channel per layer, "
+                f"simulated): {self.kann_fps:.2f} FPS  {self.kann_strategy}"
+            )
+        lines.append(
+            "bound (layers): " + ", ".join(f"{k} {v}" for k, v in self.bound_layers.items())
+        )
+        lines.append(
+            "bound (time):   " + ", ".join(f"{k} {v:.0%}" for k, v in self.bound_time_share.items())
+        )
         lines.append(f"layers mapped with multicast: {self.multicast_layers}")
         lines.append("largest contributors:")
         for c in self.top:
             kann = "" if c.kann_cycles is None else f", KaNN {c.kann_cycles} cycles"
-            lines.append(f"  {c.layer:8} {c.cycles:>9} cycles {c.share:6.1%} {c.bound:8} "
-                         f"{c.mapping}{kann}")
+            lines.append(
+                f"  {c.layer:8} {c.cycles:>9} cycles {c.share:6.1%} {c.bound:8} {c.mapping}{kann}"
+            )
         lines.append("not timed: " + "; ".join(self.untimed))
         lines.extend(self.notes)
         return "\n".join(lines)
 
 
-def kann_cycles(layer: Layer, machine: Machine, precision: str,
-                batch: int = 1) -> tuple[int, str] | None:
+def kann_cycles(
+    layer: Layer, machine: Machine, precision: str, batch: int = 1
+) -> tuple[int, str] | None:
     """Simulated cycles of the better of KaNN's two strategies for ``layer`` and its name
     ("spatial" / "channel"); None if neither fits."""
     from autotune.search.space import kann_channel, kann_spatial
@@ -118,10 +132,17 @@ def kann_cycles(layer: Layer, machine: Machine, precision: str,
     return best
 
 
-def validate_kann(network: str | Path | Network = EXAMPLE, *, layers: int | None = None,
-                  refine: bool = True, trials: int = 24, kann: bool = True,
-                  top: int = 8, storage: str = "memory",
-                  precision: str = "fp16") -> KannValidation:
+def validate_kann(
+    network: str | Path | Network = EXAMPLE,
+    *,
+    layers: int | None = None,
+    refine: bool = True,
+    trials: int = 24,
+    kann: bool = True,
+    top: int = 8,
+    storage: str = "memory",
+    precision: str = "fp16",
+) -> KannValidation:
     """Tune YOLOv3 on ``mppa3`` at fp16, batch 1, and compare with KaNN's 20 FPS.
 
     ``precision`` must be fp16, the only precision the MPPA3 preset computes (seed 003:
@@ -139,8 +160,16 @@ def validate_kann(network: str | Path | Network = EXAMPLE, *, layers: int | None
         net = Network(net.name, net.layers[:layers], net.batch, net.precision)
     machine = Machine.preset("mppa3")
     machine.check_precision(precision)
-    result = tune(net, machine, precision=precision, batch=1, refine=refine, verify=False,
-                  trials=trials, storage=storage)
+    result = tune(
+        net,
+        machine,
+        precision=precision,
+        batch=1,
+        refine=refine,
+        verify=False,
+        trials=trials,
+        storage=storage,
+    )
     total = result.totals.cycles
     predicted_fps = result.totals.images_per_s
     bound_layers = {"compute": 0, "memory": 0, "latency": 0}
@@ -160,27 +189,49 @@ def validate_kann(network: str | Path | Network = EXAMPLE, *, layers: int | None
             strategy["none" if found is None else found[1]] += 1
             kann_total += r.simulated.cycles if found is None else found[0]
     ranked = sorted(result.layers, key=lambda r: -r.simulated.cycles)[:top]
-    contributors = [Contributor(
-        r.layer.name, r.simulated.cycles, r.simulated.cycles / total, r.predicted.bound,
-        _describe(r.mapping), None if not kann or kann_of[r.layer.shape_key()] is None
-        else kann_of[r.layer.shape_key()][0]) for r in ranked]
-    notes = ["predicted FPS = 1 / sum of the conv layers' simulated cycles at 1.2 GHz "
-             "(autotune.tune totals); fpu_utilization 0.9 is an assumption, not fitted"]
+    contributors = [
+        Contributor(
+            r.layer.name,
+            r.simulated.cycles,
+            r.simulated.cycles / total,
+            r.predicted.bound,
+            _describe(r.mapping),
+            None
+            if not kann or kann_of[r.layer.shape_key()] is None
+            else kann_of[r.layer.shape_key()][0],
+        )
+        for r in ranked
+    ]
+    notes = [
+        "predicted FPS = 1 / sum of the conv layers' simulated cycles at 1.2 GHz "
+        "(autotune.tune totals); fpu_utilization 0.9 is an assumption, not fitted"
+    ]
     if strategy["none"]:
-        notes.append(f"{strategy['none']} layers fit neither KaNN strategy: counted with "
-                     f"autotune's mapping")
+        notes.append(
+            f"{strategy['none']} layers fit neither KaNN strategy: counted with autotune's mapping"
+        )
     return KannValidation(
-        network=net.name, layers=len(result.layers), precision="fp16", batch=1,
-        clock_hz=machine.clock_hz, predicted_fps=predicted_fps, measured_fps=MEASURED_FPS,
-        ratio=predicted_fps / MEASURED_FPS, bound_layers=bound_layers,
+        network=net.name,
+        layers=len(result.layers),
+        precision="fp16",
+        batch=1,
+        clock_hz=machine.clock_hz,
+        predicted_fps=predicted_fps,
+        measured_fps=MEASURED_FPS,
+        ratio=predicted_fps / MEASURED_FPS,
+        bound_layers=bound_layers,
         bound_time_share={k: v / total for k, v in bound_cycles.items()},
         multicast_layers=sum(r.mapping.multicast for r in result.layers),
         kann_fps=machine.clock_hz / kann_total if kann and kann_total else None,
-        kann_strategy=strategy if kann else {}, top=contributors, notes=notes)
+        kann_strategy=strategy if kann else {},
+        top=contributors,
+        notes=notes,
+    )
 
 
 def _describe(mapping) -> str:
     t = mapping.tile
     tile = f"{t.out_h or '-'}x{t.out_w or '-'}"
-    return (f"{mapping.algorithm} d_o={mapping.delta_o} tile={tile} in_c={t.in_c}"
-            + (" multicast" if mapping.multicast else ""))
+    return f"{mapping.algorithm} d_o={mapping.delta_o} tile={tile} in_c={t.in_c}" + (
+        " multicast" if mapping.multicast else ""
+    )

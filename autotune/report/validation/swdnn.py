@@ -52,16 +52,16 @@ class SwdnnRow:
 
     n_i: int
     n_o: int
-    shape: str                  # "B x N_i x H x W -> N_o x ...", kernel
+    shape: str  # "B x N_i x H x W -> N_o x ...", kernel
     measured_gflops: float
     predicted_gflops: float
-    ratio: float                # predicted / measured
-    bound: str                  # the model's classification of the chosen mapping
+    ratio: float  # predicted / measured
+    bound: str  # the model's classification of the chosen mapping
     simulated_cycles: int
     model_cycles: int
     algorithm: str
-    mapping: str                # the chosen mapping, compactly
-    hbm_gbs: float              # simulated main-memory traffic rate of the schedule
+    mapping: str  # the chosen mapping, compactly
+    hbm_gbs: float  # simulated main-memory traffic rate of the schedule
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -75,8 +75,11 @@ def swdnn_layer(n_i: int, n_o: int) -> Layer:
 
 def _describe(m) -> str:
     tile = m.tile
-    parts = [f"dO={m.delta_o}", f"bt={m.batch_tile}",
-             f"tile={tile.out_h or 'all'}x{tile.out_w or 'all'}x{tile.in_c}"]
+    parts = [
+        f"dO={m.delta_o}",
+        f"bt={m.batch_tile}",
+        f"tile={tile.out_h or 'all'}x{tile.out_w or 'all'}x{tile.in_c}",
+    ]
     if m.algorithm == "output_stack_shared":
         parts.append(f"share={m.share_group}")
     b = m.buffers
@@ -84,9 +87,14 @@ def _describe(m) -> str:
     return " ".join(parts)
 
 
-def swdnn_rows(configs: list[tuple[int, int]] | None = None, *, refine: bool = False,
-               trials: int = 8, machine: Machine | str = MACHINE,
-               time_limit: float | None = 60.0) -> list[SwdnnRow]:
+def swdnn_rows(
+    configs: list[tuple[int, int]] | None = None,
+    *,
+    refine: bool = False,
+    trials: int = 8,
+    machine: Machine | str = MACHINE,
+    time_limit: float | None = 60.0,
+) -> list[SwdnnRow]:
     """Tune the Table III configurations (default: all four) and compare with swDNN.
 
     ``refine=False`` (default) takes the integer program's proven optimum under the cost
@@ -98,32 +106,51 @@ def swdnn_rows(configs: list[tuple[int, int]] | None = None, *, refine: bool = F
     mach = Machine.preset(machine) if isinstance(machine, str) else machine
     layers = tuple(swdnn_layer(n_i, n_o) for n_i, n_o in configs)
     net = Network("swdnn_table3", layers, batch=BATCH, precision=PRECISION)
-    result = tune(net, mach, refine=refine, verify=False, trials=trials, storage="memory",
-                  time_limit=time_limit)
+    result = tune(
+        net,
+        mach,
+        refine=refine,
+        verify=False,
+        trials=trials,
+        storage="memory",
+        time_limit=time_limit,
+    )
     rows = []
     for (n_i, n_o), r in zip(configs, result.layers, strict=True):
         seconds = r.simulated.cycles / mach.clock_hz
         predicted = 2.0 * BATCH * r.layer.macs / seconds / 1e9
         measured = TABLE_III[(n_i, n_o)]
-        rows.append(SwdnnRow(
-            n_i=n_i, n_o=n_o,
-            shape=f"{BATCH}x{n_i}x{r.layer.h_in}x{r.layer.w_in} -> {n_o}x{OUT}x{OUT}, "
-                  f"{KERNEL}x{KERNEL}",
-            measured_gflops=measured, predicted_gflops=predicted, ratio=predicted / measured,
-            bound=r.predicted.bound, simulated_cycles=r.simulated.cycles,
-            model_cycles=r.predicted.cycles, algorithm=r.mapping.algorithm,
-            mapping=_describe(r.mapping),
-            hbm_gbs=r.simulated.hbm_bytes / seconds / 1e9))
+        rows.append(
+            SwdnnRow(
+                n_i=n_i,
+                n_o=n_o,
+                shape=f"{BATCH}x{n_i}x{r.layer.h_in}x{r.layer.w_in} -> {n_o}x{OUT}x{OUT}, "
+                f"{KERNEL}x{KERNEL}",
+                measured_gflops=measured,
+                predicted_gflops=predicted,
+                ratio=predicted / measured,
+                bound=r.predicted.bound,
+                simulated_cycles=r.simulated.cycles,
+                model_cycles=r.predicted.cycles,
+                algorithm=r.mapping.algorithm,
+                mapping=_describe(r.mapping),
+                hbm_gbs=r.simulated.hbm_bytes / seconds / 1e9,
+            )
+        )
     return rows
 
 
 def format_rows(rows: list[SwdnnRow]) -> str:
     """A plain-text table of the rows."""
-    head = (f"{'N_i/N_o':>8} {'measured':>9} {'predicted':>10} {'ratio':>6} {'bound':>8} "
-            f"{'DDR GB/s':>9}  {'algorithm':<20} mapping")
+    head = (
+        f"{'N_i/N_o':>8} {'measured':>9} {'predicted':>10} {'ratio':>6} {'bound':>8} "
+        f"{'DDR GB/s':>9}  {'algorithm':<20} mapping"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.n_i:>4}/{r.n_o:<3} {r.measured_gflops:>9.0f} "
-                     f"{r.predicted_gflops:>10.1f} {r.ratio:>6.2f} {r.bound:>8} "
-                     f"{r.hbm_gbs:>9.1f}  {r.algorithm:<20} {r.mapping}")
+        lines.append(
+            f"{r.n_i:>4}/{r.n_o:<3} {r.measured_gflops:>9.0f} "
+            f"{r.predicted_gflops:>10.1f} {r.ratio:>6.2f} {r.bound:>8} "
+            f"{r.hbm_gbs:>9.1f}  {r.algorithm:<20} {r.mapping}"
+        )
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from autotune.search.space import (
 class IlpResult:
     index: dict[str, int] | None
     values: dict[str, int]
-    status: str                 # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN
+    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN
     objective: int | None
     bound: int | None
     wall_s: float
@@ -63,8 +63,11 @@ def count_candidates(space: SearchSpace) -> int:
     tc = space.tables["tc"][None, :]
     total = 0
     for code in space.tables["alg"]:
-        pairs = (len(space.delta_o) * len(space.in_c) if code == INPUT_PARALLEL
-                 else int((tc <= in_max).sum()))
+        pairs = (
+            len(space.delta_o) * len(space.in_c)
+            if code == INPUT_PARALLEL
+            else int((tc <= in_max).sum())
+        )
         share = sizes["share"] - 1 if code == SHARED else 1
         multicast = sizes["multicast"] if code == OUTPUT_STACK else 1
         total += pairs * rest * share * multicast
@@ -74,13 +77,12 @@ def count_candidates(space: SearchSpace) -> int:
 @dataclass
 class Built:
     cpm: cp_model.CpModel
-    index: dict[str, Any]       # variable name -> Expr or constant
-    values: dict[str, Any]      # formula outputs
+    index: dict[str, Any]  # variable name -> Expr or constant
+    values: dict[str, Any]  # formula outputs
     rank: Any
 
 
-def build(space: SearchSpace, machine: Machine, precision: str, *,
-          capacity: bool = True) -> Built:
+def build(space: SearchSpace, machine: Machine, precision: str, *, capacity: bool = True) -> Built:
     """The CP-SAT model; ``capacity=False`` leaves out the L1 constraint (to find the
     smallest footprint of an infeasible layer)."""
     cpm = cp_model.CpModel()
@@ -92,8 +94,9 @@ def build(space: SearchSpace, machine: Machine, precision: str, *,
         n = sizes[v]
         index[v] = 0 if n == 1 else Expr(cpm.new_int_var(0, n - 1, f"{v}[{name}]"), 0, n - 1)
     codes = [int(c) for c in space.tables["alg"]]
-    alg = ops.lookup(index["alg"], np.asarray(codes)) if isinstance(index["alg"], Expr) \
-        else codes[0]
+    alg = (
+        ops.lookup(index["alg"], np.asarray(codes)) if isinstance(index["alg"], Expr) else codes[0]
+    )
     # Only Alg. 3 has a share group; every other algorithm uses index 0 (group of 1).
     if isinstance(index["share"], Expr):
         if isinstance(alg, Expr):
@@ -108,11 +111,15 @@ def build(space: SearchSpace, machine: Machine, precision: str, *,
     if isinstance(index["multicast"], Expr):
         if isinstance(alg, Expr):
             cpm.add(index["multicast"].expr == 0).only_enforce_if(
-                ~ops.literal_equals(alg, OUTPUT_STACK))
+                ~ops.literal_equals(alg, OUTPUT_STACK)
+            )
         elif alg != OUTPUT_STACK:
             cpm.add(index["multicast"].expr == 0)
-    q = {qname: ops.lookup(index[var], space.tables[qname])
-         for qname, var in QUANTITY_SOURCE.items() if qname != "alg"}
+    q = {
+        qname: ops.lookup(index[var], space.tables[qname])
+        for qname, var in QUANTITY_SOURCE.items()
+        if qname != "alg"
+    }
     q["alg"] = alg
     for qname, table in efficiency_tables(space, machine, precision).items():
         q[qname] = ops.lookup(flat_index(space, RUN_SOURCE[qname][1], index), table)
@@ -141,8 +148,16 @@ def _expr(x: Any) -> Any:
     return x.expr if isinstance(x, Expr) else x
 
 
-def solve(space: SearchSpace, machine: Machine, precision: str, objective: str = "latency",
-          *, time_limit: float | None = 60.0, workers: int = 1, seed: int = 0) -> IlpResult:
+def solve(
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    objective: str = "latency",
+    *,
+    time_limit: float | None = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> IlpResult:
     """Solve the layer's integer program; lexicographic stages make the answer unique."""
     check_objective(objective)
     start = time.perf_counter()
@@ -170,8 +185,17 @@ def solve(space: SearchSpace, machine: Machine, precision: str, objective: str =
             name = solver.status_name(status)
             if stage == stages[0]:
                 smallest = _smallest_footprint(space, machine, precision, solver)
-                return IlpResult(None, {}, name, None, None, time.perf_counter() - start,
-                                 candidates, smallest, stages)
+                return IlpResult(
+                    None,
+                    {},
+                    name,
+                    None,
+                    None,
+                    time.perf_counter() - start,
+                    candidates,
+                    smallest,
+                    stages,
+                )
             break
         value = int(round(solver.objective_value))
         if first_objective is None:
@@ -184,16 +208,34 @@ def solve(space: SearchSpace, machine: Machine, precision: str, objective: str =
         for v in VARIABLES:
             if isinstance(built.index[v], Expr):
                 cpm.add_hint(built.index[v].expr, solver.value(built.index[v].expr))
-    index = {v: (int(solver.value(built.index[v].expr)) if isinstance(built.index[v], Expr)
-                 else int(built.index[v])) for v in VARIABLES}
-    values = {key: (int(solver.value(val.expr)) if isinstance(val, Expr) else int(val))
-              for key, val in built.values.items()}
-    return IlpResult(index, values, status_name, first_objective, first_bound,
-                     time.perf_counter() - start, candidates, None, stages)
+    index = {
+        v: (
+            int(solver.value(built.index[v].expr))
+            if isinstance(built.index[v], Expr)
+            else int(built.index[v])
+        )
+        for v in VARIABLES
+    }
+    values = {
+        key: (int(solver.value(val.expr)) if isinstance(val, Expr) else int(val))
+        for key, val in built.values.items()
+    }
+    return IlpResult(
+        index,
+        values,
+        status_name,
+        first_objective,
+        first_bound,
+        time.perf_counter() - start,
+        candidates,
+        None,
+        stages,
+    )
 
 
-def _smallest_footprint(space: SearchSpace, machine: Machine, precision: str,
-                        solver: cp_model.CpSolver) -> int | None:
+def _smallest_footprint(
+    space: SearchSpace, machine: Machine, precision: str, solver: cp_model.CpSolver
+) -> int | None:
     """When nothing fits: the smallest L1 footprint any candidate needs (for the error)."""
     relaxed = build(space, machine, precision, capacity=False)
     l1 = relaxed.values["l1"]

@@ -24,7 +24,7 @@ LIMIT = 1 << 60
 
 @dataclass
 class Expr:
-    expr: Any           # cp_model linear expression or variable
+    expr: Any  # cp_model linear expression or variable
     lo: int
     hi: int
 
@@ -140,8 +140,9 @@ class CpSatOps:
         used = list(range(index.lo, index.hi + 1))
         picked = [options[i] for i in used]
         if all(not isinstance(o, Expr) for o in picked):
-            table = [int(options[i]) if index.lo <= i <= index.hi else 0
-                     for i in range(len(options))]
+            table = [
+                int(options[i]) if index.lo <= i <= index.hi else 0 for i in range(len(options))
+            ]
             return self.lookup(index, np.asarray(table))
         lo = min(o.lo if isinstance(o, Expr) else int(o) for o in picked)
         hi = max(o.hi if isinstance(o, Expr) else int(o) for o in picked)
@@ -157,7 +158,7 @@ class CpSatOps:
             return int(table[int(index)])
         values = [int(v) for v in table]
         lo_i, hi_i = max(index.lo, 0), min(index.hi, len(values) - 1)
-        window = values[lo_i:hi_i + 1]
+        window = values[lo_i : hi_i + 1]
         if min(window) == max(window):
             return window[0]
         t = self.var(min(window), max(window), "tab")

@@ -42,11 +42,11 @@ SPACE_VERSION = 2
 @dataclass(frozen=True)
 class RefineResult:
     mapping: Mapping
-    cycles: int            # simulated cycles of ``mapping``
-    ilp_cycles: int        # simulated cycles of the integer program's mapping
-    trials: int            # completed or pruned trials in the study (all runs)
-    simulated: int         # trials that ran the simulator
-    cached: bool           # True if the study was already complete: nothing was run
+    cycles: int  # simulated cycles of ``mapping``
+    ilp_cycles: int  # simulated cycles of the integer program's mapping
+    trials: int  # completed or pruned trials in the study (all runs)
+    simulated: int  # trials that ran the simulator
+    cached: bool  # True if the study was already complete: nothing was run
     wall_s: float
     study: str
 
@@ -74,8 +74,12 @@ def _storage(url: str | None) -> optuna.storages.BaseStorage | None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     # Heartbeats let a resumed run fail (and retry) the trial a killed process left RUNNING.
     return optuna.storages.RDBStorage(
-        url, engine_kwargs=engine, heartbeat_interval=1, grace_period=3,
-        heartbeat_stale_trial_callback=_retry(max_retry=1))
+        url,
+        engine_kwargs=engine,
+        heartbeat_interval=1,
+        grace_period=3,
+        heartbeat_stale_trial_callback=_retry(max_retry=1),
+    )
 
 
 def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -89,17 +93,31 @@ def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 def _retry(max_retry: int):
     """Re-enqueue a trial whose process died (Optuna >= 4.9 renamed the callback)."""
     storages = optuna.storages
-    cls = getattr(storages, "RetryHeartbeatStaleTrialCallback", None) or \
-        storages.RetryFailedTrialCallback
+    cls = (
+        getattr(storages, "RetryHeartbeatStaleTrialCallback", None)
+        or storages.RetryFailedTrialCallback
+    )
     return cls(max_retry=max_retry)
 
 
-def study_name(layer: Layer, machine: Machine, precision: str, batch: int,
-               objective: str, sampler: str = "tpe") -> str:
+def study_name(
+    layer: Layer, machine: Machine, precision: str, batch: int, objective: str, sampler: str = "tpe"
+) -> str:
     from autotune import __version__
 
-    key = json.dumps([__version__, SPACE_VERSION, machine.description, precision, batch,
-                      objective, sampler, list(layer.shape_key())], sort_keys=True)
+    key = json.dumps(
+        [
+            __version__,
+            SPACE_VERSION,
+            machine.description,
+            precision,
+            batch,
+            objective,
+            sampler,
+            list(layer.shape_key()),
+        ],
+        sort_keys=True,
+    )
     return f"autotune-{hashlib.sha1(key.encode()).hexdigest()[:20]}"
 
 
@@ -107,11 +125,13 @@ def trial_params(space: SearchSpace, mapping: Mapping) -> dict[str, int | str]:
     """The Optuna parameters that decode to ``mapping`` (for ``enqueue_trial``)."""
     tile = (mapping.tile.out_h, mapping.tile.out_w)
     params: dict[str, int | str] = {
-        "alg": mapping.algorithm, "delta_o": space.delta_o.index(mapping.delta_o),
+        "alg": mapping.algorithm,
+        "delta_o": space.delta_o.index(mapping.delta_o),
         "spatial": space.spatial.index(tile),
         "batch_tile": space.batch_tile.index(mapping.batch_tile),
         "in_c": space.in_c.index(mapping.tile.in_c),
-        "d_in": mapping.buffers.input_depth, "d_f": mapping.buffers.filter_depth,
+        "d_in": mapping.buffers.input_depth,
+        "d_f": mapping.buffers.filter_depth,
         "d_out": mapping.buffers.output_depth,
     }
     if mapping.algorithm == "output_stack_shared":
@@ -127,22 +147,39 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
     index = {"alg": space.algorithms.index(algorithm)}
     for var in ("delta_o", "spatial", "batch_tile", "in_c"):
         index[var] = trial.suggest_int(var, 0, sizes[var] - 1)
-    index["share"] = (trial.suggest_int("share", 1, sizes["share"] - 1)
-                      if algorithm == "output_stack_shared" else 0)
+    index["share"] = (
+        trial.suggest_int("share", 1, sizes["share"] - 1)
+        if algorithm == "output_stack_shared"
+        else 0
+    )
     for var in ("d_in", "d_f", "d_out"):
         index[var] = trial.suggest_int(var, 1, 2) - 1
     # Only machines that multicast offer the choice (other studies are unchanged).
-    index["multicast"] = (trial.suggest_int("multicast", 0, sizes["multicast"] - 1)
-                          if algorithm == "output_stack" and sizes["multicast"] > 1 else 0)
+    index["multicast"] = (
+        trial.suggest_int("multicast", 0, sizes["multicast"] - 1)
+        if algorithm == "output_stack" and sizes["multicast"] > 1
+        else 0
+    )
     assert set(index) == set(VARIABLES)
     return space.decode(index)
 
 
-def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
-                 incumbents: list[Mapping], *, trials: int = 40,
-                 timeout: float | None = None, storage: str | None = None, seed: int = 0,
-                 objective: str = "latency", simulate=None, workers: int = 1,
-                 sampler: str = "tpe") -> RefineResult:
+def refine_layer(
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    incumbents: list[Mapping],
+    *,
+    trials: int = 40,
+    timeout: float | None = None,
+    storage: str | None = None,
+    seed: int = 0,
+    objective: str = "latency",
+    simulate=None,
+    workers: int = 1,
+    sampler: str = "tpe",
+) -> RefineResult:
     """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
 
     ``trials`` is the study's total budget (across resumed runs); ``timeout`` bounds this
@@ -163,13 +200,18 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
     try:
         # Creating the study is atomic in the storage (unique name): exactly one process
         # (of several sharing a PostgreSQL study) creates it, and only that one seeds it.
-        study = optuna.create_study(study_name=name, storage=storage_obj,
-                                    load_if_exists=False, direction="minimize",
-                                    sampler=_sampler(sampler, seed))
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage_obj,
+            load_if_exists=False,
+            direction="minimize",
+            sampler=_sampler(sampler, seed),
+        )
         created = True
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage_obj,
-                                  sampler=_sampler(sampler, seed))
+        study = optuna.load_study(
+            study_name=name, storage=storage_obj, sampler=_sampler(sampler, seed)
+        )
         created = False
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     if created:
@@ -197,32 +239,60 @@ def refine_layer(layer: Layer, machine: Machine, precision: str, batch: int,
 
             ctx = multiprocessing.get_context("spawn")
             for i in range(1, workers):
-                proc = ctx.Process(target=_worker, args=(
-                    layer, machine, precision, batch, url, name, trials, timeout, seed + i,
-                    simulate))
+                proc = ctx.Process(
+                    target=_worker,
+                    args=(
+                        layer,
+                        machine,
+                        precision,
+                        batch,
+                        url,
+                        name,
+                        trials,
+                        timeout,
+                        seed + i,
+                        simulate,
+                    ),
+                )
                 proc.start()
                 helpers.append(proc)
-        study.optimize(objective_fn, timeout=timeout, callbacks=[
-            optuna.study.MaxTrialsCallback(trials, states=finished)], n_trials=trials - done)
+        study.optimize(
+            objective_fn,
+            timeout=timeout,
+            callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)],
+            n_trials=trials - done,
+        )
         for proc in helpers:
             proc.join()
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     ilp_params = trial_params(space, incumbents[0])
     ilp_values = [t.value for t in complete if t.params == ilp_params]
-    ilp_cycles = int(min(ilp_values)) if ilp_values else int(
-        simulate(layer, incumbents[0], machine, precision, batch).cycles)
+    ilp_cycles = (
+        int(min(ilp_values))
+        if ilp_values
+        else int(simulate(layer, incumbents[0], machine, precision, batch).cycles)
+    )
     # The incumbent rule: the best simulated trial, the integer program's winner on ties.
     best_mapping, best_cycles = incumbents[0], ilp_cycles
     best = min(complete, key=lambda t: (t.value, t.number), default=None)
     if best is not None and best.value < best_cycles:
         best_mapping, best_cycles = _decode_params(space, best.params), int(best.value)
     all_done = len(study.get_trials(deepcopy=False, states=finished))
-    return RefineResult(best_mapping, best_cycles, ilp_cycles, all_done, simulated, cached,
-                        time.perf_counter() - start, name)
+    return RefineResult(
+        best_mapping,
+        best_cycles,
+        ilp_cycles,
+        all_done,
+        simulated,
+        cached,
+        time.perf_counter() - start,
+        name,
+    )
 
 
-def refinement_target(layer: Layer, mapping: Mapping, machine: Machine, precision: str,
-                      batch: int) -> tuple[Layer, Machine, int, Mapping]:
+def refinement_target(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int
+) -> tuple[Layer, Machine, int, Mapping]:
     """What a refinement study runs on: (layer, machine, batch, incumbent mapping).
 
     On one chiplet, the layer itself. On a package, the largest part of ``mapping``'s chiplet
@@ -234,30 +304,54 @@ def refinement_target(layer: Layer, mapping: Mapping, machine: Machine, precisio
         return layer, machine, batch, mapping
     from autotune.chiplets import split_parts
 
-    part = split_parts(layer, mapping.chiplet_split, machine.chiplets, batch,
-                       word_bytes(precision))[0]
+    part = split_parts(
+        layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
+    )[0]
     return part.layer, machine.chiplet(), part.batch, mapping.with_(chiplet_split="none")
 
 
-def _worker(layer: Layer, machine: Machine, precision: str, batch: int, url: str, name: str,
-            trials: int, timeout: float | None, seed: int, simulate) -> None:
+def _worker(
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    url: str,
+    name: str,
+    trials: int,
+    timeout: float | None,
+    seed: int,
+    simulate,
+) -> None:
     """A helper process: run trials of the shared study until it holds ``trials``."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name=name, storage=_storage(url),
-                              sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10))
+    study = optuna.load_study(
+        study_name=name,
+        storage=_storage(url),
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10),
+    )
     space = search_space(layer, machine, batch)
     wb = word_bytes(precision)
     if simulate is None:
         from autotune.sim import simulate
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    study.optimize(lambda t: _evaluate(t, space, layer, machine, precision, batch, wb,
-                                       simulate),
-                   timeout=timeout, n_trials=trials,
-                   callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
+    study.optimize(
+        lambda t: _evaluate(t, space, layer, machine, precision, batch, wb, simulate),
+        timeout=timeout,
+        n_trials=trials,
+        callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)],
+    )
 
 
-def _evaluate(trial: optuna.Trial, space: SearchSpace, layer: Layer, machine: Machine,
-              precision: str, batch: int, wb: int, simulate) -> float:
+def _evaluate(
+    trial: optuna.Trial,
+    space: SearchSpace,
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    wb: int,
+    simulate,
+) -> float:
     """One trial: prune what does not apply or fit (no simulation), else simulate."""
     mapping = _suggest(trial, space)
     try:
@@ -274,8 +368,11 @@ def _evaluate(trial: optuna.Trial, space: SearchSpace, layer: Layer, machine: Ma
 
 
 def _decode_params(space: SearchSpace, params: dict) -> Mapping:
-    index = {"alg": space.algorithms.index(params["alg"]),
-             "share": params.get("share", 0), "multicast": params.get("multicast", 0),
-             **{v: params[v] for v in ("delta_o", "spatial", "batch_tile", "in_c")},
-             **{v: params[v] - 1 for v in ("d_in", "d_f", "d_out")}}
+    index = {
+        "alg": space.algorithms.index(params["alg"]),
+        "share": params.get("share", 0),
+        "multicast": params.get("multicast", 0),
+        **{v: params[v] for v in ("delta_o", "spatial", "batch_tile", "in_c")},
+        **{v: params[v] - 1 for v in ("d_in", "d_f", "d_out")},
+    }
     return space.decode(index)
