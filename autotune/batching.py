@@ -23,14 +23,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.api import Totals, TuneResult, _progress, tune
+from autotune.api import progress_reporter, resolve, tune_network
+from autotune.io.machine_yaml import resolve_machine
+from autotune.io.network_yaml import load_network
+from autotune.io.schedule_json import write_atomic
 from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
+from autotune.ir.options import TuneOptions
 from autotune.model.analysis import Analysis
+from autotune.result import Totals, TuneResult
+from autotune.version import __version__
 
 #: The default sweep: powers of two from 1 to 256.
 DEFAULT_BATCHES: tuple[int, ...] = tuple(2**i for i in range(9))
@@ -159,8 +165,6 @@ class SweepResult:
 
     # -- output ----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        from autotune import __version__
-
         m = self.machine
         return {
             "tool": {"name": "autotune", "version": __version__},
@@ -197,7 +201,6 @@ class SweepResult:
 
     def save(self, path: str | Path) -> None:
         """Write the JSON atomically (temp file + rename)."""
-        from autotune.io.schedule_json import write_atomic
 
         write_atomic(path, self.to_json())
 
@@ -311,70 +314,82 @@ def point_of(result: TuneResult) -> BatchPoint:
     return BatchPoint(**totals, batch=result.batch, fc=tuple(fc), verified=verified)
 
 
+#: A sweep is a planning tool: by default no refinement and no verification.
+SWEEP_OPTIONS = TuneOptions(refine=False, verify=False)
+
+
 def sweep(
     network: str | Path | Network,
     machine: str | Path | Machine | None = None,
     *,
     batches: Iterable[int] = DEFAULT_BATCHES,
-    precision: str | None = None,
-    objective: str = "latency",
-    refine: bool = False,
-    verify: bool = False,
-    seed: int = 0,
+    options: TuneOptions | None = None,
     progress: bool | Callable[[str, str], None] = False,
+    precision: str | None = None,
+    objective: str | None = None,
+    refine: bool | None = None,
+    verify: bool | None = None,
+    seed: int | None = None,
     storage: str | None = None,
     trials: int | None = None,
-    search: str = "ilp",
-    time_limit: float | None = 60.0,
+    search: str | None = None,
+    time_limit: float | None = None,
     timeout: float | None = None,
 ) -> SweepResult:
     """Tune ``network`` at each batch of ``batches`` (``autotune.api.tune``) and compare.
 
-    ``batches`` is sorted and deduplicated. Refinement and verification are off by default:
-    a sweep is a planning tool, and the integer program plus the simulator give the same
-    latency figure ``tune`` reports. ``progress``: True prints one line per stage to stderr;
-    a callable gets ``(stage, "layer @ batch B")``. The other arguments are ``tune``'s
-    (``timeout``: seconds of refinement per layer).
+    ``batches`` is sorted and deduplicated; the options' batch is ignored. Refinement and
+    verification are off by default (``SWEEP_OPTIONS``): a sweep is a planning tool, and the
+    integer program plus the simulator give the same latency figure ``tune`` reports.
+    ``progress``: True prints one line per stage to stderr; a callable gets
+    ``(stage, "layer @ batch B")``. The shorthands override the same ``options`` fields, as
+    for ``tune`` (``timeout``: seconds of refinement per layer).
 
     Example:
         >>> s = sweep("examples/alexnet.yaml", batches=(1, 8, 64))   # doctest: +SKIP
         >>> s.turning_batches(), s.best_within(5e-3)                 # doctest: +SKIP
     """
-    from autotune.io.machine_yaml import resolve_machine
-    from autotune.io.network_yaml import load_network
-
+    shorthands = {
+        "precision": precision,
+        "objective": objective,
+        "refine": refine,
+        "verify": verify,
+        "seed": seed,
+        "storage": storage,
+        "trials": trials,
+        "search": search,
+        "time_limit": time_limit,
+        "refine_timeout": timeout,
+    }
+    given = {name: value for name, value in shorthands.items() if value is not None}
+    opts = replace(options or SWEEP_OPTIONS, **given)  # type: ignore[arg-type]
     values = check_batches(batches)
     net = network if isinstance(network, Network) else load_network(network)
     mach = resolve_machine(machine)
-    prec = precision or net.precision
+    opts = resolve(opts, net)
+    prec = str(opts.precision)
     mach.check_precision(prec)
-    report = _progress(progress)
+    report = progress_reporter(progress)
     points, results = [], {}
     for b in values:
 
         def at_batch(stage: str, name: str, b: int = b) -> None:
             report(stage, f"{name} @ batch {b}")
 
-        result = tune(
-            net,
-            mach,
-            precision=prec,
-            objective=objective,
-            refine=refine,
-            verify=verify,
-            trials=trials,
-            storage=storage,
-            seed=seed,
-            progress=at_batch,
-            batch=b,
-            search=search,
-            time_limit=time_limit,
-            timeout=timeout,
-        )
+        result = tune_network(net, mach, replace(opts, batch=b), at_batch)
         points.append(point_of(result))
         results[b] = result
     return SweepResult(
-        net.name, mach, prec, objective, seed, search, refine, verify, tuple(points), results
+        net.name,
+        mach,
+        prec,
+        opts.objective,
+        opts.seed,
+        opts.search,
+        opts.refine,
+        opts.verify,
+        tuple(points),
+        results,
     )
 
 
@@ -418,18 +433,20 @@ def choose_batch(
     *,
     latency_budget_s: float,
     max_batch: int = 256,
-    precision: str | None = None,
-    objective: str = "latency",
-    seed: int = 0,
-    search: str = "ilp",
-    time_limit: float | None = 60.0,
+    options: TuneOptions | None = None,
     progress: bool | Callable[[str, str], None] = False,
+    precision: str | None = None,
+    objective: str | None = None,
+    seed: int | None = None,
+    search: str | None = None,
+    time_limit: float | None = None,
 ) -> BatchChoice:
     """The batch with the most images/s whose latency is at most ``latency_budget_s``.
 
     Sweeps the powers of two from 1 to ``max_batch`` (``powers_of_two``) without refinement
     or verification (integer program + simulator: the latency ``tune`` reports) and takes
     ``best_within(latency_budget_s)``. Raises ``BudgetError`` when no batch meets the budget.
+    ``options`` (refinement and verification switched off) and the shorthands as for ``sweep``.
 
     Tuning the chosen batch afterwards with refinement keeps the budget: refinement returns
     the best simulated trial, the integer program's winner on ties, so it never raises a
@@ -447,12 +464,11 @@ def choose_batch(
         network,
         machine,
         batches=powers_of_two(max_batch),
+        options=replace(options or SWEEP_OPTIONS, refine=False, verify=False),
+        progress=progress,
         precision=precision,
         objective=objective,
-        refine=False,
-        verify=False,
         seed=seed,
-        progress=progress,
         search=search,
         time_limit=time_limit,
     )
@@ -460,3 +476,42 @@ def choose_batch(
     if batch is None:
         raise BudgetError(latency_budget_s, result)
     return BatchChoice(batch, latency_budget_s, result)
+
+
+def tune_within_budget(
+    network: Network,
+    machine: Machine,
+    options: TuneOptions,
+    *,
+    latency_budget_s: float,
+    max_batch: int = 256,
+    progress: bool | Callable[[str, str], None] = False,
+) -> tuple[BatchChoice, TuneResult]:
+    """``tune --batch auto``: ``choose_batch``, then tune the chosen batch with ``options``.
+
+    Without refinement and verification the sweep's own result at that batch is returned
+    (the same run). Refinement keeps or lowers every layer's simulated cycles (the integer
+    program's winner is its incumbent), so the tuned batch is at most as slow as the swept
+    one; a ``RuntimeError`` says so if that promise is ever broken.
+    """
+    choice = choose_batch(
+        network,
+        machine,
+        latency_budget_s=latency_budget_s,
+        max_batch=max_batch,
+        options=options,
+        progress=progress,
+    )
+    if not options.refine and not options.verify:
+        result = choice.sweep.results[choice.batch]
+    else:
+        at_batch = replace(options, batch=choice.batch)
+        result = tune_network(network, machine, at_batch, progress_reporter(progress))
+    t = result.totals
+    if t.cycles > choice.point.cycles or t.latency_s > latency_budget_s:
+        raise RuntimeError(
+            f"batch {choice.batch} tuned to {t.latency_s * 1e3:.6g} ms, more than the "
+            f"{choice.point.latency_s * 1e3:.6g} ms of the sweep "
+            f"(budget {latency_budget_s * 1e3:.6g} ms)"
+        )
+    return choice, result

@@ -226,7 +226,7 @@ class TaskGrid:
         """Per task, in task order: (batch tile, row tile, col tile, stack, input step) indices.
 
         Public for stages that must know *which* tile a task covers, not only its sizes:
-        the executor of ``autotune.verify`` loads and stores exactly those regions, the
+        the executor of ``autotune.verification`` loads and stores exactly those regions, the
         simulator shapes DMA transfers by a tile's rows and columns separately.
         """
         return self._index
@@ -380,6 +380,22 @@ def dma_efficiency(
     return fractions[np.maximum(np.searchsorted(sizes, run, side="right") - 1, 0)]
 
 
+def _check_one_chiplet(mapping: Mapping, machine: Machine | None) -> None:
+    """A task grid is one chiplet's: a package's layers reach it as their parts
+    (``autotune.chiplets`` splits them and calls the single-chiplet stages)."""
+    if machine is not None and machine.chiplets > 1:
+        raise MappingError(
+            f"machine {machine.name!r} is a package of {machine.chiplets} chiplets: the "
+            f"single-chiplet stages take one part of a split (use autotune.analyze, simulate "
+            f"or verify, which split through autotune.chiplets)"
+        )
+    if mapping.chiplet_split != "none":
+        has_one = "" if machine is None else f"; {machine.name!r} has one"
+        raise MappingError(
+            f"chiplet_split {mapping.chiplet_split!r} needs a package of several chiplets{has_one}"
+        )
+
+
 def task_grid(
     layer: Layer, mapping: Mapping, batch: int, machine: Machine | None = None
 ) -> TaskGrid:
@@ -391,6 +407,7 @@ def task_grid(
     """
     if batch < 1:
         raise MappingError(f"batch must be >= 1, got {batch}")
+    _check_one_chiplet(mapping, machine)
     clusters = None
     if mapping.multicast:
         if machine is None:

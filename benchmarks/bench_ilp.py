@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 
 from autotune import Machine, analyze, load_network
+from autotune.api import solve_network
+from autotune.ir.options import TuneOptions
 from autotune.ir.precision import word_bytes
 from autotune.model.analysis import compulsory_words
-from autotune.search.solve import solve_layer, solve_network
+from autotune.search.solve import solve_layer
 from autotune.search.space import hand_choice
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -43,7 +45,7 @@ def bench(name: str, machine: Machine, precision: str | None, verbose: bool) -> 
     net = load_network(EXAMPLES / f"{name}.yaml")
     precision = precision or net.precision
     start = time.perf_counter()
-    sols = solve_network(net, machine, precision=precision, processes=2)
+    sols = solve_network(net, machine, options=TuneOptions(precision=precision, processes=2))
     ilp_wall = time.perf_counter() - start
     rows, ilp_layer_s, exh_layer_s = [], 0.0, 0.0
     vs_hand, vs_bound = [], []
@@ -58,7 +60,9 @@ def bench(name: str, machine: Machine, precision: str | None, verbose: bool) -> 
         exh_s = None
         if sol.search.shared_with is None:
             t = time.perf_counter()
-            exh = solve_layer(layer, machine, precision, net.batch, search="exhaustive")
+            exh = solve_layer(
+                layer, machine, precision, net.batch, options=TuneOptions(search="exhaustive")
+            )
             exh_s = time.perf_counter() - t
             assert exh.mapping == sol.mapping, layer.name
             ilp_layer_s += sol.search.wall_s

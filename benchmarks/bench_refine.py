@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 from autotune import Machine, load_network, simulate
+from autotune.api import solve_network
+from autotune.ir.options import TuneOptions
 from autotune.search.exhaustive import top_k
 from autotune.search.refine import refine_layer
-from autotune.search.solve import solve_network
 from autotune.search.space import search_space
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -51,7 +52,14 @@ def main() -> None:
             ]
             ilp_c.append(simulate(layer, sol.mapping, machine, p, b).cycles)
             t = time.perf_counter()
-            tpe = refine_layer(layer, machine, p, b, seeds, trials=args.trials, storage="memory")
+            tpe = refine_layer(
+                layer,
+                machine,
+                p,
+                b,
+                seeds,
+                options=TuneOptions(trials=args.trials, storage="memory"),
+            )
             tpe_s += time.perf_counter() - t
             t = time.perf_counter()
             rnd = refine_layer(
@@ -60,9 +68,7 @@ def main() -> None:
                 p,
                 b,
                 seeds[:1],
-                trials=args.trials,
-                storage="memory",
-                sampler="random",
+                options=TuneOptions(trials=args.trials, storage="memory", sampler="random"),
             )
             rnd_s += time.perf_counter() - t
             tpe_c.append(tpe.cycles)

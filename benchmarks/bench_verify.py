@@ -35,9 +35,9 @@ from autotune import (  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
 from autotune.search.space import delta_o_values, fits, hand_choice  # noqa: E402
 from autotune.tiling import task_grid  # noqa: E402
-from autotune.verify.build import build_program  # noqa: E402
-from autotune.verify.reference import reference  # noqa: E402
-from autotune.verify.verification import random_inputs, verify_program  # noqa: E402
+from autotune.verification.build import build_program  # noqa: E402
+from autotune.verification.check import random_inputs, verify_program  # noqa: E402
+from autotune.verification.reference import reference  # noqa: E402
 
 PRECISION, BATCH, MIN_TASKS, STEP = "fp32", 1, 256, 64
 

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from autotune.io.errors import InputError, first_validation_error
-from autotune.ir.machine import Level, Machine
+from autotune.ir.machine import Level, Machine, install_machine_source
 
 
 class Parameter(BaseModel):
@@ -341,3 +341,19 @@ def resolve_machine(name_or_path: str | Path | Machine | None) -> Machine:
         f"unknown machine {text!r}: not a preset ({', '.join(preset_names())}) nor a YAML file",
         field="machine",
     )
+
+
+class YamlMachineSource:
+    """``Machine.preset``/``from_file``/``presets`` backed by the YAML reader above."""
+
+    def preset(self, name: str) -> Machine:
+        return load_preset(name)
+
+    def from_file(self, path: Path) -> Machine:
+        return load_machine_file(path)
+
+    def preset_names(self) -> tuple[str, ...]:
+        return preset_names()
+
+
+install_machine_source(YamlMachineSource())

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.io.errors import InputError, first_validation_error
+from autotune.io.onnx_import import load_onnx
 from autotune.ir.layer import Layer, LayerError, Network
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
@@ -169,8 +170,6 @@ def load_network(path: str | Path) -> Network:
     """
     path = Path(path)
     if path.suffix.lower() == ".onnx":
-        from autotune.io.onnx_import import load_onnx
-
         return load_onnx(path)
     try:
         text = path.read_text(encoding="utf-8")

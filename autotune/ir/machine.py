@@ -2,14 +2,43 @@
 
 Every number comes from a preset YAML file (``autotune/machines/*.yaml``) where it carries its
 unit and its source; this module holds no machine figures of its own. ``Machine.preset`` and
-``Machine.from_file`` delegate the parsing to ``autotune.io.machine_yaml``.
+``Machine.from_file`` delegate the parsing to the installed ``MachineSource``: the YAML reader
+``autotune.io.machine_yaml`` installs itself when it is imported, which the ``autotune``
+package does first. So ``ir`` imports nothing above it, and the parser (pydantic, YAML)
+stays at the edge.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+
+class MachineSource(Protocol):
+    """Where ``Machine.preset`` and ``Machine.from_file`` find machine descriptions."""
+
+    def preset(self, name: str) -> Machine: ...
+
+    def from_file(self, path: Path) -> Machine: ...
+
+    def preset_names(self) -> tuple[str, ...]: ...
+
+
+_sources: list[MachineSource] = []
+
+
+def install_machine_source(source: MachineSource) -> None:
+    """Make ``source`` the one ``Machine.preset``/``from_file``/``presets`` use."""
+    _sources[:] = [source]
+
+
+def _source() -> MachineSource:
+    if not _sources:
+        raise RuntimeError(
+            "no machine source installed: import autotune (it installs the YAML reader)"
+        )
+    return _sources[0]
 
 
 @dataclass(frozen=True)
@@ -149,19 +178,14 @@ class Machine:
     @classmethod
     def preset(cls, name: str = "manticore") -> Machine:
         """A bundled machine description by name, e.g. ``Machine.preset("manticore")``."""
-        from autotune.io.machine_yaml import load_preset
-
-        return load_preset(name)
+        return _source().preset(name)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Machine:
         """A machine description from a YAML file in the preset format."""
-        from autotune.io.machine_yaml import load_machine_file
-
-        return load_machine_file(Path(path))
+        return _source().from_file(Path(path))
 
     @classmethod
     def presets(cls) -> tuple[str, ...]:
-        from autotune.io.machine_yaml import preset_names
-
-        return preset_names()
+        """Names of the bundled presets."""
+        return _source().preset_names()

@@ -12,7 +12,7 @@ from autotune.model.footprint import buffer_override, footprint_from
 from autotune.model.formulas import SCALE, consts, evaluate
 from autotune.model.ops import NumpyOps, as_int
 from autotune.model.quantities import grid_quantities
-from autotune.tiling import MappingError, TaskGrid, task_grid, used_extent
+from autotune.tiling import TaskGrid, task_grid, used_extent
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Analysis:
     bound: str
     fits: bool
     reason: str | None
-    #: On a package (``autotune.model.package``): the split, the chiplets that got a part,
+    #: On a package (``autotune.chiplets.analysis``): the split, the chiplets that got a part,
     #: the bytes over all die-to-die links and the cycles the link transfer adds.
     chiplet_split: str = "none"
     chiplets: int = 1
@@ -87,7 +87,8 @@ class Analysis:
 def analyze(
     layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
 ) -> Analysis:
-    """Analytical cost of running ``layer`` for ``batch`` images under ``mapping``.
+    """Analytical cost of running ``layer`` for ``batch`` images under ``mapping`` on one
+    chiplet (a package's layers go through ``autotune.chiplets``, which calls this per part).
 
     Raises ``autotune.tiling.MappingError`` when the mapping does not apply to the layer
     (e.g. ``input_parallel`` on a convolution); a mapping that applies but overflows L1
@@ -101,15 +102,6 @@ def analyze(
         (141.8, True)
     """
     machine.check_precision(precision)
-    if machine.chiplets > 1:
-        from autotune.model.package import analyze_package
-
-        return analyze_package(layer, mapping, machine, precision, batch)
-    if mapping.chiplet_split != "none":
-        raise MappingError(
-            f"chiplet_split {mapping.chiplet_split!r} needs a package of "
-            f"several chiplets; {machine.name!r} has one"
-        )
     wb = precision_word_bytes(precision)
     return analyze_grid(task_grid(layer, mapping, batch, machine), machine, precision, wb)
 

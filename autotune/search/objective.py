@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from autotune.ir.options import OBJECTIVES, Objective
 
-Objective = Literal["latency", "traffic", "energy"]
+__all__ = ["OBJECTIVES", "ORDER", "VARIABLES", "Objective", "check_objective"]
 
 #: Formula outputs compared in order: the objective, then tie-breaks (smaller buffers last).
 ORDER: dict[str, tuple[str, ...]] = {

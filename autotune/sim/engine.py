@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.sim.network import Network, Route, max_min_rates
+from autotune.sim.interconnect import Interconnect, Route, max_min_rates
 
 #: Relative tolerance for "finishes at this event" (floating point, not a model parameter).
 _TOL = 1e-9
 
 
 @dataclass(slots=True)
-class Part:
+class MemberShare:
     """One member cluster's share of a Work."""
 
     cluster: int
@@ -58,7 +58,7 @@ class Part:
 class Work:
     label: str
     own: float  # the agent's uncontended duration: max over its parts
-    parts: tuple[Part, ...]
+    parts: tuple[MemberShare, ...]
     kind: str = "work"  # "work" (split as documented) or "sync" (all of it is sync)
 
 
@@ -70,7 +70,7 @@ KINDS = ("store", "load")
 class StartTransfer:
     kind: str
     label: str
-    parts: tuple[Part, ...]
+    parts: tuple[MemberShare, ...]
 
 
 @dataclass(slots=True)
@@ -126,7 +126,7 @@ class RunResult:
 class Engine:
     """Runs agents' programs on one network. ``block``: clusters per agent (1 or g)."""
 
-    def __init__(self, net: Network, block: int, trace: bool) -> None:
+    def __init__(self, net: Interconnect, block: int, trace: bool) -> None:
         self.net, self.block, self.trace = net, block, trace
         self.clusters = c = net.clusters
         self.agents = c // block

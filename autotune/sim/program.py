@@ -57,9 +57,17 @@ import numpy as np
 
 from autotune.ir.machine import Machine
 from autotune.sim.costs import TaskCosts, stream_own
-from autotune.sim.engine import Instr, Part, SetFlag, StartTransfer, WaitFlag, WaitTransfer, Work
+from autotune.sim.engine import (
+    Instr,
+    MemberShare,
+    SetFlag,
+    StartTransfer,
+    WaitFlag,
+    WaitTransfer,
+    Work,
+)
+from autotune.sim.interconnect import Interconnect
 from autotune.sim.l1 import L1Plan
-from autotune.sim.network import Network
 from autotune.tiling import TaskGrid, dma_efficiency, output_runs
 
 #: Agent items per run beyond which an agent's middle tasks are merged into chunks.
@@ -79,7 +87,7 @@ class RunSpec:
 
 
 @dataclass
-class _Part:
+class _ProgramPart:
     """One part of the program (prologue, stream, store) for every task, as arrays."""
 
     bytes: np.ndarray
@@ -99,11 +107,11 @@ class _Tasks:
 
     def __init__(
         self,
-        net: Network,
+        net: Interconnect,
         width: int,
         cluster: np.ndarray,
         peer: np.ndarray,
-        parts: dict[str, _Part],
+        parts: dict[str, _ProgramPart],
         store_blocking: bool,
     ) -> None:
         self.net, self.width = net, width
@@ -111,7 +119,7 @@ class _Tasks:
         self.arrays = parts
         self.store_blocking = store_blocking
 
-    def part(self, t: int, name: str) -> Part:
+    def part(self, t: int, name: str) -> MemberShare:
         """Task ``t``'s share of program part ``name`` (scalars read on demand: only the
         exact, unmerged tasks ever get here)."""
         v = self.arrays[name]
@@ -129,7 +137,7 @@ class _Tasks:
                 float(v.hbm[t]) / b,
                 received,
             )
-        return Part(cluster, b, route, float(v.compute[t]), float(v.own[t]))
+        return MemberShare(cluster, b, route, float(v.compute[t]), float(v.own[t]))
 
     def work(self, label: str, name: str, tasks: list[int]) -> Work:
         parts = tuple(self.part(t, name) for t in tasks)
@@ -228,7 +236,7 @@ def _chunks(
         (int(k) // n_ch, int(k) % n_ch): (float(v), round(float(i)))
         for k, v, i in zip(ukey, agent_own, n_items, strict=True)
     }
-    out: dict[tuple[int, int], list[Part]] = {}
+    out: dict[tuple[int, int], list[MemberShare]] = {}
     for i in range(n):
         a, c, cluster = (int(x) for x in uniq[:, i])
         b = float(sums["bytes"][i])
@@ -246,14 +254,14 @@ def _chunks(
                 sums["received"][i] / b if multicast else None,
             )
         out.setdefault((a, c), []).append(
-            Part(cluster, b, route, float(sums["compute"][i]), float(own[i]))
+            MemberShare(cluster, b, route, float(sums["compute"][i]), float(own[i]))
         )
     return {
         k: _Chunk(Work(f"{work_of[k][1]} tasks", work_of[k][0], tuple(v))) for k, v in out.items()
     }
 
 
-def _received(part: _Part) -> np.ndarray:
+def _received(part: _ProgramPart) -> np.ndarray:
     return part.load if part.received is None else part.received
 
 
@@ -286,7 +294,7 @@ def _sequences(
 
 # -- output stacks (Alg. 1-3) --------------------------------------------------------------
 def stack_runs(
-    grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Network, budget: int = ITEM_BUDGET
+    grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Interconnect, budget: int = ITEM_BUDGET
 ) -> tuple[int, list[RunSpec]]:
     """(agent block size, the one run) of an output-stack mapping."""
     m = net.machine
@@ -331,7 +339,7 @@ def stack_runs(
     pro_bytes = in_tile + f_tile
     pro_in_hbm = np.where(first_hbm, in_tile, 0.0)
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
-    pro = _Part(
+    pro = _ProgramPart(
         pro_bytes,
         in_eng + f_eng + first_lat,
         np.zeros(0),
@@ -343,7 +351,7 @@ def stack_runs(
         pro_in_hbm * in_occ + f_tile * f_occ,
     )
     in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
-    st = _Part(
+    st = _ProgramPart(
         in_rest + f_rest,
         stream_own(
             costs.compute, steps - 1, in_unit, in_eng, in_window, n_f - 1, f_eng + lat, f_eng, k_f
@@ -369,7 +377,7 @@ def stack_runs(
             part.load = in_carrier * in_bytes + f_carrier * f_bytes
             part.hbm = in_carrier * in_bytes * in_occ + f_carrier * f_bytes * f_occ
     zero = np.zeros(len(slot))
-    store = _Part(
+    store = _ProgramPart(
         out.bytes.astype(float),
         out.count * setup + out.beats + lat,
         np.zeros(0),
@@ -415,7 +423,7 @@ def fc_runs(
     grid: TaskGrid,
     costs: TaskCosts,
     plan: L1Plan,
-    net: Network,
+    net: Interconnect,
     precision: str,
     word_bytes: int,
     budget: int = ITEM_BUDGET,
@@ -440,7 +448,7 @@ def fc_runs(
     pro_bytes = keep * inp.bytes + f_tile
     zero = np.zeros(n)
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
-    pro = _Part(
+    pro = _ProgramPart(
         pro_bytes,
         keep * in_eng + f_eng + lat,
         np.zeros(0),
@@ -455,7 +463,7 @@ def fc_runs(
     # task streams its filters; the next prologue waits for it (Alg. 2's prefetch applied to
     # Alg. 4/5's input batch). Its engine time still delays the filter tiles behind it.
     next_bytes = has_next * inp.bytes[nxt]
-    fetch = _Part(
+    fetch = _ProgramPart(
         next_bytes,
         in_eng[nxt] + lat,
         np.zeros(0),
@@ -467,7 +475,7 @@ def fc_runs(
         next_bytes * in_occ[nxt],
     )
     st_bytes = (fil.tiles - 1) * f_tile
-    st = _Part(
+    st = _ProgramPart(
         st_bytes,
         stream_own(
             costs.compute,
@@ -550,7 +558,8 @@ class _Slice(_Tasks):
         self.net, self.width, self.store_blocking = tasks.net, tasks.width, tasks.store_blocking
         self.cluster, self.peer = tasks.cluster[ids], tasks.peer[ids]
         self.arrays = {
-            name: _Part(*(getattr(p, f)[ids] for f in _FIELDS)) for name, p in tasks.arrays.items()
+            name: _ProgramPart(*(getattr(p, f)[ids] for f in _FIELDS))
+            for name, p in tasks.arrays.items()
         }
 
 
@@ -558,7 +567,7 @@ class _Slice(_Tasks):
 class _Reduction:
     """The tree reduction of one phase's private outputs and the root's store."""
 
-    net: Network
+    net: Interconnect
     setup: int
     latency: int
     width: int
@@ -586,7 +595,9 @@ class _Reduction:
                 lat = int(self.net.latency(np.asarray([c]), np.asarray([partner]))[0])
                 own = self.setup + lat + beats + adds
                 route = self.net.route(c, peer=partner, peer_frac=1.0)
-                yield Work("reduce", own, (Part(c, float(self.stack_bytes), route, adds, own),))
+                yield Work(
+                    "reduce", own, (MemberShare(c, float(self.stack_bytes), route, adds, own),)
+                )
             step, level = step * 2, level + 1
         if c == 0:
             own = (
@@ -595,7 +606,7 @@ class _Reduction:
                 + self.latency
             )
             route = self.net.route(0, store=1.0, hbm=self.store_occupancy)
-            part = Part(0, float(self.stack_bytes), route, 0.0, own)
+            part = MemberShare(0, float(self.stack_bytes), route, 0.0, own)
             if self.out_depth == 1:
                 yield Work("store", own, (part,))
             else:

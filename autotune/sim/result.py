@@ -81,7 +81,7 @@ class SimResult:
     intercluster_bytes: int
     events: int
     trace: Trace | None = field(default=None, repr=False)
-    #: On a package (``autotune.sim.package``): the split, the chiplets that got a part, the
+    #: On a package (``autotune.chiplets.simulation``): the split, the chiplets that got a part, the
     #: bytes over all die-to-die links and the stage-in cycles of the last chiplet to finish.
     chiplet_split: str = "none"
     chiplets: int = 1

@@ -10,11 +10,11 @@ from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
 from autotune.sim.costs import task_costs
 from autotune.sim.engine import Background, Engine, RunResult
+from autotune.sim.interconnect import Interconnect
 from autotune.sim.l1 import plan_l1
-from autotune.sim.network import Network
 from autotune.sim.program import fc_runs, stack_runs
 from autotune.sim.result import Breakdown, SimResult, Trace
-from autotune.tiling import MappingError, task_grid
+from autotune.tiling import task_grid
 
 
 def simulate(
@@ -26,7 +26,8 @@ def simulate(
     *,
     trace: bool = False,
 ) -> SimResult:
-    """Simulate ``layer`` for ``batch`` images under ``mapping`` on ``machine``.
+    """Simulate ``layer`` for ``batch`` images under ``mapping`` on one chiplet of ``machine``
+    (a package's layers go through ``autotune.chiplets``, which simulates each part).
 
     Independent of the analytical model (``autotune.analyze``): it reads only the task
     structure (``autotune.tiling``) and the machine. Raises ``autotune.MappingError`` when the
@@ -41,20 +42,11 @@ def simulate(
         (6, True)
     """
     machine.check_precision(precision)
-    if machine.chiplets > 1:
-        from autotune.sim.package import simulate_package
-
-        return simulate_package(layer, mapping, machine, precision, batch, trace=trace)
-    if mapping.chiplet_split != "none":
-        raise MappingError(
-            f"chiplet_split {mapping.chiplet_split!r} needs a package of "
-            f"several chiplets; {machine.name!r} has one"
-        )
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch, machine)
     plan = plan_l1(grid, machine, wb)
     costs = task_costs(grid, machine, precision, wb)
-    net = Network(machine)
+    net = Interconnect(machine)
     if grid.algorithm == "input_parallel":
         block, runs = fc_runs(grid, costs, plan, net, precision, wb)
     else:

@@ -9,9 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune import Layer, Machine, Network, analyze
+from autotune.api import solve_network
+from autotune.ir.options import TuneOptions
 from autotune.search.exhaustive import search as exhaustive_search
 from autotune.search.ilp.model import count_candidates, solve
-from autotune.search.solve import InfeasibleError, solve_layer, solve_network
+from autotune.search.solve import InfeasibleError, solve_layer
 from autotune.search.space import search_space
 from tests.strategies import conv_layers, fc_layers
 
@@ -91,8 +93,8 @@ def test_optimum_beats_every_report_mapping(manticore):
 
 def test_same_input_same_result(manticore):
     layer = Layer("c", "conv", 28, 28, 128, 128, 3, 3, pad_h=1, pad_w=1)
-    first = solve_layer(layer, manticore, "fp32", seed=3)
-    second = solve_layer(layer, manticore, "fp32", seed=3)
+    first = solve_layer(layer, manticore, "fp32", options=TuneOptions(seed=3))
+    second = solve_layer(layer, manticore, "fp32", options=TuneOptions(seed=3))
     assert first.mapping == second.mapping
     assert first.search.status == "OPTIMAL" and first.search.gap == 0.0
 
@@ -102,7 +104,7 @@ def test_infeasible_layer_names_layer_and_smallest_footprint(manticore, search):
     tiny = dataclasses.replace(manticore, l1_bytes=64)
     layer = Layer("needs_more", "conv", 8, 8, 4, 4, 3, 3, pad_h=1, pad_w=1)
     with pytest.raises(InfeasibleError) as info:
-        solve_layer(layer, tiny, "fp32", search=search)
+        solve_layer(layer, tiny, "fp32", options=TuneOptions(search=search))
     message = str(info.value)
     assert "'needs_more'" in message and "64 B" in message
     smallest = info.value.smallest
@@ -111,7 +113,9 @@ def test_infeasible_layer_names_layer_and_smallest_footprint(manticore, search):
 
 
 def test_report_fields(manticore):
-    sol = solve_layer(Layer.fc("fc", 1, 1, 256, 100), manticore, "fp32", search="exhaustive")
+    sol = solve_layer(
+        Layer.fc("fc", 1, 1, 256, 100), manticore, "fp32", options=TuneOptions(search="exhaustive")
+    )
     r = sol.search
     assert r.mode == "exhaustive" and r.status == "OPTIMAL" and r.wall_s >= 0
     assert r.candidates == count_candidates(search_space(sol.layer, manticore, 1))
@@ -120,8 +124,8 @@ def test_report_fields(manticore):
 
 def test_traffic_objective_moves_no_more_bytes(manticore):
     layer = Layer("c", "conv", 14, 14, 256, 256, 3, 3, pad_h=1, pad_w=1)
-    fast = solve_layer(layer, manticore, "fp32", objective="latency")
-    lean = solve_layer(layer, manticore, "fp32", objective="traffic")
+    fast = solve_layer(layer, manticore, "fp32", options=TuneOptions(objective="latency"))
+    lean = solve_layer(layer, manticore, "fp32", options=TuneOptions(objective="traffic"))
     assert lean.analysis.offchip_bytes <= fast.analysis.offchip_bytes
     assert lean.analysis.cycles >= fast.analysis.cycles
 
@@ -131,7 +135,7 @@ def test_network_solves_identical_shapes_once(manticore):
     b = dataclasses.replace(a, name="b")
     net = Network("n", (a, b, Layer.fc("fc", 1, 1, 32, 10)))
     seen = []
-    sols = solve_network(net, manticore, processes=1, progress=seen.append)
+    sols = solve_network(net, manticore, progress=seen.append, options=TuneOptions(processes=1))
     assert [s.layer.name for s in sols] == ["a", "b", "fc"]
     assert seen == ["a", "fc"]
     assert sols[1].search.shared_with == "a" and sols[1].mapping == sols[0].mapping
@@ -144,16 +148,16 @@ def test_network_results_do_not_depend_on_processes(manticore):
         for i in range(3)
     )
     net = Network("n", layers)
-    serial = solve_network(net, manticore, processes=1)
-    parallel = solve_network(net, manticore, processes=2)
+    serial = solve_network(net, manticore, options=TuneOptions(processes=1))
+    parallel = solve_network(net, manticore, options=TuneOptions(processes=2))
     assert [s.mapping for s in serial] == [s.mapping for s in parallel]
 
 
 def test_energy_objective_uses_the_machine_energies(manticore):
     assert manticore.energy_pj["hbm_byte"] > manticore.energy_pj["noc_byte"] > 0
     layer = Layer("c", "conv", 28, 28, 128, 128, 3, 3, pad_h=1, pad_w=1)
-    fast = solve_layer(layer, manticore, "fp32", objective="latency")
-    frugal = solve_layer(layer, manticore, "fp32", objective="energy")
+    fast = solve_layer(layer, manticore, "fp32", options=TuneOptions(objective="latency"))
+    frugal = solve_layer(layer, manticore, "fp32", options=TuneOptions(objective="energy"))
     assert frugal.analysis.energy_pj <= fast.analysis.energy_pj
     e = manticore.energy_pj
     expected = (

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune import Layer
-from autotune.search.solve import solve_layer
+from autotune.chiplets import solve_layer
+from autotune.ir.options import TuneOptions
 from tests.package_machine import small_package
 from tests.strategies import conv_layers, fc_layers
 
@@ -21,9 +22,9 @@ PACKAGE = small_package()
     objective=st.sampled_from(["latency", "latency", "traffic"]),
 )
 def test_package_ilp_equals_exhaustive(layer, batch, objective):
-    ilp = solve_layer(layer, PACKAGE, "fp32", batch, objective=objective)
+    ilp = solve_layer(layer, PACKAGE, "fp32", batch, options=TuneOptions(objective=objective))
     enumerated = solve_layer(
-        layer, PACKAGE, "fp32", batch, objective=objective, search="exhaustive"
+        layer, PACKAGE, "fp32", batch, options=TuneOptions(objective=objective, search="exhaustive")
     )
     assert ilp.mapping == enumerated.mapping  # same split, same inner mapping
     assert ilp.analysis == enumerated.analysis

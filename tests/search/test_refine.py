@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from autotune import Layer, analyze
+from autotune.ir.options import TuneOptions
 from autotune.search.exhaustive import top_k
 from autotune.search.refine import refine_layer
 from autotune.search.solve import solve_layer
@@ -47,14 +48,20 @@ def incumbents(manticore, k=3):
 
 
 def test_top_k_starts_with_the_optimum(manticore):
-    best = solve_layer(LAYER, manticore, "fp32", search="exhaustive")
+    best = solve_layer(LAYER, manticore, "fp32", options=TuneOptions(search="exhaustive"))
     assert incumbents(manticore)[0] == best.mapping
 
 
 def test_never_worse_than_the_ilp_and_finds_better(manticore):
     seeds = incumbents(manticore)
     result = refine_layer(
-        LAYER, manticore, "fp32", 1, seeds, trials=30, storage="memory", simulate=skewed
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        seeds,
+        simulate=skewed,
+        options=TuneOptions(trials=30, storage="memory"),
     )
     assert result.ilp_cycles == skewed(LAYER, seeds[0], manticore, "fp32", 1).cycles
     assert result.cycles <= result.ilp_cycles
@@ -67,7 +74,13 @@ def test_deterministic_for_one_worker(manticore):
     seeds = incumbents(manticore)
     runs = [
         refine_layer(
-            LAYER, manticore, "fp32", 1, seeds, trials=20, storage="memory", seed=5, simulate=skewed
+            LAYER,
+            manticore,
+            "fp32",
+            1,
+            seeds,
+            simulate=skewed,
+            options=TuneOptions(trials=20, storage="memory", seed=5),
         )
         for _ in range(2)
     ]
@@ -78,19 +91,47 @@ def test_cache_hit_and_budget_extension(manticore, tmp_path):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     seeds = incumbents(manticore)
     first = refine_layer(
-        LAYER, manticore, "fp32", 1, seeds, trials=12, storage=url, simulate=skewed
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        seeds,
+        simulate=skewed,
+        options=TuneOptions(trials=12, storage=url),
     )
     again = refine_layer(
-        LAYER, manticore, "fp32", 1, seeds, trials=12, storage=url, simulate=skewed
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        seeds,
+        simulate=skewed,
+        options=TuneOptions(trials=12, storage=url),
     )
     assert again.cached and again.simulated == 0 and again.mapping == first.mapping
-    more = refine_layer(LAYER, manticore, "fp32", 1, seeds, trials=20, storage=url, simulate=skewed)
+    more = refine_layer(
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        seeds,
+        simulate=skewed,
+        options=TuneOptions(trials=20, storage=url),
+    )
     assert not more.cached and more.trials == 20 and more.simulated <= 8
 
 
 def test_default_storage_in_xdg_cache(manticore, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    refine_layer(LAYER, manticore, "fp32", 1, incumbents(manticore, 1), trials=3, simulate=skewed)
+    refine_layer(
+        LAYER,
+        manticore,
+        "fp32",
+        1,
+        incumbents(manticore, 1),
+        simulate=skewed,
+        options=TuneOptions(trials=3),
+    )
     assert (tmp_path / "autotune" / "studies.db").exists()
 
 
@@ -104,9 +145,8 @@ def _run_until_killed(url: str, budget: int) -> None:
         "fp32",
         1,
         incumbents(machine),
-        trials=budget,
-        storage=url,
         simulate=slow_skewed,
+        options=TuneOptions(trials=budget, storage=url),
     )
 
 
@@ -144,9 +184,8 @@ def test_resume_after_sigkill(manticore, tmp_path):
         "fp32",
         1,
         incumbents(manticore),
-        trials=budget,
-        storage=url,
         simulate=skewed,
+        options=TuneOptions(trials=budget, storage=url),
     )
     study = optuna.load_study(study_name=name, storage=url)
     finished = [
@@ -173,7 +212,13 @@ def test_prunes_without_simulating(manticore):
     space = search_space(big, manticore, 1)
     seeds = [space.decode(i) for i in top_k(space, manticore, "fp32", "latency", 1)]
     result = refine_layer(
-        big, manticore, "fp32", 1, seeds, trials=40, storage="memory", simulate=counting
+        big,
+        manticore,
+        "fp32",
+        1,
+        seeds,
+        simulate=counting,
+        options=TuneOptions(trials=40, storage="memory"),
     )
     assert len(calls) == result.simulated < 40  # some proposals did not fit L1
     assert all(analyze(big, m, manticore).fits for m in calls)
@@ -192,10 +237,8 @@ def test_two_workers_share_one_study(manticore, tmp_path):
         "fp32",
         1,
         incumbents(manticore),
-        trials=30,
-        storage=url,
         simulate=slow_skewed,
-        workers=2,
+        options=TuneOptions(trials=30, storage=url, refine_workers=2),
     )
     study = optuna.load_study(study_name=result.study, storage=url)
     finished = [

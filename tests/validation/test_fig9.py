@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune import Layer, Machine, Network
+from autotune.chiplets import solve_layer
 from autotune.report.validation.fig9 import COMPUTE_LINE, fig9, report
-from autotune.search.solve import solve_layer
 from tests.package_machine import small_package
 from tests.strategies import conv_layers, fc_layers
 

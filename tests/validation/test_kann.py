@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotune import Machine, analyze, load_network
+from autotune.chiplets import solve_layer
 from autotune.report.validation.kann import MEASURED_FPS, validate_kann
-from autotune.search.solve import solve_layer
 from autotune.search.space import kann_channel, kann_spatial
 from tests.conftest import EXAMPLES
 

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.api import tune
 from autotune.ir.precision import word_bytes
 from autotune.model.analysis import compulsory_words
 
@@ -164,8 +165,6 @@ def fig9(
 
     ``network`` is a path or a ``Network`` (e.g. a few layers for a quick check).
     """
-    from autotune.api import tune
-
     figures = []
     for name in machines:
         start = time.perf_counter()

@@ -28,9 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune.api import tune
 from autotune.io.network_yaml import load_network
 from autotune.ir.layer import Layer, Network
 from autotune.ir.machine import Machine
+from autotune.search.space import kann_channel, kann_spatial
+from autotune.sim.simulate import simulate
+from autotune.tiling import MappingError
 
 #: The measurement (seed 003, Sec. V).
 MEASURED_FPS = 20.0
@@ -116,10 +120,6 @@ def kann_cycles(
 ) -> tuple[int, str] | None:
     """Simulated cycles of the better of KaNN's two strategies for ``layer`` and its name
     ("spatial" / "channel"); None if neither fits."""
-    from autotune.search.space import kann_channel, kann_spatial
-    from autotune.sim import simulate
-    from autotune.tiling import MappingError
-
     best = None
     for name, make in (("spatial", kann_spatial), ("channel", kann_channel)):
         try:
@@ -153,8 +153,6 @@ def validate_kann(
     ``refine=False`` takes half a minute). ``kann`` also simulates every layer under KaNN's
     better strategy.
     """
-    from autotune.api import tune
-
     net = network if isinstance(network, Network) else load_network(network)
     if layers is not None:
         net = Network(net.name, net.layers[:layers], net.batch, net.precision)

@@ -2,9 +2,10 @@
 
 from autotune.search.refine.study import (
     RefineResult,
+    make_sampler,
     refine_layer,
-    refinement_target,
+    simulated_value,
     storage_url,
 )
 
-__all__ = ["RefineResult", "refine_layer", "refinement_target", "storage_url"]
+__all__ = ["RefineResult", "make_sampler", "refine_layer", "simulated_value", "storage_url"]

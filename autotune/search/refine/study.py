@@ -7,6 +7,13 @@ analytical model's top-k mappings, the proven optimum first. Proposals that do n
 the layer or do not fit L1 are pruned from the analytical footprint without simulating. The
 answer is the best simulated trial, so it is never worse than the integer program's winner.
 
+A trial's value is the run's objective measured on the simulation (``simulated_value``):
+cycles for ``latency``, off-chip bytes for ``traffic``, and for ``energy`` the same
+per-event energies the model charges (``Machine.energy_pj``) applied to the simulated MACs,
+off-chip and inter-cluster bytes. Ties between trials go to fewer simulated cycles (stored
+with each trial), then to the earlier trial. The sampler is the options' (``tpe`` or
+``random``), in every process that works on the study.
+
 Studies live in Optuna storage: by default an SQLite file in the user's cache directory
 (``$XDG_CACHE_HOME/autotune/studies.db``), so every run is resumable and cached; a study is
 named by everything its result depends on (tool version, machine, precision, objective,
@@ -18,25 +25,36 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.options import TuneOptions
 from autotune.ir.precision import word_bytes
 from autotune.model.footprint import footprint
 from autotune.search.objective import VARIABLES
 from autotune.search.space import SearchSpace, search_space
+from autotune.sim.result import SimResult
+from autotune.sim.simulate import simulate as simulate_chiplet
 from autotune.tiling import MappingError, task_grid
+from autotune.version import __version__
 
 #: Bump when the search space or the meaning of a trial changes: old studies are not reused.
-SPACE_VERSION = 2
+#: 3: a trial's value is the objective measured on the simulation (was: cycles always).
+SPACE_VERSION = 3
+
+#: The simulator as refinement calls it: (layer, mapping, machine, precision, batch).
+Simulator = Callable[[Layer, Mapping, Machine, str, int], SimResult]
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,7 @@ def _storage(url: str | None) -> optuna.storages.BaseStorage | None:
     )
 
 
-def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
@@ -90,7 +108,7 @@ def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     raise ValueError(f"unknown sampler {name!r} (tpe, random)")
 
 
-def _retry(max_retry: int):
+def _retry(max_retry: int) -> Any:
     """Re-enqueue a trial whose process died (Optuna >= 4.9 renamed the callback)."""
     storages = optuna.storages
     cls = (
@@ -103,8 +121,7 @@ def _retry(max_retry: int):
 def study_name(
     layer: Layer, machine: Machine, precision: str, batch: int, objective: str, sampler: str = "tpe"
 ) -> str:
-    from autotune import __version__
-
+    """The study's name: a hash of everything its trials' values depend on."""
     key = json.dumps(
         [
             __version__,
@@ -164,39 +181,75 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
     return space.decode(index)
 
 
+def simulated_value(result: SimResult, machine: Machine, precision: str, objective: str) -> float:
+    """The objective of a simulated run: cycles, off-chip bytes, or energy in pJ (the model's
+    per-event energies, ``Machine.energy_pj``, on the simulated counts)."""
+    if objective == "latency":
+        return float(result.cycles)
+    if objective == "traffic":
+        return float(result.hbm_bytes)
+    energy = machine.energy_pj
+    return (
+        result.macs * energy.get(f"mac_{precision}", 0.0)
+        + result.hbm_bytes * energy.get("hbm_byte", 0.0)
+        + result.intercluster_bytes * energy.get("noc_byte", 0.0)
+    )
+
+
+@dataclass(frozen=True)
+class StudyTarget:
+    """What a study refines: one layer at one batch on one chiplet, and how it measures."""
+
+    layer: Layer
+    machine: Machine
+    precision: str
+    batch: int
+    objective: str
+
+    def evaluate(self, trial: optuna.Trial, space: SearchSpace, simulate: Simulator) -> float:
+        """One trial: prune what does not apply or fit (no simulation), else simulate."""
+        mapping = _suggest(trial, space)
+        try:
+            grid = task_grid(self.layer, mapping, self.batch, self.machine)
+        except MappingError as exc:
+            trial.set_user_attr("pruned", str(exc))
+            raise optuna.TrialPruned() from None
+        fp = footprint(grid, self.machine, word_bytes(self.precision), self.precision)
+        if not fp.fits:
+            trial.set_user_attr("pruned", fp.reason)
+            raise optuna.TrialPruned()
+        result = simulate(self.layer, mapping, self.machine, self.precision, self.batch)
+        trial.set_user_attr("simulated", True)
+        trial.set_user_attr("cycles", result.cycles)
+        return simulated_value(result, self.machine, self.precision, self.objective)
+
+
 def refine_layer(
     layer: Layer,
     machine: Machine,
     precision: str,
     batch: int,
     incumbents: list[Mapping],
-    *,
-    trials: int = 40,
-    timeout: float | None = None,
-    storage: str | None = None,
-    seed: int = 0,
-    objective: str = "latency",
-    simulate=None,
-    workers: int = 1,
-    sampler: str = "tpe",
+    options: TuneOptions,
+    simulate: Simulator = simulate_chiplet,
 ) -> RefineResult:
     """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
 
-    ``trials`` is the study's total budget (across resumed runs); ``timeout`` bounds this
-    call's seconds. ``storage`` is an Optuna storage URL, ``"memory"``, or None for the cache
-    file. ``simulate`` defaults to ``autotune.sim.simulate`` (returns ``.cycles``).
-    ``workers`` > 1 runs that many processes on the shared study (not with "memory").
-    ``sampler`` is ``"tpe"`` (default) or ``"random"`` (the baseline the benchmark uses).
+    Reads from ``options``: ``trials`` (the study's total budget, across resumed runs),
+    ``refine_timeout`` (this call's seconds), ``storage`` (an Optuna storage URL,
+    ``"memory"``, or None for the cache file), ``seed``, ``objective`` (what a trial's value
+    measures, see ``simulated_value``), ``sampler`` and ``refine_workers`` (processes on the
+    shared study; not with "memory"). ``simulate`` is the single-chiplet simulator.
     """
-    if simulate is None:
-        from autotune.sim import simulate
     start = time.perf_counter()
+    target = StudyTarget(layer, machine, precision, batch, options.objective)
     space = search_space(layer, machine, batch)
-    wb = word_bytes(precision)
-    url = storage_url(storage)
-    name = study_name(layer, machine, precision, batch, objective, sampler)
+    url = storage_url(options.storage)
+    name = study_name(layer, machine, precision, batch, options.objective, options.sampler)
+    trials = options.trials
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_obj = _storage(url)
+    sampler = make_sampler(options.sampler, options.seed)
     try:
         # Creating the study is atomic in the storage (unique name): exactly one process
         # (of several sharing a PostgreSQL study) creates it, and only that one seeds it.
@@ -205,13 +258,11 @@ def refine_layer(
             storage=storage_obj,
             load_if_exists=False,
             direction="minimize",
-            sampler=_sampler(sampler, seed),
+            sampler=sampler,
         )
         created = True
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(
-            study_name=name, storage=storage_obj, sampler=_sampler(sampler, seed)
-        )
+        study = optuna.load_study(study_name=name, storage=storage_obj, sampler=sampler)
         created = False
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     if created:
@@ -228,37 +279,24 @@ def refine_layer(
 
     def objective_fn(trial: optuna.Trial) -> float:
         nonlocal simulated
-        value = _evaluate(trial, space, layer, machine, precision, batch, wb, simulate)
+        value = target.evaluate(trial, space, simulate)
         simulated += 1
         return value
 
     if not cached:
         helpers = []
-        if workers > 1 and url is not None:
-            import multiprocessing
-
+        if options.refine_workers > 1 and url is not None:
             ctx = multiprocessing.get_context("spawn")
-            for i in range(1, workers):
+            for i in range(1, options.refine_workers):
                 proc = ctx.Process(
                     target=_worker,
-                    args=(
-                        layer,
-                        machine,
-                        precision,
-                        batch,
-                        url,
-                        name,
-                        trials,
-                        timeout,
-                        seed + i,
-                        simulate,
-                    ),
+                    args=(target, url, name, options, options.seed + i, simulate),
                 )
                 proc.start()
                 helpers.append(proc)
         study.optimize(
             objective_fn,
-            timeout=timeout,
+            timeout=options.refine_timeout,
             callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)],
             n_trials=trials - done,
         )
@@ -266,17 +304,20 @@ def refine_layer(
             proc.join()
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     ilp_params = trial_params(space, incumbents[0])
-    ilp_values = [t.value for t in complete if t.params == ilp_params]
-    ilp_cycles = (
-        int(min(ilp_values))
-        if ilp_values
-        else int(simulate(layer, incumbents[0], machine, precision, batch).cycles)
-    )
-    # The incumbent rule: the best simulated trial, the integer program's winner on ties.
+    ilp_trials = [t for t in complete if t.params == ilp_params]
+    if ilp_trials:
+        ilp = min(ilp_trials, key=_rank)
+        ilp_value, ilp_cycles = float(ilp.value), _cycles(ilp)
+    else:
+        run = simulate(layer, incumbents[0], machine, precision, batch)
+        ilp_value = simulated_value(run, machine, precision, options.objective)
+        ilp_cycles = run.cycles
+    # The incumbent rule: the best simulated trial (objective, then cycles), the integer
+    # program's winner on ties.
     best_mapping, best_cycles = incumbents[0], ilp_cycles
-    best = min(complete, key=lambda t: (t.value, t.number), default=None)
-    if best is not None and best.value < best_cycles:
-        best_mapping, best_cycles = _decode_params(space, best.params), int(best.value)
+    best = min(complete, key=_rank, default=None)
+    if best is not None and (float(best.value), _cycles(best)) < (ilp_value, ilp_cycles):
+        best_mapping, best_cycles = _decode_params(space, best.params), _cycles(best)
     all_done = len(study.get_trials(deepcopy=False, states=finished))
     return RefineResult(
         best_mapping,
@@ -290,84 +331,40 @@ def refine_layer(
     )
 
 
-def refinement_target(
-    layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int
-) -> tuple[Layer, Machine, int, Mapping]:
-    """What a refinement study runs on: (layer, machine, batch, incumbent mapping).
+def _cycles(trial: optuna.trial.FrozenTrial) -> int:
+    """Simulated cycles of a complete trial (its value, for studies of the latency objective
+    written before the cycles were stored beside it)."""
+    return int(trial.user_attrs.get("cycles", trial.value))
 
-    On one chiplet, the layer itself. On a package, the largest part of ``mapping``'s chiplet
-    split (``autotune.chiplets``) on one chiplet, with the mapping without its split: the
-    split stays fixed and the study refines what each chiplet runs (put the split back with
-    ``.with_(chiplet_split=...)``).
-    """
-    if machine.chiplets == 1:
-        return layer, machine, batch, mapping
-    from autotune.chiplets import split_parts
 
-    part = split_parts(
-        layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
-    )[0]
-    return part.layer, machine.chiplet(), part.batch, mapping.with_(chiplet_split="none")
+def _rank(trial: optuna.trial.FrozenTrial) -> tuple[float, int, int]:
+    return (float(trial.value), _cycles(trial), trial.number)
 
 
 def _worker(
-    layer: Layer,
-    machine: Machine,
-    precision: str,
-    batch: int,
+    target: StudyTarget,
     url: str,
     name: str,
-    trials: int,
-    timeout: float | None,
+    options: TuneOptions,
     seed: int,
-    simulate,
+    simulate: Simulator,
 ) -> None:
-    """A helper process: run trials of the shared study until it holds ``trials``."""
+    """A helper process: run trials of the shared study until it holds ``options.trials``."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(
-        study_name=name,
-        storage=_storage(url),
-        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10),
+        study_name=name, storage=_storage(url), sampler=make_sampler(options.sampler, seed)
     )
-    space = search_space(layer, machine, batch)
-    wb = word_bytes(precision)
-    if simulate is None:
-        from autotune.sim import simulate
+    space = search_space(target.layer, target.machine, target.batch)
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     study.optimize(
-        lambda t: _evaluate(t, space, layer, machine, precision, batch, wb, simulate),
-        timeout=timeout,
-        n_trials=trials,
-        callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)],
+        lambda t: target.evaluate(t, space, simulate),
+        timeout=options.refine_timeout,
+        n_trials=options.trials,
+        callbacks=[optuna.study.MaxTrialsCallback(options.trials, states=finished)],
     )
 
 
-def _evaluate(
-    trial: optuna.Trial,
-    space: SearchSpace,
-    layer: Layer,
-    machine: Machine,
-    precision: str,
-    batch: int,
-    wb: int,
-    simulate,
-) -> float:
-    """One trial: prune what does not apply or fit (no simulation), else simulate."""
-    mapping = _suggest(trial, space)
-    try:
-        grid = task_grid(layer, mapping, batch, machine)
-    except MappingError as exc:
-        trial.set_user_attr("pruned", str(exc))
-        raise optuna.TrialPruned() from None
-    fp = footprint(grid, machine, wb, precision)
-    if not fp.fits:
-        trial.set_user_attr("pruned", fp.reason)
-        raise optuna.TrialPruned()
-    trial.set_user_attr("simulated", True)
-    return float(simulate(layer, mapping, machine, precision, batch).cycles)
-
-
-def _decode_params(space: SearchSpace, params: dict) -> Mapping:
+def _decode_params(space: SearchSpace, params: dict[str, Any]) -> Mapping:
     index = {
         "alg": space.algorithms.index(params["alg"]),
         "share": params.get("share", 0),

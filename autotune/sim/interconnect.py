@@ -54,7 +54,7 @@ class Route:
 
 
 @dataclass
-class Network:
+class Interconnect:
     """The resources of one machine and the routes between clusters and HBM."""
 
     machine: Machine

@@ -10,16 +10,16 @@ import pytest
 
 from autotune import Layer, Machine, Mapping, Tile, verify
 from autotune.search.space import hand_choice
-from autotune.verify import faults
-from autotune.verify.build import build_program
-from autotune.verify.executor import execute
-from autotune.verify.reference import reference
-from autotune.verify.verification import (
+from autotune.verification import faults
+from autotune.verification.build import build_program
+from autotune.verification.check import (
     compare,
     random_inputs,
     tolerance,
     verify_program,
 )
+from autotune.verification.executor import execute
+from autotune.verification.reference import reference
 
 LAYERS = [
     Layer("c", "conv", 12, 12, 8, 20, 3, 3, pad_h=1, pad_w=1),

@@ -1,4 +1,5 @@
-"""The cost of a chiplet split: a package layer as its largest part plus the die-to-die links.
+"""``analyze`` on any machine, and the cost of a chiplet split: a package layer as its largest
+part plus the die-to-die links.
 
 A package (seed 002, Chiplet Architecture: four chiplets, each with a private HBM and a link
 to each sibling) runs a split layer as ``autotune.chiplets`` divides it. Every chiplet runs
@@ -32,12 +33,38 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.chiplets import link_bytes, part_mapping, split_parts
+from autotune.chiplets.split import link_bytes, part_mapping, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
+from autotune.model.analysis import Analysis, bound_of
+from autotune.model.analysis import analyze as analyze_chiplet
 from autotune.model.formulas import SCALE
+
+
+def analyze(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+) -> Analysis:
+    """Analytical cost of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package.
+
+    On one chiplet this is ``autotune.model.analysis.analyze``; on a package, the figures of
+    the whole split layer (``analyze_package``). Raises ``autotune.MappingError`` when the
+    mapping does not apply; a mapping that overflows L1 returns ``fits=False``.
+
+    Example:
+        >>> from autotune import Layer, Machine, Mapping, analyze
+        >>> conv = Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1)
+        >>> package = Machine.preset("manticore-package")
+        >>> split = Mapping.from_report(2, delta_o=24).with_(chiplet_split="output_channels")
+        >>> a = analyze(conv, split, package)
+        >>> a.chiplets, a.fits, a.d2d_bytes > 0
+        (4, True, True)
+    """
+    if machine.chiplets == 1:
+        return analyze_chiplet(layer, mapping, machine, precision, batch)
+    machine.check_precision(precision)
+    return analyze_package(layer, mapping, machine, precision, batch)
 
 
 def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:
@@ -55,22 +82,20 @@ def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:
 
 def analyze_package(
     layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
-):
+) -> Analysis:
     """``analyze`` on a package: the figures of the whole split layer (see the module
     docstring); ``l1_bytes``, buffers, waves and the largest task are part 0's."""
-    from autotune.model.analysis import analyze, bound_of
-
     chiplet = machine.chiplet()
     parts = split_parts(
         layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
     )
-    memo: dict[tuple, object] = {}
+    memo: dict[tuple[object, ...], Analysis] = {}
     analyses = []
     for part in parts:
         inner = part_mapping(mapping, part)
         key = (part.layer.shape_key(), part.batch, inner)
         if key not in memo:
-            memo[key] = analyze(part.layer, inner, chiplet, precision, part.batch)
+            memo[key] = analyze_chiplet(part.layer, inner, chiplet, precision, part.batch)
         analyses.append(memo[key])
     first = analyses[0]
     links = link_bytes(parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.sim.network import Network, max_min_rates
+from autotune.sim.interconnect import Interconnect, max_min_rates
 
 
 def _rates(demand, paths, capacity):
@@ -47,7 +47,7 @@ def test_weights_charge_more_capacity_per_payload_byte():
 
 
 def test_routes(manticore):
-    net = Network(manticore)
+    net = Interconnect(manticore)
     hbm = net.route(5, load=1.0)
     assert net.capacity[hbm.idx[hbm.w > 0]].min() == manticore.levels[0].uplink_bytes_per_cycle
     assert hbm.level_bytes.tolist() == [1.0] * len(manticore.levels)

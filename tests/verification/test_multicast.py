@@ -10,9 +10,9 @@ from hypothesis import assume, given, settings
 
 from autotune import Layer, Machine, Mapping, Tile, analyze
 from autotune.tiling import MappingError
-from autotune.verify.build import build_program
-from autotune.verify.program import Multicast
-from autotune.verify.verification import verify_program
+from autotune.verification.build import build_program
+from autotune.verification.check import verify_program
+from autotune.verification.program import Multicast
 from tests.strategies import multicast_mapped_layers
 
 

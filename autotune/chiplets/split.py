@@ -16,7 +16,7 @@ chiplet or be divided among them (``Mapping.chiplet_split``):
 
 Balanced: ``n`` items over ``P`` chiplets give the first ``n mod P`` parts ``ceil(n/P)`` items
 and the rest ``floor(n/P)``; empty parts are dropped. Part 0 is therefore the largest, and
-it is the sub-layer the search solves and the cost model charges (``autotune.model.package``).
+it is the sub-layer the search solves and the cost model charges (``autotune.chiplets.analysis``).
 
 Data placement, the assumptions behind what crosses the die-to-die links (also listed in
 ``autotune/machines/manticore-package.yaml``):
@@ -54,7 +54,7 @@ SPLITS = tuple(CHIPLET_SPLITS)
 
 
 @dataclass(frozen=True)
-class Part:
+class ChipletPart:
     """What one chiplet computes: a sub-layer for ``batch`` images, and where it sits.
 
     ``images``, ``out_channels``, ``out_rows`` locate the part's output in the layer's output;
@@ -93,7 +93,7 @@ def _overlap(a: Span, b: Span) -> int:
 
 def split_parts(
     layer: Layer, split: str, chiplets: int, batch: int = 1, word_bytes: int = 4
-) -> tuple[Part, ...]:
+) -> tuple[ChipletPart, ...]:
     """The parts ``split`` divides ``layer`` (``batch`` images) into on ``chiplets`` chiplets.
 
     Example:
@@ -117,11 +117,13 @@ def split_parts(
         in_rows=whole_rows,
     )
     if split == "none":
-        return (Part(0, layer, batch, **everything),)
-    parts: list[Part] = []
+        return (ChipletPart(0, layer, batch, **everything),)
+    parts: list[ChipletPart] = []
     if split == "images":
         for i, images in enumerate(balanced(batch, chiplets)):
-            parts.append(Part(i, layer, images[1] - images[0], **{**everything, "images": images}))
+            parts.append(
+                ChipletPart(i, layer, images[1] - images[0], **{**everything, "images": images})
+            )
         return tuple(parts)
     if split == "output_channels":
         g_in, g_out = layer.cin_per_group, layer.cout_per_group
@@ -137,7 +139,7 @@ def split_parts(
                     groups=g1 - g0,
                 )
                 parts.append(
-                    Part(
+                    ChipletPart(
                         i,
                         sub,
                         batch,
@@ -155,7 +157,7 @@ def split_parts(
             sub = replace(layer, name=f"{layer.name}/oc{i}", c_out=c1 - c0)
             remote = {j: (span[1] - span[0]) * per_channel for j, span in enumerate(held) if j != i}
             parts.append(
-                Part(
+                ChipletPart(
                     i,
                     sub,
                     batch,
@@ -176,7 +178,7 @@ def split_parts(
         needed = (max(lo - p, 0), min(hi - p, layer.h_in))  # real input rows
         remote = {j: _overlap(needed, rows) * per_row for j, rows in enumerate(held_rows) if j != i}
         parts.append(
-            Part(
+            ChipletPart(
                 i,
                 sub,
                 batch,
@@ -187,12 +189,12 @@ def split_parts(
     return tuple(parts)
 
 
-def link_bytes(parts: tuple[Part, ...]) -> dict[tuple[int, int], int]:
+def link_bytes(parts: tuple[ChipletPart, ...]) -> dict[tuple[int, int], int]:
     """Bytes over each die-to-die link direction: (from sibling, to reader) -> bytes."""
     return {(j, p.chiplet): b for p in parts for j, b in p.remote.items()}
 
 
-def part_mapping(mapping: Mapping, part: Part) -> Mapping:
+def part_mapping(mapping: Mapping, part: ChipletPart) -> Mapping:
     """The single-chiplet mapping a part runs: ``mapping`` without its split, with the
     stack depth, batch tile and step clamped to a smaller part (part 0, the largest, runs
     ``mapping`` unchanged)."""
@@ -209,7 +211,7 @@ def part_mapping(mapping: Mapping, part: Part) -> Mapping:
     return m
 
 
-def coverage(layer: Layer, parts: tuple[Part, ...], batch: int) -> np.ndarray:
+def coverage(layer: Layer, parts: tuple[ChipletPart, ...], batch: int) -> np.ndarray:
     """How many parts write each output word (images x channels x rows; 1 everywhere for a
     correct split)."""
     count = np.zeros((batch, layer.c_out, layer.h_out), dtype=np.int64)

@@ -51,11 +51,10 @@ import numpy as np
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
-from autotune.tiling import MappingError
-from autotune.verify.build import build_program
-from autotune.verify.executor import DTYPES, ScheduleError, execute, expected_shapes
-from autotune.verify.program import Program
-from autotune.verify.reference import reference
+from autotune.verification.build import build_program
+from autotune.verification.executor import DTYPES, ScheduleError, execute, expected_shapes
+from autotune.verification.program import Program
+from autotune.verification.reference import reference
 
 LAMBDA = 10.0
 UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp64": 2.0**-53, "fp16": 2.0**-11}
@@ -122,7 +121,8 @@ def verify(
     batch: int = 1,
     seed: int = 0,
 ) -> Verification:
-    """Execute ``layer`` under ``mapping`` on random data and compare with the reference.
+    """Execute ``layer`` under ``mapping`` on random data and compare with the reference, on
+    one chiplet (a package's layers go through ``autotune.chiplets``, which runs each part).
 
     A mapping that does not fit L1 (or breaks any other rule of the executor) comes back
     with ``ok=False`` and the reason in ``errors``; a mapping that does not apply to the layer
@@ -135,15 +135,6 @@ def verify(
         >>> v.ok, v.max_rel_error <= v.tolerance
         (True, True)
     """
-    if machine.chiplets > 1:
-        from autotune.verify.package import verify_package
-
-        return verify_package(layer, mapping, machine, precision, batch, seed)
-    if mapping.chiplet_split != "none":
-        raise MappingError(
-            f"chiplet_split {mapping.chiplet_split!r} needs a package of "
-            f"several chiplets; {machine.name!r} has one"
-        )
     return verify_program(build_program(layer, mapping, machine, precision, batch), seed)
 
 

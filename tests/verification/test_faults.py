@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from autotune import Layer, Mapping, Tile
-from autotune.verify import faults
-from autotune.verify.build import build_program
-from autotune.verify.verification import verify_program
+from autotune.verification import faults
+from autotune.verification.build import build_program
+from autotune.verification.check import verify_program
 
 STRIDED = Layer("strided", "conv", 9, 8, 3, 5, 3, 3, 2, 2, 1, 1)  # 5 outputs: remainder of 1
 FC = Layer.fc("fc", 2, 2, 24, 10)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import autotune
 from autotune import Layer, Mapping, MappingError, Tile, analyze, load_network, verify
 from autotune.search.space import fits, hand_choice
-from autotune.verify.verification import compare, tolerance
+from autotune.verification.check import compare, tolerance
 from tests.conftest import EXAMPLES
 from tests.strategies import conv_layers, fc_layers, mappings
 

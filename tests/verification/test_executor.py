@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from autotune import Buffers, Layer, Mapping, Tile
-from autotune.verify.build import build_program
-from autotune.verify.executor import AllocationError, ScheduleError, execute
-from autotune.verify.program import Alloc, Conv, Load, Reduce, Region, Store
-from autotune.verify.verification import random_inputs
+from autotune.verification.build import build_program
+from autotune.verification.check import random_inputs
+from autotune.verification.executor import AllocationError, ScheduleError, execute
+from autotune.verification.program import Alloc, Conv, Load, Reduce, Region, Store
 
 CONV = Layer("c", "conv", 6, 6, 2, 4, 3, 3, pad_h=1, pad_w=1)
 FC = Layer.fc("fc", 1, 2, 8, 4)

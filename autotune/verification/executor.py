@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from autotune.ir.layer import Layer
-from autotune.verify.kernels import conv_block
-from autotune.verify.program import (
+from autotune.verification.kernels import conv_block
+from autotune.verification.program import (
     Alloc,
     Conv,
     Copy,
@@ -207,7 +207,7 @@ class _Machine:
 
 
 def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of the three main-memory tensors (layout: see ``autotune.verify.program``)."""
+    """Shapes of the three main-memory tensors (layout: see ``autotune.verification.program``)."""
     return {
         "input": (batch, layer.c_in, layer.h_in, layer.w_in),
         "filter": (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w),
@@ -467,7 +467,7 @@ HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
 
 def execute(program: Program, inputs: Mapping[str, np.ndarray]) -> Outputs:
     """Run ``program`` on ``inputs`` (``"input"`` and ``"filter"`` arrays, layout in
-    ``autotune.verify.program``) and return the output main memory ends with.
+    ``autotune.verification.program``) and return the output main memory ends with.
 
     Raises ``ScheduleError`` (``AllocationError`` for L1 overflow) at the first operation
     whose preconditions do not hold, or at the end if some output was never stored.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from autotune.verify.program import (
+from autotune.verification.program import (
     Alloc,
     Conv,
     Copy,

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from autotune import Layer, Mapping, Tile
 from autotune.search.space import minimal_mapping
-from autotune.verify.build import build_program
-from autotune.verify.executor import execute
-from autotune.verify.reference import reference
-from autotune.verify.verification import random_inputs, tolerance
+from autotune.verification.build import build_program
+from autotune.verification.check import random_inputs, tolerance
+from autotune.verification.executor import execute
+from autotune.verification.reference import reference
 from tests.strategies import conv_layers, fc_layers
-from tests.verify.naive import naive_conv
+from tests.verification.naive import naive_conv
 
 TINY = {
     "3x3 pad 1": Layer("a", "conv", 5, 5, 2, 3, 3, 3, pad_h=1, pad_w=1),

@@ -6,15 +6,15 @@ checking every operation's preconditions; ``verify`` does both on random data an
 with an independent reference (``reference``). ``faults`` builds deliberately broken
 programs, which the executor must reject.
 
-Note: ``autotune.verify`` (the attribute of the top-level package) is the *function*
-``verify``; import this package's modules with ``from autotune.verify.executor import ...``.
+The package is named ``verification`` so that ``autotune.verify``, the public function, does
+not shadow it.
 """
 
-from autotune.verify.build import build_program
-from autotune.verify.executor import AllocationError, Outputs, ScheduleError, Stats, execute
-from autotune.verify.program import Program, Region
-from autotune.verify.reference import reference
-from autotune.verify.verification import Verification, tolerance, verify, verify_program
+from autotune.verification.build import build_program
+from autotune.verification.check import Verification, tolerance, verify, verify_program
+from autotune.verification.executor import AllocationError, Outputs, ScheduleError, Stats, execute
+from autotune.verification.program import Program, Region
+from autotune.verification.reference import reference
 
 __all__ = [
     "AllocationError",

@@ -1,4 +1,5 @@
-"""Simulating a chiplet split: every part on its own chiplet, after its remote input arrives.
+"""``simulate`` on any machine; a chiplet split: every part on its own chiplet, after its
+remote input arrives.
 
 The parts come from ``autotune.chiplets`` (the data placement assumptions are stated there).
 Each distinct part is simulated on one chiplet (``machine.chiplet()``) by the ordinary
@@ -6,7 +7,7 @@ tile-level simulator. Before its part starts, a chiplet stages in the input it r
 its siblings: each incoming link direction carries one flow at the link's bandwidth, all at
 once, after the link's round-trip latency, so the stage-in lasts
 ``latency + max over incoming links of bytes / bandwidth``. The layer ends when the last
-chiplet ends. (The analytical model, ``autotune.model.package``, charges the largest part
+chiplet ends. (The analytical model, ``autotune.chiplets.analysis``, charges the largest part
 and the busiest link of the whole package; this simulates every part and its own links.)
 """
 
@@ -15,12 +16,41 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from autotune.chiplets import link_bytes, part_mapping, split_parts
+from autotune.chiplets.split import link_bytes, part_mapping, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
 from autotune.sim.result import SimResult
+from autotune.sim.simulate import simulate as simulate_chiplet
+
+
+def simulate(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    *,
+    trace: bool = False,
+) -> SimResult:
+    """Simulate ``layer`` under ``mapping`` on ``machine``, one chiplet or a package.
+
+    On one chiplet this is ``autotune.sim.simulate``; on a package, every part of the split
+    on its chiplet (``simulate_package``).
+
+    Example:
+        >>> from autotune import Layer, Machine, Mapping, simulate
+        >>> conv = Layer("c", "conv", 32, 32, 128, 128, 3, 3, pad_h=1, pad_w=1)
+        >>> split = Mapping.from_report(2, delta_o=24).with_(chiplet_split="spatial")
+        >>> r = simulate(conv, split, Machine.preset("manticore-package"))
+        >>> r.chiplets, r.d2d_bytes > 0
+        (4, True)
+    """
+    if machine.chiplets == 1:
+        return simulate_chiplet(layer, mapping, machine, precision, batch, trace=trace)
+    machine.check_precision(precision)
+    return simulate_package(layer, mapping, machine, precision, batch, trace=trace)
 
 
 def stage_in_cycles(incoming: list[int], machine: Machine) -> float:
@@ -45,8 +75,6 @@ def simulate_package(
     chiplet's, with the stage-in as ``d2d``; bytes, MACs, tasks and events: sums over all
     parts. ``trace=True`` records chiplet 0's timeline.
     """
-    from autotune.sim.simulate import simulate
-
     chiplet = machine.chiplet()
     parts = split_parts(
         layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
@@ -58,7 +86,7 @@ def simulate_package(
         inner = part_mapping(mapping, part)
         key = (part.layer.shape_key(), part.batch, inner)
         if key not in memo or (trace and part.chiplet == 0):
-            memo[key] = simulate(
+            memo[key] = simulate_chiplet(
                 part.layer, inner, chiplet, precision, part.batch, trace=trace and part.chiplet == 0
             )
         stage = stage_in_cycles(

@@ -23,7 +23,7 @@ from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
 from autotune.model.footprint import footprint
 from autotune.tiling import MappingError, TaskGrid, chunks, task_grid
-from autotune.verify.program import (
+from autotune.verification.program import (
     BUFFERS,
     Alloc,
     Conv,

@@ -1,4 +1,5 @@
-"""Verifying a chiplet split: execute every chiplet's part and assemble the whole output.
+"""``verify`` on any machine; a chiplet split: execute every chiplet's part and assemble the
+whole output.
 
 Each part (``autotune.chiplets``) is an ordinary sub-layer: its program is built for one
 chiplet (``machine.chiplet()``) and run by the executor on the part's slice of the layer's
@@ -17,14 +18,46 @@ from dataclasses import replace
 
 import numpy as np
 
-from autotune.chiplets import Part, coverage, part_mapping, split_parts
+from autotune.chiplets.split import ChipletPart, coverage, part_mapping, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
-from autotune.verify.build import build_program
-from autotune.verify.executor import DTYPES, ScheduleError, execute, expected_shapes
-from autotune.verify.reference import reference
+from autotune.verification.build import build_program
+from autotune.verification.check import (
+    UNIT_ROUNDOFF,
+    Verification,
+    compare,
+    random_inputs,
+    tolerance,
+)
+from autotune.verification.check import verify as verify_chiplet
+from autotune.verification.executor import DTYPES, ScheduleError, execute, expected_shapes
+from autotune.verification.reference import reference
+
+
+def verify(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    seed: int = 0,
+) -> Verification:
+    """Execute ``layer`` under ``mapping`` on ``machine`` (one chiplet or a package) on random
+    data and compare with the reference (on a package: ``verify_package``).
+
+    Example:
+        >>> from autotune import Layer, Machine, Mapping, verify
+        >>> conv = Layer("c", "conv", 12, 12, 8, 20, 3, 3, pad_h=1, pad_w=1)
+        >>> split = Mapping.from_report(2, delta_o=8).with_(chiplet_split="output_channels")
+        >>> v = verify(conv, split, Machine.preset("manticore-package"))
+        >>> v.ok
+        True
+    """
+    if machine.chiplets == 1:
+        return verify_chiplet(layer, mapping, machine, precision, batch, seed)
+    return verify_package(layer, mapping, machine, precision, batch, seed)
 
 
 def verify_package(
@@ -34,17 +67,9 @@ def verify_package(
     precision: str = "fp32",
     batch: int = 1,
     seed: int = 0,
-    parts: tuple[Part, ...] | None = None,
-):
+    parts: tuple[ChipletPart, ...] | None = None,
+) -> Verification:
     """``verify`` on a package; ``parts`` overrides the split's parts (to inject faults)."""
-    from autotune.verify.verification import (
-        UNIT_ROUNDOFF,
-        Verification,
-        compare,
-        random_inputs,
-        tolerance,
-    )
-
     if precision not in UNIT_ROUNDOFF:
         raise ValueError(f"verification runs fp32 and fp64, not {precision}")
     machine.check_precision(precision)
@@ -119,7 +144,7 @@ def verify_package(
     )
 
 
-def _coverage_errors(layer: Layer, parts: tuple[Part, ...], batch: int) -> list[str]:
+def _coverage_errors(layer: Layer, parts: tuple[ChipletPart, ...], batch: int) -> list[str]:
     count = coverage(layer, parts, batch)
     errors = []
     for what, bad in (("no chiplet computes", count == 0), ("several chiplets compute", count > 1)):
@@ -135,13 +160,13 @@ def _coverage_errors(layer: Layer, parts: tuple[Part, ...], batch: int) -> list[
 # -- faults: broken splits the verifier must reject ------------------------------------------
 
 
-def drop_part(parts: tuple[Part, ...]) -> tuple[Part, ...]:
+def drop_part(parts: tuple[ChipletPart, ...]) -> tuple[ChipletPart, ...]:
     """Forget the last chiplet's part (its output is missing)."""
     if len(parts) < 2:
         raise ValueError("a single part: nothing to drop")
     return parts[:-1]
 
 
-def duplicate_part(parts: tuple[Part, ...]) -> tuple[Part, ...]:
+def duplicate_part(parts: tuple[ChipletPart, ...]) -> tuple[ChipletPart, ...]:
     """Run the first part twice (its output is computed by two chiplets)."""
     return (*parts, replace(parts[0], chiplet=len(parts)))

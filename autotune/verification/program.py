@@ -1,8 +1,8 @@
 """A program: the explicit operations a mapped layer performs, per cluster, in order.
 
-A program is plain data, so that it can be built once (``autotune.verify.build``), inspected,
-mutated into a broken schedule (``autotune.verify.faults``) and executed
-(``autotune.verify.executor``) without either side knowing how the other works.
+A program is plain data, so that it can be built once (``autotune.verification.build``), inspected,
+mutated into a broken schedule (``autotune.verification.faults``) and executed
+(``autotune.verification.executor``) without either side knowing how the other works.
 
 Main memory holds three tensors, all NCHW-like with the batch outermost:
 

@@ -1,0 +1,120 @@
+"""Choosing a layer's mapping on any machine: on a package, the chiplet split and what each
+chiplet runs.
+
+Every chiplet split (``autotune.chiplets.split``) has its largest part solved on one chiplet
+by the single-chiplet search (``autotune.search.solve``) to proven optimality (or
+enumerated); the die-to-die cost is added by ``autotune.chiplets.analysis``; the best split
+under the objective wins, ties to the earlier split in ``SPLITS`` order.
+
+For the latency objective the link cost does not depend on the inner mapping, so this is the
+optimum over (split, mapping); for traffic and energy each split keeps its largest part's
+optimum and the package totals (all parts) decide between splits.
+"""
+
+from __future__ import annotations
+
+from autotune.chiplets.analysis import analyze
+from autotune.chiplets.split import SPLITS, split_parts
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.options import TuneOptions
+from autotune.ir.precision import word_bytes
+from autotune.model.analysis import Analysis
+from autotune.search.objective import ORDER
+from autotune.search.solve import (
+    DEFAULT_OPTIONS,
+    InfeasibleError,
+    LayerSolution,
+    SearchReport,
+)
+from autotune.search.solve import solve_layer as solve_chiplet
+
+
+def solve_layer(
+    layer: Layer,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    options: TuneOptions = DEFAULT_OPTIONS,
+) -> LayerSolution:
+    """The best mapping of ``layer`` on ``machine``, one chiplet or a package (see the module
+    docstring); the search settings come from ``options``. Raises ``InfeasibleError`` when no
+    mapping fits L1."""
+    if machine.chiplets == 1:
+        return solve_chiplet(layer, machine, precision, batch, options)
+    machine.check_precision(precision)
+    chiplet = machine.chiplet()
+    objective = options.objective
+    solved: dict[tuple[object, ...], LayerSolution | None] = {}
+    best: tuple[tuple[int, ...], Mapping, Analysis, SearchReport] | None = None
+    wall, candidates, smallest = 0.0, 0, None
+    statuses: set[str] = set()
+    for order, split in enumerate(SPLITS):
+        part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
+        key = (part.layer.shape_key(), part.batch)
+        if key not in solved:
+            try:
+                found = solve_chiplet(part.layer, chiplet, precision, part.batch, options)
+            except InfeasibleError as exc:
+                solved[key] = None
+                if exc.smallest is not None:
+                    smallest = exc.smallest if smallest is None else min(smallest, exc.smallest)
+                continue
+            solved[key] = found
+            wall += found.search.wall_s
+            candidates += found.search.candidates
+            statuses.add(found.search.status)
+        sub = solved[key]
+        if sub is None:
+            continue
+        mapping = sub.mapping.with_(chiplet_split=split)
+        analysis = analyze(layer, mapping, machine, precision, batch)
+        rank = (*package_key(analysis, objective), order)
+        if best is None or rank < best[0]:
+            best = (rank, mapping, analysis, sub.search)
+    if best is None:
+        raise InfeasibleError(layer.name, machine.l1_bytes, smallest)
+    rank, mapping, analysis, sub_report = best
+    status = "OPTIMAL" if statuses == {"OPTIMAL"} else sub_report.status
+    value = rank[0]
+    report = SearchReport(
+        sub_report.mode,
+        status,
+        objective,
+        value,
+        value if status == "OPTIMAL" else None,
+        0.0 if status == "OPTIMAL" else None,
+        wall,
+        candidates,
+    )
+    return LayerSolution(layer, mapping, analysis, report)
+
+
+def package_key(analysis: Analysis, objective: str) -> tuple[int, ...]:
+    """A package layer's figures compared in the objective's order (``ORDER``)."""
+    values = {
+        "cycles": analysis.cycles,
+        "offchip_bytes": analysis.offchip_bytes,
+        "energy": round(analysis.energy_pj * 1000),
+        "l1": analysis.l1_bytes,
+    }
+    return tuple(values[name] for name in ORDER[objective])
+
+
+def refinement_target(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int
+) -> tuple[Layer, Machine, int, Mapping]:
+    """What a refinement study runs on: (layer, machine, batch, incumbent mapping).
+
+    On one chiplet, the layer itself. On a package, the largest part of ``mapping``'s chiplet
+    split on one chiplet, with the mapping without its split: the split stays fixed and the
+    study refines what each chiplet runs (put the split back with
+    ``.with_(chiplet_split=...)``).
+    """
+    if machine.chiplets == 1:
+        return layer, machine, batch, mapping
+    part = split_parts(
+        layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
+    )[0]
+    return part.layer, machine.chiplet(), part.batch, mapping.with_(chiplet_split="none")

@@ -1,0 +1,398 @@
+"""What the command line prints: tables, totals and progress, on rich consoles.
+
+The commands in ``app`` parse their arguments, make one library call and hand the result to
+one of these functions; nothing here computes a figure the library does not return.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from autotune.api import Progress as ProgressCallback
+from autotune.batching import BatchChoice, SweepResult
+from autotune.io.machine_yaml import resolve_machine
+from autotune.ir.layer import Network
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.precision import word_bytes
+from autotune.result import LayerResult, TuneResult
+from autotune.sim.result import SimResult
+from autotune.verification.check import Verification
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console; when piped (not a terminal) wide enough that tables do not wrap."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=200)
+
+
+stdout = _console()
+stderr = _console(stderr=True)
+
+
+def error(message: str) -> None:
+    """One line on stderr (markup in ``message`` is printed as is)."""
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}"
+
+
+def size(value: float) -> str:
+    for factor, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if value >= factor:
+            return f"{value / factor:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def ms(seconds: float) -> str:
+    milli = seconds * 1e3
+    return f"{milli:,.3f}" if milli >= 1 else f"{milli:#.4g}"
+
+
+def tile_text(mapping: Mapping) -> str:
+    t = mapping.tile
+    h = "all" if t.out_h is None else str(t.out_h)
+    w = "all" if t.out_w is None else str(t.out_w)
+    return f"{h}×{w}×{t.in_c}"
+
+
+@contextmanager
+def progress_bar(description: str, total: int) -> Iterator[ProgressCallback]:
+    """A transient progress bar on stderr; yields the ``progress(stage, name)`` callback."""
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[layer]}"),
+        console=stderr,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total, layer="")
+
+        def progress(stage: str, name: str) -> None:
+            bar.update(task, advance=1, layer=f"{stage} {name}")
+
+        yield progress
+
+
+def print_network(net: Network, machine: Machine, precision: str) -> None:
+    """``check``: each layer's shape, MACs and weight bytes, and the totals."""
+    wb = word_bytes(precision)
+    table = Table(
+        title=f"{net.name}: {len(net.layers)} layers, batch {net.batch}, {precision}",
+        title_justify="left",
+    )
+    for col in (
+        "layer",
+        "kind",
+        "in (h×w×c)",
+        "out (h×w×c)",
+        "kernel",
+        "stride",
+        "pad",
+        "groups",
+        "MACs/image",
+        "weights",
+    ):
+        table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
+    for layer in net.layers:
+        table.add_row(
+            layer.name,
+            layer.kind,
+            f"{layer.h_in}×{layer.w_in}×{layer.c_in}",
+            f"{layer.h_out}×{layer.w_out}×{layer.c_out}",
+            f"{layer.kernel_h}×{layer.kernel_w}",
+            f"{layer.stride_h}×{layer.stride_w}",
+            f"{layer.pad_h}×{layer.pad_w}",
+            str(layer.groups),
+            si(layer.macs, "MAC"),
+            size(layer.weight_words * wb),
+        )
+    stdout.print(table)
+    if net.skipped:
+        ops = Counter(entry.split(" ", 1)[0] for entry in net.skipped)
+        stdout.print(
+            f"skipped {len(net.skipped)} ONNX nodes that are not conv/fc layers: "
+            + ", ".join(f"{op} ×{n}" for op, n in ops.items())
+        )
+    total_weights = sum(layer.weight_words for layer in net.layers) * wb
+    stdout.print(
+        f"total: {si(net.macs, 'MAC')} for the batch of {net.batch}, "
+        f"{size(total_weights)} of weights; machine {machine.name} "
+        f"({si(machine.peak_flops(precision), 'flop/s')} peak {precision})"
+    )
+
+
+def print_machines(names: tuple[str, ...]) -> None:
+    """``machines``: the presets with their key figures and summaries."""
+    table = Table(title="machine presets", title_justify="left")
+    for col in (
+        "name",
+        "chiplets",
+        "clusters",
+        "cores",
+        "L1/cluster",
+        "peak fp64",
+        "peak fp32",
+        "peak fp16",
+        "memory bandwidth",
+    ):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    machines = [resolve_machine(name) for name in names]
+    for m in machines:
+        peaks = [
+            (si(m.peak_flops(p), "flop/s") if m.supports(p) else "-")
+            for p in ("fp64", "fp32", "fp16")
+        ]
+        table.add_row(
+            m.name,
+            str(m.chiplets),
+            str(m.total_clusters),
+            str(m.total_clusters * m.cores_per_cluster),
+            size(m.l1_bytes),
+            *peaks,
+            si(m.hbm_bytes_per_s, "B/s"),
+        )
+    stdout.print(table)
+    for name, m in zip(names, machines, strict=True):
+        stdout.print(f"{name}: {m.description.get('summary', '')}")
+
+
+def print_verification(result: TuneResult, checks: list[Verification], seed: int) -> None:
+    """``verify``: one row per layer."""
+    table = Table(
+        title=f"{result.network}: verification ({result.precision}, batch "
+        f"{result.batch}, seed {seed})",
+        title_justify="left",
+    )
+    for col in (
+        "layer",
+        "algorithm",
+        "ok",
+        "max abs error",
+        "max rel error",
+        "tolerance",
+        "reason",
+    ):
+        table.add_column(col)
+    for r, v in zip(result.layers, checks, strict=True):
+        table.add_row(
+            r.layer.name,
+            r.mapping.algorithm,
+            "ok" if v.ok else "FAILED",
+            f"{v.max_abs_error:.2e}",
+            f"{v.max_rel_error:.2e}",
+            f"{v.tolerance:.2e}",
+            "; ".join(v.errors)[:120],
+        )
+    stdout.print(table)
+
+
+def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult]]) -> None:
+    """``simulate``: cycles, prediction and breakdown per layer, and the total."""
+    table = Table(
+        title=f"{result.network}: simulated on {result.machine.name}", title_justify="left"
+    )
+    package = result.machine.chiplets > 1  # a package adds the die-to-die stage-in
+    parts = ("compute", "dma_wait", "contention", "sync", "idle", *(("d2d",) if package else ()))
+    for col in (
+        "layer",
+        "algorithm",
+        "cycles",
+        "predicted",
+        "sim/model",
+        "compute",
+        "DMA wait",
+        "contention",
+        "sync",
+        "idle",
+        *(("d2d",) if package else ()),
+        "HBM B/cycle",
+        "FPU util",
+    ):
+        table.add_column(col, justify="left" if col in ("layer", "algorithm") else "right")
+    for r, sim in runs:
+        b = sim.breakdown.as_dict()
+        table.add_row(
+            r.layer.name,
+            r.mapping.algorithm,
+            f"{sim.cycles:,}",
+            f"{r.predicted.cycles:,}",
+            f"{sim.cycles / r.predicted.cycles:.2f}",
+            *(f"{100 * b.get(k, 0.0) / sim.cycles:.0f}%" for k in parts),
+            f"{sim.hbm_bytes_per_cycle:.1f}",
+            f"{100 * sim.fpu_utilization:.1f}%",
+        )
+    stdout.print(table)
+    stdout.print(f"total: {sum(sim.cycles for _, sim in runs):,} cycles")
+
+
+def print_choice(choice: BatchChoice, result: TuneResult) -> None:
+    """The ``batch auto`` line."""
+    budget = choice.latency_budget_s
+    candidates = ", ".join(
+        f"{p.batch}: {ms(p.latency_s)} ms {p.images_per_s:,.0f}/s"
+        + ("" if p.latency_s <= budget else " over budget")
+        for p in choice.sweep.points
+    )
+    t = result.totals
+    stdout.print(
+        f"batch auto: chose batch {choice.batch} (latency {ms(t.latency_s)} ms <= "
+        f"budget {ms(budget)} ms, {t.images_per_s:,.1f} images/s); candidates: "
+        f"{candidates}",
+        highlight=False,
+    )
+
+
+def print_sweep(result: SweepResult) -> None:
+    """The sweep table, one line per fc layer on where it turns, and the best batch."""
+    turning = result.turning_batches()
+    table = Table(
+        title=f"{result.network}: batch sweep, {result.precision}, objective "
+        f"{result.objective}, machine {result.machine.name}"
+        + (", refined" if result.refine else ""),
+        title_justify="left",
+    )
+    for col in ("batch", "latency (ms)", "images/s", "Tflop/s", "% peak"):
+        table.add_column(col, justify="right")
+    for name in result.fc_layers:
+        table.add_column(name, justify="left")
+    if result.verify:
+        table.add_column("verified")
+    for p in result.points:
+        cells = []
+        for f in p.fc:
+            text = "mem" if f.bound == "memory" else "compute"
+            cells.append(f"[bold]→ {text}[/]" if turning[f.layer] == p.batch else text)
+        row = [
+            str(p.batch),
+            ms(p.latency_s),
+            f"{p.images_per_s:,.1f}",
+            f"{p.tflops:.3f}",
+            f"{100 * p.peak_fraction:.1f}",
+            *cells,
+        ]
+        if result.verify:
+            row.append("ok" if p.verified else "FAILED")
+        table.add_row(*row)
+    stdout.print(table)
+    m, prec = result.machine, result.precision
+    stdout.print(
+        f"ridge point {result.ridge_flop_per_byte:.1f} flop per off-chip byte "
+        f"({si(m.peak_flops(prec), 'flop/s')} {prec} peak × "
+        f"{m.fpu_utilization:.0%} FPU utilisation / "
+        f"{si(m.hbm_bytes_per_s, 'B/s')} HBM); fc layers below it are memory-bound",
+        highlight=False,
+    )
+    last = result.batches[-1]
+    for name in result.fc_layers:
+        turn = turning[name]
+        if turn is None:
+            f = result.point(last).fc_bound(name)
+            stdout.print(
+                f"{name} stays memory-bound up to batch {last} "
+                f"({f.flop_per_byte:.1f} flop/B at batch {last})",
+                highlight=False,
+            )
+            continue
+        f = result.point(turn).fc_bound(name)
+        again = result.memory_again(name)
+        stdout.print(
+            f"{name} turns compute-bound at batch {turn} ({f.flop_per_byte:.1f} "
+            f"flop/B)" + ("" if again is None else f"; memory-bound again at batch {again}"),
+            highlight=False,
+        )
+    if not result.fc_layers:
+        stdout.print("no fc layers", highlight=False)
+    best = result.point(result.best())
+    stdout.print(
+        f"most images/s: batch {best.batch} ({best.images_per_s:,.1f} images/s, "
+        f"{ms(best.latency_s)} ms per batch)",
+        highlight=False,
+    )
+
+
+def print_result(result: TuneResult) -> None:
+    """The per-layer schedule table and the network totals."""
+    mach, prec = result.machine, result.precision
+    peak = mach.peak_macs_per_cycle(prec)
+    table = Table(
+        title=f"{result.network}: batch {result.batch}, {prec}, objective "
+        f"{result.objective}, machine {mach.name}",
+        title_justify="left",
+    )
+    package = mach.chiplets > 1  # a package adds the chiplet split of each layer
+    for col in (
+        "layer",
+        "algorithm",
+        *(("chiplets",) if package else ()),
+        "ΔO",
+        "batch tile",
+        "share",
+        "tile h×w×c",
+        "L1",
+        "cycles",
+        "% peak",
+        "bound",
+        "verified",
+        "search",
+    ):
+        table.add_column(
+            col,
+            justify="left"
+            if col in ("layer", "algorithm", "chiplets", "bound", "verified", "search")
+            else "right",
+        )
+    for r in result.layers:
+        a, m = r.predicted, r.mapping
+        cycles = r.simulated.cycles if r.simulated is not None else a.cycles
+        s = r.search
+        status = (
+            f"{s.status} {s.wall_s:.1f}s {s.candidates / 1e3:.0f}k"
+            + (f" gap {s.gap:.1%}" if s.gap else "")
+            + (f" +{r.trials} trials" if r.trials else "")
+            if s.shared_with is None
+            else f"= {s.shared_with}"
+        )
+        verified = "-" if r.verified is None else ("ok" if r.verified.ok else "FAILED")
+        split = (
+            (f"{m.chiplet_split} ×{a.chiplets}" if m.chiplet_split != "none" else "none",)
+            if package
+            else ()
+        )
+        table.add_row(
+            r.layer.name,
+            m.algorithm,
+            *split,
+            str(m.delta_o),
+            str(m.batch_tile),
+            str(m.share_group),
+            tile_text(m),
+            size(a.l1_bytes),
+            f"{cycles:,}",
+            f"{100 * a.macs / (cycles * peak):.1f}",
+            a.bound,
+            verified,
+            status,
+        )
+    stdout.print(table)
+    t = result.totals
+    simulated = all(r.simulated is not None for r in result.layers)
+    stdout.print(
+        f"total ({'simulated' if simulated else 'predicted'}): {t.cycles:,} cycles = "
+        f"{t.latency_s * 1e3:.3f} ms per batch of {result.batch}, {t.images_per_s:,.1f} "
+        f"images/s, {t.tflops:.2f} Tflop/s ({100 * t.peak_fraction:.1f} % of peak), off-chip "
+        f"{size(t.offchip_bytes)}"
+    )

@@ -1,0 +1,158 @@
+"""What tuning returns: one ``LayerResult`` per layer, the network ``Totals``, the JSON.
+
+``TuneResult.save``/``to_json`` write the schedule file (``autotune.export`` builds the records,
+``autotune.io.schedule_json`` is the format); ``TuneResult.load`` reads one back and
+recomputes the model's predictions from the stored mappings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from autotune.chiplets import analyze
+from autotune.export import layer_record, read_schedule, search_report
+from autotune.io.schedule_json import (
+    ScheduleFile,
+    ToolRecord,
+    TotalsRecord,
+    dumps,
+    layer_from_record,
+    mapping_from_record,
+    save,
+)
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.model.analysis import Analysis
+from autotune.search.solve import SearchReport
+from autotune.sim.result import SimResult
+from autotune.verification.check import Verification
+from autotune.version import __version__
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """One tuned layer: its mapping, the model's prediction, the simulator's and the check."""
+
+    layer: Layer
+    mapping: Mapping
+    predicted: Analysis
+    search: SearchReport
+    simulated: SimResult | None = None
+    verified: Verification | None = None
+    trials: int = 0
+    ilp_simulated_cycles: int | None = None
+
+    @property
+    def cycles(self) -> int:
+        """Simulated cycles where the simulator ran, else predicted."""
+        return self.simulated.cycles if self.simulated is not None else self.predicted.cycles
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Network totals of a tuned batch."""
+
+    cycles: int
+    latency_s: float
+    images_per_s: float
+    tflops: float
+    peak_fraction: float
+    offchip_bytes: int
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What ``tune`` returns: per-layer results, network totals, and the JSON record."""
+
+    network: str
+    batch: int
+    precision: str
+    objective: str
+    seed: int
+    machine: Machine
+    layers: list[LayerResult]
+    totals: Totals
+
+    @property
+    def failed_layers(self) -> list[str]:
+        """Names of the layers whose verification failed."""
+        return [r.layer.name for r in self.layers if r.verified is not None and not r.verified.ok]
+
+    def schedule(self) -> ScheduleFile:
+        """The schedule file's content."""
+        package = self.machine.chiplets > 1
+        return ScheduleFile(
+            tool=ToolRecord(version=__version__),
+            machine=self.machine.description,
+            network=self.network,
+            batch=self.batch,
+            precision=self.precision,
+            objective=self.objective,
+            seed=self.seed,
+            layers=[
+                layer_record(
+                    r.layer,
+                    r.mapping,
+                    r.predicted,
+                    r.search,
+                    r.simulated,
+                    r.verified,
+                    r.trials,
+                    package,
+                )
+                for r in self.layers
+            ],
+            totals=TotalsRecord(**asdict(self.totals)),
+        )
+
+    def to_json(self) -> str:
+        """Deterministic JSON (sorted keys): same input and seed give the same text, except
+        the ``wall_s`` timings."""
+        return dumps(self.schedule())
+
+    def save(self, path: str | Path) -> None:
+        """Write the JSON atomically (temp file + rename)."""
+        save(self.schedule(), path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TuneResult:
+        """Read a schedule file back; the predictions are recomputed from the mappings."""
+        schedule, machine = read_schedule(path)
+        layers = []
+        for rec in schedule.layers:
+            layer = layer_from_record(rec)
+            mapping = mapping_from_record(rec.mapping)
+            predicted = analyze(layer, mapping, machine, schedule.precision, schedule.batch)
+            layers.append(
+                LayerResult(
+                    layer, mapping, predicted, search_report(rec.search), trials=rec.search.trials
+                )
+            )
+        return cls(
+            schedule.network,
+            schedule.batch,
+            schedule.precision,
+            schedule.objective,
+            schedule.seed,
+            machine,
+            layers,
+            totals_of(layers, machine, schedule.precision, schedule.batch),
+        )
+
+
+def totals_of(layers: list[LayerResult], machine: Machine, precision: str, batch: int) -> Totals:
+    """Network totals; cycles are simulated where the simulator ran, else predicted."""
+    cycles = sum(r.cycles for r in layers)
+    seconds = cycles / machine.clock_hz
+    macs = sum(r.predicted.macs for r in layers)
+    peak = machine.peak_macs_per_cycle(precision)
+    return Totals(
+        cycles=cycles,
+        latency_s=seconds,
+        images_per_s=batch / seconds if seconds else 0.0,
+        tflops=2 * macs / seconds / 1e12 if seconds else 0.0,
+        peak_fraction=macs / (cycles * peak) if cycles else 0.0,
+        offchip_bytes=sum(r.predicted.offchip_bytes for r in layers),
+    )
