@@ -461,3 +461,65 @@ def task_grid(
         in_steps,
         clusters,
     )
+
+
+#: The L1 buffers of a cluster: input tiles, filter tiles, output stack, Alg. 3's forwarding.
+OPERANDS = ("input", "filter", "output", "share")
+
+
+@dataclass(frozen=True)
+class DeclaredBuffers:
+    """What a mapping declares for each L1 buffer: the largest task's tile, the buffering
+    depth, the bytes it asked for (None: depth tiles) and the bytes allocated."""
+
+    tile_bytes: dict[str, int]
+    depth: dict[str, int]
+    given_bytes: dict[str, int | None]
+    allocated_bytes: dict[str, int]
+
+
+def buffer_tile_words(grid: TaskGrid) -> dict[str, int]:
+    """Words of the largest tile of each operand: what a buffer of depth 1 must hold."""
+    layer, tile = grid.layer, grid.mapping.tile
+    images = int(grid.batch_tiles.max())
+    out_stack = int(grid.stacks.out_size.max())
+    if grid.algorithm == "input_parallel":
+        slices, pixels = int(grid.in_steps.max()), layer.h_in * layer.w_in
+        return dict(
+            input=images * slices * pixels,
+            filter=slices * pixels,
+            output=out_stack * images,
+            share=0,
+        )
+    rows_in, cols_in = int(grid.rows.in_size.max()), int(grid.cols.in_size.max())
+    rows_out, cols_out = int(grid.rows.out_size.max()), int(grid.cols.out_size.max())
+    band = images * tile.in_c * rows_in * cols_in
+    return dict(
+        input=band,
+        filter=min(tile.in_c, layer.cin_per_group) * layer.kernel_h * layer.kernel_w,
+        output=out_stack * rows_out * cols_out * images,
+        share=band if grid.algorithm == "output_stack_shared" else 0,
+    )
+
+
+def declared_buffers(grid: TaskGrid, word_bytes: int, bank_bytes: int) -> DeclaredBuffers:
+    """The L1 buffers as ``Buffers`` documents them: a buffer without explicit bytes gets
+    ``depth`` tiles; one with explicit bytes gets those (whether they hold ``depth`` tiles is
+    for the simulator and the executor to check). The forwarding buffer of Alg. 3 holds one
+    input tile. Each buffer starts on an L1 bank word, so sizes round up to the bank width;
+    an operand without tiles gets nothing."""
+    b = grid.mapping.buffers
+    tiles = {op: n * word_bytes for op, n in buffer_tile_words(grid).items()}
+    depth = dict(input=b.input_depth, filter=b.filter_depth, output=b.output_depth, share=1)
+    given = dict(
+        input=b.input_bytes, filter=b.filter_bytes, output=b.output_bytes, share=b.share_bytes
+    )
+    allocated = {}
+    for op in OPERANDS:
+        size = given[op]
+        if tiles[op] == 0:
+            allocated[op] = 0
+        else:
+            size = depth[op] * tiles[op] if size is None else size
+            allocated[op] = -(-size // bank_bytes) * bank_bytes
+    return DeclaredBuffers(tiles, depth, given, allocated)

@@ -2,9 +2,10 @@
 
 What the tasks are comes from ``autotune.tiling`` (stacks, spatial tiles with their clipped
 halo, batch tiles, input steps, task order, cluster slots, share groups, phases); how many
-bytes each L1 buffer gets comes from ``autotune.model.footprint``, because those sizes are
-what the mapping *declares*. Nothing else of the cost model is used: the executor then checks
-independently that the data really fits those buffers and that every read finds its data.
+bytes each L1 buffer gets is what the mapping *declares* (``tiling.declared_buffers``, the
+same definition the simulator reads). Nothing of the cost model is used: the executor then
+checks independently that the data really fits those buffers and that every read finds its
+data.
 
 Buffers are rings of ``depth`` equal slots (``Buffers.*_depth``): consecutive loads into a
 buffer alternate slots, which is how double buffering looks in a sequential program. A
@@ -21,8 +22,7 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
-from autotune.model.footprint import footprint
-from autotune.tiling import MappingError, TaskGrid, chunks, task_grid
+from autotune.tiling import MappingError, TaskGrid, chunks, declared_buffers, task_grid
 from autotune.verification.program import (
     BUFFERS,
     Alloc,
@@ -62,8 +62,8 @@ def build_program(
     machine.check_precision(precision)
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch, machine)
-    fp = footprint(grid, machine, wb)
-    builder = _Builder(grid, fp.allocated_bytes, fp.depth, machine.clusters, wb)
+    buffers = declared_buffers(grid, wb, machine.l1_bank_bytes)
+    builder = _Builder(grid, buffers.allocated_bytes, buffers.depth, machine.clusters, wb)
     with collector_paused():
         if mapping.algorithm == "input_parallel":
             builder.input_parallel()

@@ -30,7 +30,7 @@ from autotune.ir.mapping import Mapping
 
 Box = tuple[tuple[int, int], ...]
 
-#: The buffers a cluster may allocate (the operands of ``autotune.model.footprint``).
+#: The buffers a cluster may allocate (the operands of ``autotune.tiling.declared_buffers``).
 BUFFERS = ("input", "filter", "output", "share")
 
 
