@@ -34,10 +34,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import numpy.typing as npt
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+
+#: Integer arrays (one entry per chunk, per task or per candidate), int64.
+IntArray = npt.NDArray[np.int64]
 
 
 class MappingError(ValueError):
@@ -54,10 +58,10 @@ class SpatialAxis:
     ``(out_size - 1) * stride + kernel`` starting at ``out_start * stride - pad``.
     """
 
-    out_start: np.ndarray
-    out_size: np.ndarray
-    in_start: np.ndarray
-    in_size: np.ndarray
+    out_start: IntArray
+    out_size: IntArray
+    in_start: IntArray
+    in_size: IntArray
 
     @property
     def count(self) -> int:
@@ -85,7 +89,7 @@ def used_extent(n_out: int, n_in: int, kernel: int, stride: int, pad: int) -> in
     return int(np.unique(taps).size)
 
 
-def chunks(total: int, size: int) -> np.ndarray:
+def chunks(total: int, size: int) -> IntArray:
     """Sizes of ``ceil(total/size)`` consecutive chunks of ``size`` (the last one ragged)."""
     size = min(size, total)
     n = -(-total // size)
@@ -104,10 +108,10 @@ class Stacks:
     stacks), or covers ``delta_o / (C_out/groups)`` whole groups otherwise.
     """
 
-    out_start: np.ndarray
-    out_size: np.ndarray
-    in_start: np.ndarray
-    in_size: np.ndarray
+    out_start: IntArray
+    out_size: IntArray
+    in_start: IntArray
+    in_size: IntArray
 
     @property
     def count(self) -> int:
@@ -156,8 +160,8 @@ class TaskGrid:
     stacks: Stacks
     rows: SpatialAxis
     cols: SpatialAxis
-    batch_tiles: np.ndarray
-    in_steps: np.ndarray  # input_parallel: input slices per task of a phase
+    batch_tiles: IntArray
+    in_steps: IntArray  # input_parallel: input slices per task of a phase
     clusters: int | None = None  # C, for multicast mappings (their waves depend on it)
 
     @property
@@ -200,14 +204,14 @@ class TaskGrid:
         """Spatial/batch tiles (``T``): batch tiles x row tiles x column tiles."""
         return len(self.batch_tiles) * self.n_spatial
 
-    def task_tile(self) -> np.ndarray:
+    def task_tile(self) -> IntArray:
         """Per task: its spatial/batch tile in task order ``(b * rows + r) * cols + c``."""
         b, r, c, _, _ = self._index
         return (b * self.rows.count + r) * self.cols.count + c
 
     # -- per-task arrays (task order above) ------------------------------------------------
     @cached_property
-    def _index(self) -> tuple[np.ndarray, ...]:
+    def _index(self) -> tuple[IntArray, ...]:
         """Per task: (batch tile, row tile, col tile, stack, input step) indices."""
         nb, ns = len(self.batch_tiles), self.stacks.count
         if self.algorithm == "input_parallel":
@@ -222,7 +226,7 @@ class TaskGrid:
         return b.ravel(), r.ravel(), c.ravel(), s.ravel(), np.zeros(b.size, dtype=np.int64)
 
     @property
-    def task_index(self) -> tuple[np.ndarray, ...]:
+    def task_index(self) -> tuple[IntArray, ...]:
         """Per task, in task order: (batch tile, row tile, col tile, stack, input step) indices.
 
         Public for stages that must know *which* tile a task covers, not only its sizes:
@@ -232,28 +236,29 @@ class TaskGrid:
         return self._index
 
     @cached_property
-    def task_images(self) -> np.ndarray:
+    def task_images(self) -> IntArray:
         return self.batch_tiles[self._index[0]]
 
     @cached_property
-    def task_out_channels(self) -> np.ndarray:
+    def task_out_channels(self) -> IntArray:
         return self.stacks.out_size[self._index[3]]
 
     @cached_property
-    def task_in_channels(self) -> np.ndarray:
+    def task_in_channels(self) -> IntArray:
         """Input depth slices a task loads (all of its stack's for output_stack)."""
         if self.algorithm == "input_parallel":
             return self.in_steps[self._index[4]]
         return self.stacks.in_size[self._index[3]]
 
     @cached_property
-    def task_slot(self) -> np.ndarray:
+    def task_slot(self) -> IntArray:
         """Cluster slot of each task within its phase (cluster = slot mod C)."""
         b, r, c, s, k = self._index
         if self.algorithm == "input_parallel":
             return k
         if self.mapping.multicast:
             a, nb = self.multicast_wave
+            assert self.clusters is not None  # set for multicast mappings (task_grid)
             tile = self.task_tile()
             wave = (tile // a) * (-(-self.stacks.count // nb)) + s // nb
             return wave * self.clusters + (tile % a) * nb + s % nb
@@ -264,7 +269,7 @@ class TaskGrid:
             return tile * per_tile + s
         return np.arange(b.size, dtype=np.int64)
 
-    def share_members(self) -> np.ndarray:
+    def share_members(self) -> IntArray:
         """Per task: how many tasks of its share group (including itself) read its input."""
         if self.algorithm != "output_stack_shared":
             return np.ones(self.n_tasks, dtype=np.int64)
@@ -289,12 +294,12 @@ class TaskGrid:
 
 
 def volume_runs(
-    rows: np.ndarray | int,
-    cols: np.ndarray | int,
-    slices: np.ndarray | int,
+    rows: IntArray | int,
+    cols: IntArray | int,
+    slices: IntArray | int,
     full_rows: int,
     full_cols: int,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[IntArray, IntArray]:
     """(run words, runs) of one image's ``slices x rows x cols`` box of a row-major volume of
     ``full_rows x full_cols`` slices: the whole box is one run when it covers whole slices,
     one run per slice when it covers whole rows, else one run per row of every slice."""
@@ -308,21 +313,21 @@ def volume_runs(
 
 
 def input_runs(
-    layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int, slices: np.ndarray | int
-) -> tuple[np.ndarray, np.ndarray]:
+    layer: Layer, rows: IntArray | int, cols: IntArray | int, slices: IntArray | int
+) -> tuple[IntArray, IntArray]:
     """(run words, runs) of loading ``slices`` input slices of a ``rows x cols`` band, per
     image (an fc task's input of ``in_c`` slices is the whole-slice case)."""
     return volume_runs(rows, cols, slices, layer.h_in, layer.w_in)
 
 
-def filter_runs(layer: Layer, slices: np.ndarray | int) -> np.ndarray:
+def filter_runs(layer: Layer, slices: IntArray | int) -> IntArray:
     """Run words of one filter tile ``F[:, :, d_i:d_i+slices, d_o]`` (one run per tile)."""
     return np.asarray(slices, dtype=np.int64) * (layer.kernel_h * layer.kernel_w)
 
 
 def output_runs(
-    layer: Layer, rows: np.ndarray | int, cols: np.ndarray | int, channels: np.ndarray | int
-) -> tuple[np.ndarray, np.ndarray]:
+    layer: Layer, rows: IntArray | int, cols: IntArray | int, channels: IntArray | int
+) -> tuple[IntArray, IntArray]:
     """(run words, runs) of storing ``channels`` output slices of a ``rows x cols`` tile,
     per image."""
     return volume_runs(rows, cols, channels, layer.h_out, layer.w_out)
@@ -330,12 +335,12 @@ def output_runs(
 
 def input_transfers(
     layer: Layer,
-    rows: np.ndarray | int,
-    cols: np.ndarray | int,
-    images: np.ndarray | int,
-    steps: np.ndarray | int,
-    slices: np.ndarray | int,
-) -> np.ndarray:
+    rows: IntArray | int,
+    cols: IntArray | int,
+    images: IntArray | int,
+    steps: IntArray | int,
+    slices: IntArray | int,
+) -> IntArray:
     """2D DMA transfers (each paying one set-up) to load a task's input: ``steps`` steps of a
     ``rows x cols`` band for ``images`` images, ``slices`` slices in all.
 
@@ -353,11 +358,11 @@ def input_transfers(
 
 def output_transfers(
     layer: Layer,
-    rows: np.ndarray | int,
-    cols: np.ndarray | int,
-    images: np.ndarray | int,
-    channels: np.ndarray | int,
-) -> np.ndarray:
+    rows: IntArray | int,
+    cols: IntArray | int,
+    images: IntArray | int,
+    channels: IntArray | int,
+) -> IntArray:
     """2D DMA transfers to store a task's ``channels`` output slices of a ``rows x cols`` tile
     for ``images`` images (the same rule as ``input_transfers``, with one step)."""
     whole_rows = np.asarray(cols) == layer.w_out
@@ -368,8 +373,8 @@ def output_transfers(
 
 
 def dma_efficiency(
-    machine: Machine, run_bytes: np.ndarray | int, write: bool = False
-) -> np.ndarray:
+    machine: Machine, run_bytes: IntArray | int, write: bool = False
+) -> npt.NDArray[np.float64]:
     """``machine.dma_efficiency`` over an array of run lengths (1.0 without a table)."""
     run = np.asarray(run_bytes, dtype=np.int64)
     table = machine.dma_write_efficiency if write else machine.dma_read_efficiency

@@ -123,7 +123,7 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
     compute_ideal = macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
     # Main-memory occupancy: payload over the DMA efficiency of its runs (= bytes without
     # efficiency tables, to the bit: occupied is bytes x SCALE).
-    memory_ideal = as_int(v["memory_occupied"]) / SCALE / machine.hbm_bytes_per_cycle
+    memory_ideal = as_int(v["memory_occupancy_scaled"]) / SCALE / machine.hbm_bytes_per_cycle
     cycles = as_int(v["cycles"])
     bound = bound_of(compute_ideal, memory_ideal, cycles)
     return Analysis(
@@ -134,21 +134,21 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
         batch=grid.batch,
         macs=macs,
         tasks=grid.n_tasks,
-        task_macs_max=as_int(v["macs_task"]),
+        task_macs_max=as_int(v["task_macs"]),
         waves=as_int(v["waves"]),
         l1_bytes=fp.l1_bytes,
         buffer_bytes=dict(fp.allocated_bytes),
         buffer_tile_words=dict(fp.tile_words),
-        offchip_load_words=as_int(v["input_load"]) + as_int(v["filter_load"]),
-        offchip_store_words=as_int(v["store"]),
-        input_load_words=as_int(v["input_load"]),
-        filter_load_words=as_int(v["filter_load"]),
-        intercluster_words=as_int(v["intercluster"]),
+        offchip_load_words=as_int(v["input_load_words"]) + as_int(v["filter_load_words"]),
+        offchip_store_words=as_int(v["store_words"]),
+        input_load_words=as_int(v["input_load_words"]),
+        filter_load_words=as_int(v["filter_load_words"]),
+        intercluster_words=as_int(v["intercluster_words"]),
         word_bytes=wb,
         cycles=cycles,
         compute_cycles=compute_ideal,
         memory_cycles=memory_ideal,
-        reduction_cycles=as_int(v["reduce"]),
+        reduction_cycles=as_int(v["reduction_cycles"]),
         energy_pj=as_int(v["energy"]) / 1000,
         bound=bound,
         fits=fp.fits,

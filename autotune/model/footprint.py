@@ -12,12 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.ir.machine import Machine
-from autotune.model.formulas import consts, evaluate
-from autotune.model.ops import NumpyOps, as_int
+from autotune.model.formulas import OPERANDS, consts, evaluate
+from autotune.model.ops import NumpyOps, Value, as_int
 from autotune.model.quantities import grid_quantities
 from autotune.tiling import TaskGrid
-
-OPERANDS = ("input", "filter", "output", "share")
 
 
 @dataclass(frozen=True)
@@ -33,6 +31,7 @@ class Footprint:
 
 
 def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
+    """The explicit bytes the mapping gives each buffer (None: ``depth`` tiles)."""
     b = grid.mapping.buffers
     return {
         "input": b.input_bytes,
@@ -42,19 +41,21 @@ def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
     }
 
 
-def footprint_from(values: dict, grid: TaskGrid, machine: Machine, word_bytes: int) -> Footprint:
+def footprint_from(
+    values: dict[str, Value], grid: TaskGrid, machine: Machine, word_bytes: int
+) -> Footprint:
     """The ``Footprint`` from an evaluated formula (explicit buffers must hold depth tiles)."""
     b = grid.mapping.buffers
     depth = {"input": b.input_depth, "filter": b.filter_depth, "output": b.output_depth, "share": 1}
-    words = {op: as_int(values[f"tile_{op}"]) for op in OPERANDS}
-    allocated = {op: as_int(values[f"alloc_{op}"]) if words[op] else 0 for op in OPERANDS}
+    words = {op: as_int(values[f"tile_words_{op}"]) for op in OPERANDS}
+    allocated = {op: as_int(values[f"alloc_bytes_{op}"]) if words[op] else 0 for op in OPERANDS}
     given = buffer_override(grid)
     reason = None
     for op in OPERANDS:
-        need = depth[op] * words[op] * word_bytes
-        if words[op] and given[op] is not None and given[op] < need:
+        need, explicit = depth[op] * words[op] * word_bytes, given[op]
+        if words[op] and explicit is not None and explicit < need:
             reason = (
-                f"{op} buffer of {given[op]} B is smaller than {depth[op]} x "
+                f"{op} buffer of {explicit} B is smaller than {depth[op]} x "
                 f"{words[op] * word_bytes} B tiles"
             )
             break

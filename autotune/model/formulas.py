@@ -2,8 +2,11 @@
 
 Written once against the ``ops`` interface (``model/ops.py``) so that ``analyze`` (Python
 ints), exhaustive search (numpy arrays over all candidates) and the integer program (CP-SAT
-constraints) evaluate *the same* model. Inputs are the quantities ``tiling.TaskGrid`` defines
-(stack counts and sizes, tile extents, batch tiles); outputs are footprint, traffic and cycles.
+constraints) evaluate *the same* model. Inputs are the ``Quantities`` ``tiling.TaskGrid``
+defines (stack counts and sizes, tile extents, batch tiles; see ``quantities.py``); outputs are
+footprint, traffic and cycles. ``evaluate`` composes the steps below in this order: L1
+footprint, what the largest task computes and moves, tasks and waves, DMA and compute time,
+their overlap into task, phase and layer latency, off-chip traffic, memory floor and energy.
 
 Algorithms: 0 = ``output_stack`` (Alg. 1/2), 1 = ``output_stack_shared`` (Alg. 3),
 2 = ``input_parallel`` (Alg. 4/5).
@@ -11,39 +14,42 @@ Algorithms: 0 = ``output_stack`` (Alg. 1/2), 1 = ``output_stack_shared`` (Alg. 3
 Latency (cycles), per phase (``input_parallel`` runs one phase per stack and batch tile,
 Alg. 5's outer loop; the others run one):
 
-    phase  = waves x task + phase_extra           waves = ceil(slots / C)
-    task   = L + max(compute, dma_double) + dma_single + store
-    total  = max(phases x phase + tail, offchip_bytes / HBM bandwidth)
+    phase  = waves x task + reduction             waves = ceil(slots / C)
+    task   = L + max(compute, overlapped_dma) + exposed_dma + exposed_store
+    cycles = max(phases x phase + store_tail, offchip_bytes / HBM bandwidth)
 
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
 as its largest task: remainders cost a whole wave, as on the machine. ``compute`` runs at the
 cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
-DMA port, its fair share of HBM and of each uplink above it when ``active`` clusters stream
-(``rho``), and Little's law for what each double buffer keeps in flight (report Sec. 2.1.2:
-256 cycles x 64 B/cycle = 16 KiB in flight), per stream. Single-buffered streams serialise
-with compute and pay the round-trip latency ``L`` per load; each transfer pays the DMA
-set-up. A task pays ``L`` to start and, unless its output is double buffered, ``L`` plus the
-transfer to store. ``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one
-store.
+DMA port, its fair share of HBM and of each uplink above it when ``active_clusters`` stream
+(``stream_cycles_per_byte``), and Little's law for what each double buffer keeps in flight
+(report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per stream. Single-buffered
+streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load;
+each transfer pays the DMA set-up. A task pays ``L`` to start and, unless its output is double
+buffered, ``L`` plus the transfer to store. ``input_parallel`` phases end with the tree
+reduction of Sec. 3.1.3 and one store.
 
 DMA efficiency (machines with ``dma_read_efficiency``/``dma_write_efficiency`` tables, e.g.
 the SW26010 core group: swDNN, seed 004 Sec. III-D and Table II, 4 GB/s with 32 B blocks up
-to 32 GB/s with 4 KB of 36 GB/s): the per-candidate quantities ``ie_in``, ``ie_f`` and
-``ie_out`` are SCALE / efficiency of the contiguous runs of the largest task's input step,
-filter tile and output store (layout in ``tiling``). A stream's time is then the larger of
-its payload over the ports and links (``rho_net``) and its main-memory occupancy
-``bytes x ie`` over its share of the HBM (``rho_hbm``), and ``memory_floor`` is the total
+to 32 GB/s with 4 KB of 36 GB/s): the per-candidate quantities ``input_inverse_efficiency``,
+``filter_inverse_efficiency`` and ``output_inverse_efficiency`` are SCALE / efficiency of the
+contiguous runs of the largest task's input step, filter tile and output store (layout in
+``tiling``). A stream's time is then the larger of its payload over the ports and links
+(``stream_net_cycles_per_byte``) and its main-memory occupancy ``bytes x inverse efficiency``
+over its share of the HBM (``stream_hbm_cycles_per_byte``), and ``memory_floor`` is the total
 occupancy over the HBM bandwidth. Traffic in bytes does not change. Without tables every
-``ie`` is SCALE and the formula is built exactly as before (same numbers, same constraints).
-The fc reduction's root store and forwarded tiles are costed at the DMA port, as before.
+inverse efficiency is SCALE and the formula is built exactly as before (same numbers, same
+constraints). The fc reduction's root store and forwarded tiles are costed at the DMA port, as
+before.
 
-Multicast (``mc = 1``; ``output_stack`` on a machine with ``dma_multicast``, MPPA3's RDMA NoC,
-seed 003 Sec. IV). A wave is a rectangle of ``a`` tiles x ``b`` stacks (``tiling``:
-``b = min(n_s, C)``, ``a = floor(C / b)``), so, with ``T`` = batch tiles x spatial tiles:
+Multicast (``multicast = 1``; ``output_stack`` on a machine with ``dma_multicast``, MPPA3's
+RDMA NoC, seed 003 Sec. IV). A wave is a rectangle of ``a`` tiles x ``b`` stacks (``tiling``:
+``b = min(stacks, C)``, ``a = floor(C / b)``), so, with ``T`` = batch tiles x spatial tiles:
 
-    waves        = ceil(T / a) x ceil(n_s / b)   (slots = waves x C; unfilled slots idle)
-    filter_load  = ceil(T / a) x weights          (a wave reads its b stacks' filters once)
-    input_load   = ceil(n_s / b) x B x C_in x in_px_sum     (groups = 1; else as without)
+    waves        = ceil(T / a) x ceil(stacks / b)   (slots = waves x C; unfilled slots idle)
+    filter_load  = ceil(T / a) x weights            (a wave reads its b stacks' filters once)
+    input_load   = ceil(stacks / b) x B x C_in x tile_in_pixels_sum   (groups = 1; else as
+                                                                        without multicast)
 
 Each receiving cluster's DMA port still receives every byte of its task, but the shared DDR/HBM
 (and the NoC links above the clusters) carry each multicast datum once. So a multicast stream
@@ -56,13 +62,14 @@ their subtree's data). ``memory_floor`` uses the reduced off-chip bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
+from autotune.model.ops import Ops, Table, Value
 
 OUTPUT_STACK, SHARED, INPUT_PARALLEL = 0, 1, 2
 ALGORITHM_CODES = {
@@ -71,76 +78,100 @@ ALGORITHM_CODES = {
     "input_parallel": INPUT_PARALLEL,
 }
 #: Fixed-point scale for rates: times are ceil(bytes * SCALE / (bytes per cycle * SCALE)).
+#: Names ending in ``_scaled`` are in this fixed point.
 SCALE = 1000
 
-#: The per-mapping quantities the formula reads (see ``quantities.py``).
-QUANTITIES = (
-    "alg",
-    "n_s",
-    "s_max",
-    "s_in_sum",
-    "in_max",
-    "n_sp",
-    "out_px_max",
-    "in_px_max",
-    "in_px_sum",
-    "n_b",
-    "b_max",
-    "tc",
-    "tc_f",
-    "nk",
-    "g",
-    "d_in",
-    "d_f",
-    "d_out",
-    "ie_in",
-    "ie_f",
-    "ie_out",
-    "mc",
-)
+#: The L1 buffers of a cluster, in allocation order.
+OPERANDS = ("input", "filter", "output", "share")
+
+
+@dataclass(frozen=True)
+class Quantities:
+    """The per-mapping quantities the formula reads (``quantities.py`` takes them from
+    ``tiling``). Each is an int, an array over candidates or a CP-SAT expression. "Largest"
+    means the largest chunk along its axis: the formula costs the largest task."""
+
+    algorithm: Value  # ALGORITHM_CODES
+    stacks: Value  # output stacks (chunks of delta_o output channels)
+    stack_out_channels_max: Value  # output channels of the largest stack
+    stack_in_channels_sum: Value  # input channels each stack reads, summed over the stacks
+    stack_in_channels_max: Value  # input channels the largest stack reads
+    spatial_tiles: Value  # row tiles x column tiles
+    tile_out_pixels_max: Value  # output pixels of the largest spatial tile
+    tile_in_pixels_max: Value  # input pixels (halo included) of the largest spatial tile
+    tile_in_pixels_sum: Value  # input pixels summed over the spatial tiles (halos repeat)
+    batch_tiles: Value
+    batch_tile_images_max: Value  # images of the largest batch tile
+    step_in_channels: Value  # input channels per step (per task for input_parallel): in_c
+    step_filter_channels: Value  # filter slices per output channel and step (<= cin/groups)
+    in_steps: Value  # ceil(C_in / in_c): the tasks of an input_parallel phase
+    share_group: Value  # stacks sharing one input read (Alg. 3; else 1)
+    input_buffer_depth: Value  # 1 single-, 2 double-buffered
+    filter_buffer_depth: Value
+    output_buffer_depth: Value
+    input_inverse_efficiency: Value  # SCALE / DMA efficiency of the input step's runs
+    filter_inverse_efficiency: Value  # ... of the filter tile's runs
+    output_inverse_efficiency: Value  # ... of the output store's runs
+    multicast: Value  # 1: the waves multicast their reads (output_stack only)
+
+
+#: The names of the per-mapping quantities the formula reads (see ``quantities.py``).
+QUANTITIES = tuple(f.name for f in fields(Quantities))
 
 
 @dataclass(frozen=True)
 class Consts:
     """Integer constants of one layer on one machine at one precision and batch."""
 
-    batch: int
-    c_in: int
-    c_out: int
-    hw: int  # input pixels per depth slice
-    kf: int  # MACs per output word: cin_per_group * kernel_h * kernel_w
-    kernel: int  # kernel_h * kernel_w
-    weights: int  # filter words
-    outputs: int  # output words per image
-    word: int  # bytes per word
+    batch: int  # images
+    in_channels: int
+    out_channels: int
+    in_pixels: int  # input pixels per depth slice
+    macs_per_output: int  # MACs per output word: cin_per_group * kernel_h * kernel_w
+    kernel_pixels: int  # kernel_h * kernel_w: filter words per slice and output channel
+    weight_words: int
+    output_words: int  # per image
+    word_bytes: int
     clusters: int
-    latency: int  # round trip to main memory, cycles
-    dma: int  # DMA bytes per cycle
-    setup: int  # cycles per DMA transfer
-    bank: int  # L1 bank width, bytes (allocation granularity)
-    l1: int  # L1 bytes
-    mac_rate: int  # cluster MACs per cycle x utilisation x SCALE
-    hbm: int  # HBM bytes per cycle x SCALE
-    rho: np.ndarray  # [active - 1] -> cycles per byte x SCALE for one cluster
-    red_latency: np.ndarray  # [active - 1] -> sum over levels of steps x latency
-    red_steps: tuple[np.ndarray, ...]  # per level: [active - 1] -> reduction steps
-    red_link: tuple[int, ...]  # per level: link bytes per cycle x SCALE
-    e_mac: int = 0  # energy per MAC, fJ
-    e_hbm: int = 0  # energy per off-chip byte, fJ
-    e_noc: int = 0  # energy per inter-cluster byte, fJ
+    latency_cycles: int  # round trip to main memory
+    dma_bytes_per_cycle: int
+    dma_setup_cycles: int  # per DMA transfer
+    bank_bytes: int  # L1 bank width (allocation granularity)
+    l1_bytes: int
+    macs_per_cycle_scaled: int  # cluster MACs per cycle x utilisation x SCALE
+    hbm_bytes_per_cycle_scaled: int
+    #: [active - 1] -> cycles per byte x SCALE for one of ``active`` streaming clusters
+    stream_cycles_per_byte_scaled: Table
+    reduction_latency_cycles: Table  # [active - 1] -> sum over levels of steps x latency
+    reduction_steps: tuple[Table, ...]  # per level: [active - 1] -> reduction steps
+    link_bytes_per_cycle_scaled: tuple[int, ...]  # per level: min(DMA port, uplink) x SCALE
+    mac_energy_fj: int = 0  # per MAC
+    hbm_byte_energy_fj: int = 0  # per off-chip byte
+    noc_byte_energy_fj: int = 0  # per inter-cluster byte
     #: The machine has DMA efficiency tables: main-memory time per byte depends on the runs
-    #: (``ie_*`` quantities); the HBM's share of ``rho`` is then applied separately.
-    efficiency: bool = False
-    rho_net: np.ndarray | None = None  # [active - 1] -> ``rho`` without the HBM term
-    rho_hbm: np.ndarray | None = None  # [active - 1] -> the HBM term: active / HBM x SCALE
+    #: (the ``*_inverse_efficiency`` quantities); the HBM's share of the stream rate is then
+    #: applied separately.
+    has_dma_efficiency: bool = False
+    #: [active - 1] -> ``stream_cycles_per_byte_scaled`` without the HBM term
+    stream_net_cycles_per_byte_scaled: Table | None = None
+    #: [active - 1] -> the HBM term: active / HBM bytes per cycle x SCALE
+    stream_hbm_cycles_per_byte_scaled: Table | None = None
     groups: int = 1
-    multicast: bool = False  # the machine multicasts: the mc = 1 branch is built
-    rho_port: int = 0  # multicast: cycles per byte x SCALE of one cluster's DMA port
-    rho_shared: int = 0  # multicast: cycles per byte x SCALE of the shared HBM / links
+    can_multicast: bool = False  # the machine multicasts: the multicast = 1 branch is built
+    port_cycles_per_byte_scaled: int = 0  # multicast: one cluster's DMA port
+    shared_cycles_per_byte_scaled: int = 0  # multicast: the slowest of the HBM and the links
 
 
-def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int) -> Consts:
-    """The constants the formula needs, all integers (rates in fixed point)."""
+def ceil_int64(values: Any) -> Table:
+    """``ceil(values)`` as int64, forgiving float noise below 1e-9."""
+    return np.ceil(np.asarray(values) - 1e-9).astype(np.int64)
+
+
+def stream_tables(machine: Machine) -> tuple[Table, Table]:
+    """Cycles per byte x SCALE of one of ``active`` streaming clusters, indexed by
+    ``active - 1``: (ports and links, HBM share). A cluster gets the smallest of its DMA port
+    and its fair share of each uplink above it (``min(active, clusters below)`` share one),
+    and of the HBM (report Sec. 2.1.2)."""
     c = machine.clusters
     active = np.arange(1, c + 1, dtype=np.float64)
     inverse = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
@@ -148,9 +179,14 @@ def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int
     for level in machine.levels:
         below *= level.fanout
         inverse = np.maximum(inverse, np.minimum(active, below) / level.uplink_bytes_per_cycle)
-    rho_net = np.ceil(inverse * SCALE - 1e-9).astype(np.int64)
-    rho_hbm = np.ceil(active / machine.hbm_bytes_per_cycle * SCALE - 1e-9).astype(np.int64)
-    rho = np.maximum(rho_net, rho_hbm)  # = ceil(max(...) x SCALE): ceil is monotone
+    return ceil_int64(inverse * SCALE), ceil_int64(active / machine.hbm_bytes_per_cycle * SCALE)
+
+
+def reduction_tables(machine: Machine) -> tuple[list[Table], list[int], Table]:
+    """The tree reduction of ``active`` private stacks (report Sec. 3.1.3), by ``active - 1``:
+    per level its steps (log2 of the nodes it merges) and link bytes per cycle x SCALE, and
+    the latency summed over levels."""
+    c = machine.clusters
     steps, links, latency_sum = [], [], np.zeros(c, dtype=np.int64)
     nodes = np.arange(1, c + 1, dtype=np.int64)
     for level in machine.levels:
@@ -164,264 +200,655 @@ def consts(layer: Layer, machine: Machine, precision: str, word: int, batch: int
         )
         latency_sum += level_steps * level.latency_cycles
         nodes = -(-nodes // level.fanout)
+    return steps, links, latency_sum
+
+
+def shared_cycles_per_byte_scaled(machine: Machine) -> int:
+    """Multicast: cycles per byte x SCALE of the slowest shared resource (HBM or a link)."""
+    slowest = min(
+        [machine.hbm_bytes_per_cycle] + [lv.uplink_bytes_per_cycle for lv in machine.levels]
+    )
+    return int(np.ceil(SCALE / slowest - 1e-9))
+
+
+def consts(layer: Layer, machine: Machine, precision: str, word_bytes: int, batch: int) -> Consts:
+    """The constants the formula needs, all integers (rates in fixed point)."""
+    net, hbm = stream_tables(machine)
+    steps, links, latency_sum = reduction_tables(machine)
     energy = machine.energy_pj
     return Consts(
         batch=batch,
-        c_in=layer.c_in,
-        c_out=layer.c_out,
-        hw=layer.h_in * layer.w_in,
-        kf=layer.cin_per_group * layer.kernel_h * layer.kernel_w,
-        kernel=layer.kernel_h * layer.kernel_w,
-        weights=layer.weight_words,
-        outputs=layer.output_words,
-        word=word,
-        clusters=c,
-        latency=machine.hbm_latency_cycles,
-        dma=machine.dma_bytes_per_cycle,
-        setup=machine.dma_setup_cycles,
-        bank=machine.l1_bank_bytes,
-        l1=machine.l1_bytes,
-        mac_rate=int(
+        in_channels=layer.c_in,
+        out_channels=layer.c_out,
+        in_pixels=layer.h_in * layer.w_in,
+        macs_per_output=layer.cin_per_group * layer.kernel_h * layer.kernel_w,
+        kernel_pixels=layer.kernel_h * layer.kernel_w,
+        weight_words=layer.weight_words,
+        output_words=layer.output_words,
+        word_bytes=word_bytes,
+        clusters=machine.clusters,
+        latency_cycles=machine.hbm_latency_cycles,
+        dma_bytes_per_cycle=machine.dma_bytes_per_cycle,
+        dma_setup_cycles=machine.dma_setup_cycles,
+        bank_bytes=machine.l1_bank_bytes,
+        l1_bytes=machine.l1_bytes,
+        macs_per_cycle_scaled=int(
             round(machine.cluster_macs_per_cycle(precision) * machine.fpu_utilization * SCALE)
         ),
-        hbm=int(round(machine.hbm_bytes_per_cycle * SCALE)),
-        rho=rho,
-        red_latency=latency_sum,
-        red_steps=tuple(steps),
-        red_link=tuple(links),
-        e_mac=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
-        e_hbm=int(round(energy.get("hbm_byte", 0.0) * 1000)),
-        e_noc=int(round(energy.get("noc_byte", 0.0) * 1000)),
-        efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
-        rho_net=rho_net,
-        rho_hbm=rho_hbm,
+        hbm_bytes_per_cycle_scaled=int(round(machine.hbm_bytes_per_cycle * SCALE)),
+        stream_cycles_per_byte_scaled=np.maximum(net, hbm),  # = ceil(max(...)): ceil is monotone
+        reduction_latency_cycles=latency_sum,
+        reduction_steps=tuple(steps),
+        link_bytes_per_cycle_scaled=tuple(links),
+        mac_energy_fj=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
+        hbm_byte_energy_fj=int(round(energy.get("hbm_byte", 0.0) * 1000)),
+        noc_byte_energy_fj=int(round(energy.get("noc_byte", 0.0) * 1000)),
+        has_dma_efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
+        stream_net_cycles_per_byte_scaled=net,
+        stream_hbm_cycles_per_byte_scaled=hbm,
         groups=layer.groups,
-        multicast=machine.dma_multicast,
-        rho_port=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
-        rho_shared=int(
-            np.ceil(
-                SCALE
-                / min(
-                    [machine.hbm_bytes_per_cycle]
-                    + [lv.uplink_bytes_per_cycle for lv in machine.levels]
-                )
-                - 1e-9
-            )
-        ),
+        can_multicast=machine.dma_multicast,
+        port_cycles_per_byte_scaled=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
+        shared_cycles_per_byte_scaled=shared_cycles_per_byte_scaled(machine),
     )
+
+
+# -- L1 footprint ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskTiles:
+    """Words of the largest task's tiles, per kind of algorithm (report Sec. 2.1.2-3.2.2)."""
+
+    conv_input: Value  # an input step: images x in_c slices x spatial tile (with halo)
+    conv_output: Value  # the output stack of a spatial tile: channels x images x pixels
+    fc_input: Value  # input_parallel: images x in_c whole input slices
+
+
+def task_tiles(ops: Ops, q: Quantities, k: Consts) -> TaskTiles:
+    """The tiles the largest task holds: the batch tile's images of the largest spatial tile
+    (convolutions) or of whole slices (``input_parallel``), ``in_c`` input slices a step."""
+    images, step = q.batch_tile_images_max, q.step_in_channels
+    return TaskTiles(
+        conv_input=ops.mul(ops.mul(images, step), q.tile_in_pixels_max),
+        conv_output=ops.mul(ops.mul(q.stack_out_channels_max, images), q.tile_out_pixels_max),
+        fc_input=ops.mul(images, step) * k.in_pixels,
+    )
+
+
+def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> dict[str, Value]:
+    """Words of one tile of each L1 buffer (report Sec. 2.1.2, 2.2.2, 2.3.2, 3.1.2, 3.2.2).
+
+    Convolutions buffer an input step, one filter slice per output channel and step (the
+    report streams ``F[:, :, d_i, d_o]``) and the output stack; Alg. 3 adds a forwarding
+    buffer of one input step (Sec. 2.3.2). ``input_parallel`` buffers an input step of whole
+    slices, the step's filter words of one output channel and a private output stack per
+    image (Sec. 3.1.2).
+    """
+    alg = q.algorithm
+    conv_filter = q.step_filter_channels * k.kernel_pixels
+    return {
+        "input": ops.choose(alg, [tiles.conv_input, tiles.conv_input, tiles.fc_input]),
+        "filter": ops.choose(alg, [conv_filter, conv_filter, q.step_in_channels * k.in_pixels]),
+        "output": ops.choose(
+            alg,
+            [
+                tiles.conv_output,
+                tiles.conv_output,
+                ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
+            ],
+        ),
+        "share": ops.choose(alg, [0, tiles.conv_input, 0]),
+    }
+
+
+def bank_aligned(ops: Ops, nbytes: Value, bank_bytes: int) -> Value:
+    """``nbytes`` rounded up to the L1 bank width, so that a buffer starts on a bank word."""
+    return ops.cdiv(nbytes, bank_bytes) * bank_bytes
+
+
+@dataclass(frozen=True)
+class L1Buffers:
+    """Per operand (``OPERANDS``): tile words, bytes its tiles need, bytes allocated."""
+
+    tile_words: dict[str, Value]
+    need_bytes: dict[str, Value]
+    alloc_bytes: dict[str, Value]
+    l1_bytes: Value  # the sum of the allocations
+
+
+def l1_buffers(
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    tiles: TaskTiles,
+    alloc_override: dict[str, int | None] | None,
+) -> L1Buffers:
+    """Each buffer is ``depth`` tiles (the forwarding buffer of Alg. 3 is single, Sec. 2.3.2:
+    one input slice) or the explicit bytes of ``alloc_override`` (as the report's fixed
+    16 KiB buffers), rounded up to the bank; the footprint is their sum."""
+    tile_words = buffer_tile_words(ops, q, k, tiles)
+    depth = {
+        "input": q.input_buffer_depth,
+        "filter": q.filter_buffer_depth,
+        "output": q.output_buffer_depth,
+        "share": 1,
+    }
+    need: dict[str, Value] = {}
+    alloc: dict[str, Value] = {}
+    for op in OPERANDS:
+        given = None if alloc_override is None else alloc_override.get(op)
+        need[op] = ops.mul(depth[op], tile_words[op]) * k.word_bytes
+        alloc[op] = bank_aligned(ops, need[op] if given is None else given, k.bank_bytes)
+    total = alloc["input"] + alloc["filter"] + alloc["output"] + alloc["share"]
+    return L1Buffers(tile_words, need, alloc, total)
+
+
+# -- what the largest task computes and moves --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskWork:
+    """MACs and words of the largest task."""
+
+    macs: Value
+    input_words: Value  # its whole input: every step's slices
+    offchip_input_words: Value  # the part it loads itself (the rest its share group forwards)
+    forwarded_words: Value  # Alg. 3: the part other members load and forward (Sec. 2.3)
+    filter_words: Value
+    store_words: Value  # 0 for input_parallel (its phase stores once, after the reduction)
+    steps: Value  # input steps of a convolution task (1 for input_parallel)
+
+
+def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
+    """A convolution task computes an output stack of one spatial and batch tile over all the
+    input slices its stack reads, ``in_c`` per step (Alg. 1-3); an ``input_parallel`` task
+    multiplies ``in_c`` input slices into a private stack (Alg. 4/5). In a share group of
+    ``m`` tasks each loads ``1/m`` of the common input and forwards it (Sec. 2.3)."""
+    alg, images = q.algorithm, q.batch_tile_images_max
+    stack, step = q.stack_out_channels_max, q.step_in_channels
+    conv_macs = tiles.conv_output * k.macs_per_output
+    fc_macs = ops.mul(ops.mul(images, step), stack) * k.in_pixels
+    macs = ops.choose(alg, [conv_macs, conv_macs, fc_macs])
+    conv_input = ops.mul(ops.mul(images, q.stack_in_channels_max), q.tile_in_pixels_max)
+    members = ops.choose(alg, [1, ops.min(q.share_group, q.stacks), 1])
+    input_words = ops.choose(alg, [conv_input, conv_input, tiles.fc_input])
+    offchip = ops.choose(alg, [input_words, ops.cdiv(input_words, members), input_words])
+    conv_filter = stack * k.macs_per_output
+    filter_words = ops.choose(alg, [conv_filter, conv_filter, ops.mul(stack, step) * k.in_pixels])
+    store_words = ops.choose(alg, [tiles.conv_output, tiles.conv_output, 0])
+    steps = ops.choose(
+        alg,
+        [
+            ops.cdiv(q.stack_in_channels_max, step),
+            ops.cdiv(q.stack_in_channels_max, step),
+            1,
+        ],
+    )
+    return TaskWork(
+        macs, input_words, offchip, input_words - offchip, filter_words, store_words, steps
+    )
+
+
+# -- tasks and waves ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MulticastWave:
+    """A multicast wave: a rectangle of ``tiles`` x ``stacks`` tasks (module docstring)."""
+
+    stacks: Value  # b = min(stacks, C)
+    tiles: Value  # a' = min(a, tiles): tiles in a wave, a = floor(C / b)
+    tile_chunks: Value  # ceil(T / a): waves along the tiles
+    stack_chunks: Value  # ceil(stacks / b): waves along the stacks
+
+
+def multicast_wave(ops: Ops, q: Quantities, k: Consts, tiles: Value) -> MulticastWave:
+    """The wave rectangle of ``tiling`` (``b = min(stacks, C)``, ``a = floor(C / b)``) over
+    ``tiles`` spatial/batch tiles."""
+    stacks = ops.min(q.stacks, k.clusters)
+    per_wave = ops.lookup(
+        stacks - 1,
+        np.asarray([k.clusters // b for b in range(1, k.clusters + 1)], dtype=np.int64),
+    )
+    tile_chunks, stack_chunks = ops.cdiv(tiles, per_wave), ops.cdiv(q.stacks, stacks)
+    return MulticastWave(stacks, ops.min(per_wave, tiles), tile_chunks, stack_chunks)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Where the tasks run: per phase ``slots`` cluster slots in ``waves`` waves of C."""
+
+    tiles: Value  # spatial/batch tiles: batch tiles x spatial tiles
+    share_groups: Value  # share groups per tile (Alg. 3): ceil(stacks / share_group)
+    slots: Value  # cluster slots per phase (idle slots of share groups and waves included)
+    waves: Value  # per phase
+    active: Value  # clusters busy in a full wave: min(slots, C), or a multicast rectangle
+    phases: Value
+    wave: MulticastWave | None  # the multicast rectangle (machines that multicast)
+
+
+def schedule(ops: Ops, q: Quantities, k: Consts) -> Schedule:
+    """Task ``t`` runs on cluster ``slot(t) mod C`` in wave ``slot(t) // C`` (``tiling.TaskGrid``):
+    one slot per task, share groups take ``share_group`` aligned slots, multicast waves are
+    rectangles; ``input_parallel`` runs one phase per (batch tile, stack), one task per input
+    step (Alg. 5's outer loop)."""
+    alg = q.algorithm
+    tiles = ops.mul(q.batch_tiles, q.spatial_tiles)
+    groups = ops.cdiv(q.stacks, q.share_group)
+    slots = ops.choose(
+        alg,
+        [
+            ops.mul(tiles, q.stacks),
+            ops.mul(tiles, ops.mul(groups, q.share_group)),
+            q.in_steps,
+        ],
+    )
+    wave = None
+    if k.can_multicast:  # multicast = 0 outside output_stack
+        wave = multicast_wave(ops, q, k, tiles)
+        wave_slots = ops.mul(ops.mul(wave.tile_chunks, wave.stack_chunks), k.clusters)
+        slots = ops.choose(q.multicast, [slots, wave_slots])
+    waves = ops.cdiv(slots, k.clusters)
+    active = ops.min(slots, k.clusters)
+    if wave is not None:
+        active = ops.choose(q.multicast, [active, ops.mul(wave.tiles, wave.stacks)])
+    phases = ops.choose(alg, [1, 1, ops.mul(q.batch_tiles, q.stacks)])
+    return Schedule(tiles, groups, slots, waves, active, phases, wave)
+
+
+# -- DMA and compute time ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamRates:
+    """Cycles per byte x SCALE of one of the ``active`` streaming clusters: ``total`` (ports,
+    links and HBM), or ``net`` and ``hbm`` apart when the machine has DMA efficiency tables;
+    ``multicast`` is the mapping's flag."""
+
+    total: Value | None
+    net: Value | None
+    hbm: Value | None
+    multicast: Value
+
+
+def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
+    """Look up the streaming rate of ``sched.active`` clusters (report Sec. 2.1.2)."""
+    index = sched.active - 1
+    if not k.has_dma_efficiency:
+        return StreamRates(
+            ops.lookup(index, k.stream_cycles_per_byte_scaled), None, None, q.multicast
+        )
+    assert k.stream_net_cycles_per_byte_scaled is not None
+    assert k.stream_hbm_cycles_per_byte_scaled is not None
+    net = ops.lookup(index, k.stream_net_cycles_per_byte_scaled)
+    hbm = ops.lookup(index, k.stream_hbm_cycles_per_byte_scaled)
+    return StreamRates(None, net, hbm, q.multicast)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Bytes one cluster moves, with what they cost elsewhere: main-memory occupancy
+    (bytes x inverse efficiency; machines with DMA efficiency tables) and the distinct bytes
+    of the whole wave (machines that multicast)."""
+
+    nbytes: Value
+    occupied: Value = None
+    wave_bytes: Value = None
+
+
+def plain_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
+    """Cycles to move ``stream.nbytes`` at this cluster's share of the bandwidth.
+
+    ``occupied``: main-memory bytes x SCALE the transfer takes, ``bytes x`` the inverse DMA
+    efficiency of its runs (seed 004 Table II). Only the HBM's term of the share is slowed by
+    it; ports and links carry payload. Without efficiency tables the inverse efficiency is
+    ``SCALE`` and this is ``nbytes x rate`` exactly, so it is not built at all.
+    """
+    if not k.has_dma_efficiency:
+        return ops.cdiv(ops.mul(stream.nbytes, rates.total), SCALE)
+    return ops.max(
+        ops.cdiv(ops.mul(stream.nbytes, rates.net), SCALE),
+        ops.cdiv(ops.mul(stream.occupied, rates.hbm), SCALE * SCALE),
+    )
+
+
+def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
+    """As ``plain_stream_cycles``; with multicast, ``nbytes`` through this cluster's port
+    while the shared HBM and links carry the wave's distinct ``wave_bytes`` (charged as
+    payload: no preset both multicasts and has DMA efficiency tables)."""
+    if not k.can_multicast:
+        return plain_stream_cycles(ops, k, rates, stream)
+    shared = ops.max(
+        ops.cdiv(stream.nbytes * k.port_cycles_per_byte_scaled, SCALE),
+        ops.cdiv(stream.wave_bytes * k.shared_cycles_per_byte_scaled, SCALE),
+    )
+    return ops.choose(rates.multicast, [plain_stream_cycles(ops, k, rates, stream), shared])
+
+
+def by_buffering(
+    ops: Ops, q: Quantities, input_value: Value, filter_value: Value
+) -> tuple[Value, Value]:
+    """(double-buffered, single-buffered) parts of an input and a filter figure: the depths
+    are 1 or 2, so ``depth - 1`` and ``2 - depth`` are 0/1 flags."""
+    input_depth, filter_depth = q.input_buffer_depth, q.filter_buffer_depth
+    double = ops.mul(input_depth - 1, input_value) + ops.mul(filter_depth - 1, filter_value)
+    single = ops.mul(2 - input_depth, input_value) + ops.mul(2 - filter_depth, filter_value)
+    return double, single
+
+
+def load_streams(
+    ops: Ops, q: Quantities, k: Consts, work: TaskWork, sched: Schedule
+) -> tuple[Stream, Stream]:
+    """The largest task's input and filter loads as (double-buffered, single-buffered)
+    streams. A multicast wave reads the inputs of its tiles (x its stacks when groups > 1:
+    they read different slices) and the filters of its stacks."""
+    in_bytes, filter_bytes = (
+        work.offchip_input_words * k.word_bytes,
+        work.filter_words * k.word_bytes,
+    )
+    double_bytes, single_bytes = by_buffering(ops, q, in_bytes, filter_bytes)
+    double_occupied = single_occupied = None
+    if k.has_dma_efficiency:
+        double_occupied, single_occupied = by_buffering(
+            ops,
+            q,
+            ops.mul(in_bytes, q.input_inverse_efficiency),
+            ops.mul(filter_bytes, q.filter_inverse_efficiency),
+        )
+    double_wave = single_wave = None
+    if sched.wave is not None:
+        wave = sched.wave
+        input_tiles = wave.tiles if k.groups == 1 else ops.mul(wave.tiles, wave.stacks)
+        double_wave, single_wave = by_buffering(
+            ops, q, ops.mul(in_bytes, input_tiles), ops.mul(filter_bytes, wave.stacks)
+        )
+    return (
+        Stream(double_bytes, double_occupied, double_wave),
+        Stream(single_bytes, single_occupied, single_wave),
+    )
+
+
+def round_trip_wait(ops: Ops, k: Consts, depth: Value, nbytes: Value, in_flight: Value) -> Value:
+    """Cycles a double-buffered stream of ``nbytes`` needs to keep ``in_flight`` bytes in
+    flight over the round trip (0 when single buffered: ``depth - 1`` is a 0/1 flag)."""
+    return ops.cdiv(ops.mul(ops.mul(depth - 1, nbytes), k.latency_cycles), in_flight)
+
+
+def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, work: TaskWork) -> Value:
+    """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
+    and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
+    each cover the round trip), so a tiny filter buffer is not rescued by a big input buffer:
+    every filter tile then waits a whole round trip."""
+    w = k.word_bytes
+    in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
+    in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
+    return ops.max(
+        round_trip_wait(
+            ops, k, q.input_buffer_depth, work.offchip_input_words * w, in_flight_input
+        ),
+        round_trip_wait(ops, k, q.filter_buffer_depth, work.filter_words * w, in_flight_filter),
+    )
+
+
+@dataclass(frozen=True)
+class DmaCycles:
+    """DMA time of the largest task: ``overlapped`` runs under compute (double-buffered
+    streams, forwarding, set-ups), ``exposed`` serialises with it (single-buffered loads, each
+    paying the round trip)."""
+
+    overlapped: Value
+    exposed: Value
+
+
+def dma_cycles(
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    l1: L1Buffers,
+    work: TaskWork,
+    sched: Schedule,
+    rates: StreamRates,
+) -> DmaCycles:
+    """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
+    (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer (an
+    input step, a filter tile per output channel and step, a store) pays the set-up."""
+    double, single = load_streams(ops, q, k, work, sched)
+    little = little_cycles(ops, q, k, l1, work)
+    filter_loads = ops.mul(work.steps, q.stack_out_channels_max)
+    transfers = work.steps + filter_loads + ops.choose(q.algorithm, [1, 1, 0])
+    overlapped = (
+        ops.max(stream_cycles(ops, k, rates, double), little)
+        + ops.cdiv(work.forwarded_words * k.word_bytes, k.dma_bytes_per_cycle)
+        + transfers * k.dma_setup_cycles
+    )
+    single_loads = ops.mul(2 - q.input_buffer_depth, work.steps) + ops.mul(
+        2 - q.filter_buffer_depth, filter_loads
+    )
+    exposed = stream_cycles(ops, k, rates, single) + single_loads * k.latency_cycles
+    return DmaCycles(overlapped, exposed)
+
+
+def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
+    """The largest task's MACs at the cluster's MAC rate times the FPU utilisation."""
+    return ops.cdiv(work.macs * SCALE, k.macs_per_cycle_scaled)
+
+
+def store_stream(ops: Ops, q: Quantities, k: Consts, work: TaskWork, sched: Schedule) -> Stream:
+    """The largest task's output store; outputs are distinct, so a multicast wave stores
+    ``active`` tasks' outputs (never shared)."""
+    nbytes = work.store_words * k.word_bytes
+    occupied = ops.mul(nbytes, q.output_inverse_efficiency) if k.has_dma_efficiency else None
+    wave_bytes = ops.mul(nbytes, sched.active) if k.can_multicast else None
+    return Stream(nbytes, occupied, wave_bytes)
+
+
+# -- overlap: task, phase and layer latency ----------------------------------------------------
+
+
+def exposed_store_cycles(
+    ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
+) -> Value:
+    """Unless its output is double buffered, a task pays ``L`` plus the transfer to store
+    (``input_parallel`` tasks store nothing: their phase does, after the reduction)."""
+    store_time = stream_cycles(ops, k, rates, store) + k.latency_cycles
+    return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
+
+
+def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value) -> Value:
+    """The largest task: ``L`` to start, compute overlapped with the double-buffered streams,
+    then what cannot overlap (module docstring)."""
+    return k.latency_cycles + ops.max(compute, dma.overlapped) + dma.exposed + exposed_store
+
+
+def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
+    """``input_parallel``: each phase ends with the tree reduction of the ``active`` private
+    stacks level by level and one store of the stack (Sec. 3.1.3); 0 for the others."""
+    stack_bytes = ops.mul(q.stack_out_channels_max, q.batch_tile_images_max) * k.word_bytes
+    index = sched.active - 1
+    reduce = (
+        ops.lookup(index, k.reduction_latency_cycles)
+        + k.latency_cycles
+        + ops.cdiv(stack_bytes, k.dma_bytes_per_cycle)
+    )
+    for level_steps, link in zip(k.reduction_steps, k.link_bytes_per_cycle_scaled, strict=True):
+        if int(np.max(level_steps)) > 0:
+            reduce = reduce + ops.mul(
+                ops.lookup(index, level_steps), ops.cdiv(stack_bytes * SCALE, link)
+            )
+    return ops.choose(q.algorithm, [0, 0, reduce])
+
+
+def store_tail_cycles(
+    ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
+) -> Value:
+    """A double-buffered store overlaps the next task; the last one drains after the last
+    wave."""
+    store_time = stream_cycles(ops, k, rates, store)
+    return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
+
+
+def phases_cycles(
+    ops: Ops, sched: Schedule, task: Value, reduction: Value, store_tail: Value
+) -> Value:
+    """``phases x (waves x task + reduction) + store_tail``: a wave lasts as long as its
+    largest task."""
+    return ops.mul(sched.phases, ops.mul(sched.waves, task) + reduction) + store_tail
+
+
+def latency_cycles(ops: Ops, phases: Value, memory_floor: Value) -> Value:
+    """The layer's latency: its phases, but never faster than main memory can deliver."""
+    return ops.max(phases, memory_floor)
+
+
+# -- traffic, memory floor and energy ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Words the whole layer moves (report Eq. 7, 9, 10, 12/13 generalised)."""
+
+    input_load_words: Value
+    filter_load_words: Value
+    store_words: int
+    intercluster_words: Value
+
+    def offchip_words(self) -> Value:
+        return self.input_load_words + self.filter_load_words + self.store_words
+
+
+def multicast_loads(
+    ops: Ops, q: Quantities, k: Consts, wave: MulticastWave, stack_input: Value, stack_filter: Value
+) -> tuple[Value, Value]:
+    """``output_stack`` loads with multicast (module docstring): the input once per stack
+    chunk (groups = 1: every stack reads every slice), the filters once per tile chunk."""
+    once = (  # groups > 1: stacks read different slices, loaded per task as without multicast
+        ops.mul(wave.stack_chunks, q.tile_in_pixels_sum) * (k.batch * k.in_channels)
+        if k.groups == 1
+        else stack_input
+    )
+    stack_input = ops.choose(q.multicast, [stack_input, once])
+    stack_filter = ops.choose(q.multicast, [stack_filter, wave.tile_chunks * k.weight_words])
+    return stack_input, stack_filter
+
+
+def offchip_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traffic:
+    """Alg. 1/2 read each stack's input slices of every tile (halos included) and the filters
+    once per tile (Eq. 7); Alg. 3 reads the input once per share group and forwards it to the
+    other members (Eq. 9, 10); Alg. 4/5 read the input once per stack and the filters once
+    per batch tile, and reduce ``active - 1`` private stacks between clusters (Eq. 12/13).
+    Every output is stored once."""
+    alg, pixels = q.algorithm, q.tile_in_pixels_sum
+    one_pass = k.batch * k.in_channels  # words of one input pass, per pixel
+    stack_input = ops.mul(q.stack_in_channels_sum, pixels) * k.batch
+    stack_filter = sched.tiles * k.weight_words
+    if sched.wave is not None:
+        stack_input, stack_filter = multicast_loads(
+            ops, q, k, sched.wave, stack_input, stack_filter
+        )
+    input_load = ops.choose(
+        alg,
+        [
+            stack_input,
+            ops.mul(sched.share_groups, pixels) * one_pass,
+            q.stacks * (one_pass * k.in_pixels),
+        ],
+    )
+    filter_load = ops.choose(
+        alg,
+        [stack_filter, sched.tiles * k.weight_words, q.batch_tiles * k.weight_words],
+    )
+    intercluster = ops.choose(
+        alg,
+        [
+            0,
+            ops.mul(q.stacks - sched.share_groups, pixels) * one_pass,
+            (sched.active - 1) * (k.out_channels * k.batch),
+        ],
+    )
+    return Traffic(input_load, filter_load, k.batch * k.output_words, intercluster)
+
+
+def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic) -> Value:
+    """Main-memory occupancy (bytes x SCALE): payload over the DMA efficiency of each
+    operand's runs (seed 004 Table II); the traffic in bytes is unchanged by it."""
+    if not k.has_dma_efficiency:
+        return traffic.offchip_words() * k.word_bytes * SCALE
+    return (
+        ops.mul(traffic.input_load_words, q.input_inverse_efficiency)
+        + ops.mul(traffic.filter_load_words, q.filter_inverse_efficiency)
+        + traffic.store_words * q.output_inverse_efficiency
+    ) * k.word_bytes
+
+
+def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value) -> Value:
+    """No mapping is faster than main memory delivers its occupancy at the HBM bandwidth."""
+    return ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)
+
+
+def energy_fj(k: Consts, traffic: Traffic) -> Value:
+    """Energy (fJ): MACs are fixed by the layer; mappings differ in the bytes they move."""
+    return (
+        k.batch * k.output_words * k.macs_per_output * k.mac_energy_fj
+        + traffic.offchip_words() * k.word_bytes * k.hbm_byte_energy_fj
+        + traffic.intercluster_words * (k.word_bytes * k.noc_byte_energy_fj)
+    )
+
+
+# -- the formula -------------------------------------------------------------------------------
 
 
 def evaluate(
-    ops: Any, q: dict[str, Any], k: Consts, alloc_override: dict[str, int | None] | None = None
-) -> dict[str, Any]:
-    """Footprint, traffic and cycles of the mapping(s) whose quantities are ``q``.
+    ops: Ops,
+    quantities: dict[str, Value],
+    k: Consts,
+    alloc_override: dict[str, int | None] | None = None,
+) -> dict[str, Value]:
+    """Footprint, traffic and cycles of the mapping(s) whose quantities are ``quantities``.
 
     ``alloc_override`` (scalar evaluation only) gives explicit buffer bytes, as the report's
     fixed 16 KiB buffers; otherwise each buffer is ``depth x tile`` rounded up to the bank.
+    Outputs: ``l1`` bytes, per operand ``tile_words_*``, ``need_bytes_*`` and
+    ``alloc_bytes_*``, word counts of the traffic, ``offchip_bytes``, the cycle figures,
+    ``cycles`` (the latency) and ``energy`` (fJ).
     """
-    mul, cdiv, mx, choose = ops.mul, ops.cdiv, ops.max, ops.choose
-    alg, w, big_l = q["alg"], k.word, k.latency
-    b, s, tc, n_s = q["b_max"], q["s_max"], q["tc"], q["n_s"]
-    out = {}
-
-    # -- tiles of the largest task, in words (report Sec. 2.1.2-3.2.2) -------------------------
-    conv_in_tile = mul(mul(b, tc), q["in_px_max"])
-    conv_out_tile = mul(mul(s, b), q["out_px_max"])
-    ip_in_tile = mul(b, tc) * k.hw
-    tile = {
-        "input": choose(alg, [conv_in_tile, conv_in_tile, ip_in_tile]),
-        # one filter slice per output channel and step (the report streams F[:, :, d_i, d_o])
-        "filter": choose(alg, [q["tc_f"] * k.kernel, q["tc_f"] * k.kernel, tc * k.hw]),
-        "output": choose(alg, [conv_out_tile, conv_out_tile, mul(s, b)]),
-        "share": choose(alg, [0, conv_in_tile, 0]),
+    q = Quantities(**quantities)
+    tiles = task_tiles(ops, q, k)
+    l1 = l1_buffers(ops, q, k, tiles, alloc_override)
+    work = task_work(ops, q, k, tiles)
+    sched = schedule(ops, q, k)
+    rates = stream_rates(ops, q, k, sched)
+    dma = dma_cycles(ops, q, k, l1, work, sched, rates)
+    compute = compute_cycles(ops, k, work)
+    store = store_stream(ops, q, k, work, sched)
+    task = task_cycles(ops, k, compute, dma, exposed_store_cycles(ops, q, k, store, rates))
+    reduction = reduction_cycles(ops, q, k, sched)
+    phases = phases_cycles(ops, sched, task, reduction, store_tail_cycles(ops, q, k, store, rates))
+    traffic = offchip_traffic(ops, q, k, sched)
+    occupancy = memory_occupancy_scaled(ops, q, k, traffic)
+    memory_floor = memory_floor_cycles(ops, k, occupancy)
+    return {
+        **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
+        **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},
+        **{f"alloc_bytes_{op}": l1.alloc_bytes[op] for op in OPERANDS},
+        "l1": l1.l1_bytes,
+        "task_macs": work.macs,
+        "slots": sched.slots,
+        "waves": ops.mul(sched.phases, sched.waves),  # over all phases
+        "phases": sched.phases,
+        "active_clusters": sched.active,
+        "task_cycles": task,
+        "compute_cycles": compute,
+        "overlapped_dma_cycles": dma.overlapped,
+        "exposed_dma_cycles": dma.exposed,
+        "reduction_cycles": ops.mul(sched.phases, reduction),  # over all phases
+        "input_load_words": traffic.input_load_words,
+        "filter_load_words": traffic.filter_load_words,
+        "store_words": traffic.store_words,
+        "intercluster_words": traffic.intercluster_words,
+        "offchip_bytes": traffic.offchip_words() * k.word_bytes,
+        "memory_floor_cycles": memory_floor,
+        "memory_occupancy_scaled": occupancy,
+        "cycles": latency_cycles(ops, phases, memory_floor),
+        "energy": energy_fj(k, traffic),
     }
-    depth = {"input": q["d_in"], "filter": q["d_f"], "output": q["d_out"], "share": 1}
-    alloc = {}
-    for op in ("input", "filter", "output", "share"):
-        given = None if alloc_override is None else alloc_override.get(op)
-        need = mul(depth[op], tile[op]) * w
-        alloc[op] = cdiv(need, k.bank) * k.bank if given is None else cdiv(given, k.bank) * k.bank
-        out[f"need_{op}"] = need
-    out.update({f"tile_{op}": tile[op] for op in tile})
-    out.update({f"alloc_{op}": alloc[op] for op in alloc})
-    out["l1"] = alloc["input"] + alloc["filter"] + alloc["output"] + alloc["share"]
-
-    # -- the largest task: MACs and words it moves ------------------------------------------
-    conv_macs = conv_out_tile * k.kf
-    ip_macs = mul(mul(b, tc), s) * k.hw
-    macs_task = choose(alg, [conv_macs, conv_macs, ip_macs])
-    conv_in_words = mul(mul(b, q["in_max"]), q["in_px_max"])
-    members = choose(alg, [1, ops.min(q["g"], n_s), 1])  # tasks of a share group
-    in_words = choose(alg, [conv_in_words, conv_in_words, ip_in_tile])
-    offchip_in = choose(alg, [in_words, cdiv(in_words, members), in_words])
-    forwarded = in_words - offchip_in
-    filter_words = choose(alg, [s * k.kf, s * k.kf, mul(s, tc) * k.hw])
-    store_words = choose(alg, [conv_out_tile, conv_out_tile, 0])
-    steps = choose(alg, [cdiv(q["in_max"], tc), cdiv(q["in_max"], tc), 1])
-
-    # -- schedule: slots per phase, waves, phases ---------------------------------------------
-    tiles_b_sp = mul(q["n_b"], q["n_sp"])
-    groups = cdiv(n_s, q["g"])
-    slots = choose(alg, [mul(tiles_b_sp, n_s), mul(tiles_b_sp, mul(groups, q["g"])), q["nk"]])
-    if k.multicast:  # waves of a x b tasks (module docstring); mc = 0 outside output_stack
-        mc = q["mc"]
-        mc_b = ops.min(n_s, k.clusters)  # stacks per wave
-        mc_a = ops.lookup(
-            mc_b - 1,
-            np.asarray(  # floor(C / b): tiles per wave
-                [k.clusters // b for b in range(1, k.clusters + 1)], dtype=np.int64
-            ),
-        )
-        tile_chunks, stack_chunks = cdiv(tiles_b_sp, mc_a), cdiv(n_s, mc_b)
-        mc_tiles = ops.min(mc_a, tiles_b_sp)  # tiles in a wave
-        slots = choose(mc, [slots, mul(mul(tile_chunks, stack_chunks), k.clusters)])
-    waves = cdiv(slots, k.clusters)
-    active = ops.min(slots, k.clusters)
-    if k.multicast:
-        active = choose(mc, [active, mul(mc_tiles, mc_b)])
-    phases = choose(alg, [1, 1, mul(q["n_b"], n_s)])
-    ie_in, ie_f, ie_out = q["ie_in"], q["ie_f"], q["ie_out"]
-    if not k.efficiency:
-        rho = ops.lookup(active - 1, k.rho)
-    else:
-        assert k.rho_net is not None and k.rho_hbm is not None
-        rho_net = ops.lookup(active - 1, k.rho_net)
-        rho_hbm = ops.lookup(active - 1, k.rho_hbm)
-
-    def plain_stream(nbytes: Any, occupied: Any = None) -> Any:
-        """Cycles to move ``nbytes`` at this cluster's share of the bandwidth.
-
-        ``occupied``: main-memory bytes x SCALE the transfer takes, ``bytes x ie`` (the
-        inverse DMA efficiency of its runs, seed 004 Table II). Only the HBM's term of the
-        share is slowed by it; ports and links carry payload. Without efficiency tables
-        ``ie = SCALE`` and this is ``nbytes x rho`` exactly, so it is not built at all.
-        """
-        if not k.efficiency:
-            return cdiv(mul(nbytes, rho), SCALE)
-        return mx(cdiv(mul(nbytes, rho_net), SCALE), cdiv(mul(occupied, rho_hbm), SCALE * SCALE))
-
-    def stream(nbytes: Any, occupied: Any = None, wave_bytes: Any = None) -> Any:
-        """As ``plain_stream``; with multicast, ``nbytes`` through this cluster's port while
-        the shared HBM and links carry the wave's distinct ``wave_bytes`` (charged as payload:
-        no preset both multicasts and has DMA efficiency tables)."""
-        if not k.multicast:
-            return plain_stream(nbytes, occupied)
-        shared = mx(cdiv(nbytes * k.rho_port, SCALE), cdiv(wave_bytes * k.rho_shared, SCALE))
-        return choose(mc, [plain_stream(nbytes, occupied), shared])
-
-    in_bytes, filter_bytes = offchip_in * w, filter_words * w
-    in_double, in_single = q["d_in"] - 1, 2 - q["d_in"]  # 0/1 flags
-    f_double, f_single = q["d_f"] - 1, 2 - q["d_f"]
-    double_bytes = mul(in_double, in_bytes) + mul(f_double, filter_bytes)
-    single_bytes = mul(in_single, in_bytes) + mul(f_single, filter_bytes)
-    double_occupied = single_occupied = store_occupied = None
-    if k.efficiency:
-        in_occupied, f_occupied = mul(in_bytes, ie_in), mul(filter_bytes, ie_f)
-        double_occupied = mul(in_double, in_occupied) + mul(f_double, f_occupied)
-        single_occupied = mul(in_single, in_occupied) + mul(f_single, f_occupied)
-    wave_double = wave_single = wave_store = None
-    if k.multicast:  # what the wave reads: inputs of its tiles (x stacks if groups > 1) + filters
-        in_wave = mul(in_bytes, mc_tiles if k.groups == 1 else mul(mc_tiles, mc_b))
-        f_wave = mul(filter_bytes, mc_b)
-        wave_double = mul(in_double, in_wave) + mul(f_double, f_wave)
-        wave_single = mul(in_single, in_wave) + mul(f_single, f_wave)
-    # Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
-    # and each stream needs its own (the report's footnotes 2/3: the input and the filter
-    # buffer each cover the round trip), so a tiny filter buffer is not rescued by a big
-    # input buffer: every filter tile then waits a whole round trip.
-    in_flight_in = ops.max(alloc["input"] - tile["input"] * w, 1)
-    in_flight_f = ops.max(alloc["filter"] - tile["filter"] * w, 1)
-    little = mx(
-        cdiv(mul(mul(in_double, in_bytes), big_l), in_flight_in),
-        cdiv(mul(mul(f_double, filter_bytes), big_l), in_flight_f),
-    )
-    filter_loads = mul(steps, s)
-    transfers = steps + filter_loads + choose(alg, [1, 1, 0])
-    dma_double = (
-        mx(stream(double_bytes, double_occupied, wave_double), little)
-        + cdiv(forwarded * w, k.dma)
-        + transfers * k.setup
-    )
-    single_loads = mul(in_single, steps) + mul(f_single, filter_loads)
-    dma_single = stream(single_bytes, single_occupied, wave_single) + single_loads * big_l
-    compute = cdiv(macs_task * SCALE, k.mac_rate)
-    store_bytes = store_words * w
-    if k.efficiency:
-        store_occupied = mul(store_bytes, ie_out)
-    if k.multicast:
-        wave_store = mul(store_bytes, active)  # outputs are distinct: never shared
-    out_single = 2 - q["d_out"]  # 1 if the store is exposed
-    store_time = stream(store_bytes, store_occupied, wave_store) + big_l
-    store = mul(out_single, choose(alg, [store_time, store_time, 0]))
-    task = big_l + mx(compute, dma_double) + dma_single + store
-
-    # -- input_parallel: tree reduction of the private stacks (Sec. 3.1.3) + one store --------
-    stack_bytes = mul(s, b) * w
-    reduce = ops.lookup(active - 1, k.red_latency) + big_l + cdiv(stack_bytes, k.dma)
-    for level_steps, link in zip(k.red_steps, k.red_link, strict=True):
-        if int(np.max(level_steps)) > 0:
-            reduce = reduce + mul(
-                ops.lookup(active - 1, level_steps), cdiv(stack_bytes * SCALE, link)
-            )
-    phase_extra = choose(alg, [0, 0, reduce])
-    store_stream = stream(store_bytes, store_occupied, wave_store)
-    tail = mul(q["d_out"] - 1, choose(alg, [store_stream, store_stream, 0]))
-    total = mul(phases, mul(waves, task) + phase_extra) + tail
-
-    # -- traffic (Eq. 7, 9, 10, 12/13 generalised) ---------------------------------------------
-    px = q["in_px_sum"]
-    stack_input = mul(q["s_in_sum"], px) * k.batch
-    stack_filter = tiles_b_sp * k.weights
-    if k.multicast:  # once per stack chunk (groups = 1) and once per tile chunk
-        stack_input = choose(
-            mc,
-            [
-                stack_input,
-                mul(stack_chunks, px) * (k.batch * k.c_in) if k.groups == 1 else stack_input,
-            ],
-        )
-        stack_filter = choose(mc, [stack_filter, tile_chunks * k.weights])
-    input_load = choose(
-        alg, [stack_input, mul(groups, px) * (k.batch * k.c_in), n_s * (k.batch * k.c_in * k.hw)]
-    )
-    filter_load = choose(alg, [stack_filter, tiles_b_sp * k.weights, q["n_b"] * k.weights])
-    store_total = k.batch * k.outputs
-    intercluster = choose(
-        alg, [0, mul(n_s - groups, px) * (k.batch * k.c_in), (active - 1) * (k.c_out * k.batch)]
-    )
-    offchip_bytes = (input_load + filter_load + store_total) * w
-    # Main-memory occupancy (bytes x SCALE): payload over the DMA efficiency of each
-    # operand's runs; the traffic in bytes above is unchanged by it.
-    if k.efficiency:
-        occupied = (mul(input_load, ie_in) + mul(filter_load, ie_f) + store_total * ie_out) * w
-    else:
-        occupied = offchip_bytes * SCALE
-    memory_floor = cdiv(occupied, k.hbm)
-    # Energy (fJ): MACs are fixed by the layer; mappings differ in the bytes they move.
-    energy = (
-        k.batch * k.outputs * k.kf * k.e_mac
-        + offchip_bytes * k.e_hbm
-        + intercluster * (w * k.e_noc)
-    )
-    out.update(
-        macs_task=macs_task,
-        slots=slots,
-        waves=mul(phases, waves),
-        phases=phases,
-        active=active,
-        task=task,
-        compute=compute,
-        dma_double=dma_double,
-        dma_single=dma_single,
-        reduce=mul(phases, phase_extra),
-        input_load=input_load,
-        filter_load=filter_load,
-        store=store_total,
-        intercluster=intercluster,
-        offchip_bytes=offchip_bytes,
-        memory_floor=memory_floor,
-        memory_occupied=occupied,
-        cycles=mx(total, memory_floor),
-        energy=energy,
-    )
-    return out

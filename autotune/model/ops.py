@@ -14,9 +14,41 @@ non-linear goes through the backend.
 from __future__ import annotations
 
 from functools import reduce
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
+
+#: What the formula computes with: a Python int, an int64 numpy array (one entry per candidate
+#: mapping) or, in the integer program, a CP-SAT expression (``search.ilp.ops.Expr``).
+Value = Any
+
+#: A table of integers indexed by a ``Value`` (``Ops.lookup``).
+Table = npt.NDArray[np.int64]
+
+
+class Ops(Protocol):
+    """The interface the formula is written against (``NumpyOps``, ``ilp.ops.CpSatOps``)."""
+
+    def mul(self, a: Value, b: Value) -> Value:
+        """a x b."""
+        ...
+
+    def cdiv(self, a: Value, b: Value) -> Value:
+        """ceil(a / b) for a >= 0, b >= 1."""
+        ...
+
+    def max(self, *xs: Value) -> Value: ...
+
+    def min(self, *xs: Value) -> Value: ...
+
+    def choose(self, index: Value, options: list[Value]) -> Value:
+        """options[index] (elementwise)."""
+        ...
+
+    def lookup(self, index: Value, table: Table) -> Value:
+        """table[index] (elementwise)."""
+        ...
 
 
 class NumpyOps:
@@ -43,7 +75,7 @@ class NumpyOps:
             return options[int(index)]
         return np.choose(index, [np.broadcast_to(o, np.shape(index)) for o in options])
 
-    def lookup(self, index: Any, table: np.ndarray) -> Any:
+    def lookup(self, index: Any, table: Table) -> Any:
         return table[index]
 
     def finish(self, value: Any) -> Any:

@@ -8,6 +8,7 @@ candidate's quantities are exactly those of the mapping it decodes to.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
@@ -25,30 +26,42 @@ from autotune.tiling import (
 
 
 def stack_quantities(stacks: Stacks) -> dict[str, int]:
+    """The output stacks: how many, the largest's output channels, the input channels they
+    read (summed over stacks: each reads its own; the largest's)."""
     return {
-        "n_s": stacks.count,
-        "s_max": int(stacks.out_size.max()),
-        "s_in_sum": int(stacks.in_size.sum()),
-        "in_max": int(stacks.in_size.max()),
+        "stacks": stacks.count,
+        "stack_out_channels_max": int(stacks.out_size.max()),
+        "stack_in_channels_sum": int(stacks.in_size.sum()),
+        "stack_in_channels_max": int(stacks.in_size.max()),
     }
 
 
 def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
+    """The spatial tiles: how many, the largest's output and input pixels (input with its
+    halo), and the input pixels summed over all tiles (halos loaded once per tile)."""
     return {
-        "n_sp": rows.count * cols.count,
-        "out_px_max": int(rows.out_size.max()) * int(cols.out_size.max()),
-        "in_px_max": int(rows.in_size.max()) * int(cols.in_size.max()),
-        "in_px_sum": int(rows.in_size.sum()) * int(cols.in_size.sum()),
+        "spatial_tiles": rows.count * cols.count,
+        "tile_out_pixels_max": int(rows.out_size.max()) * int(cols.out_size.max()),
+        "tile_in_pixels_max": int(rows.in_size.max()) * int(cols.in_size.max()),
+        "tile_in_pixels_sum": int(rows.in_size.sum()) * int(cols.in_size.sum()),
     }
 
 
 def batch_quantities(batch: int, batch_tile: int) -> dict[str, int]:
+    """The batch tiles: how many, and the images of the largest."""
     tiles = chunks(batch, batch_tile)
-    return {"n_b": len(tiles), "b_max": int(tiles.max())}
+    return {"batch_tiles": len(tiles), "batch_tile_images_max": int(tiles.max())}
 
 
 def in_step_quantities(layer: Layer, in_c: int) -> dict[str, int]:
-    return {"tc": in_c, "tc_f": min(in_c, layer.cin_per_group), "nk": -(-layer.c_in // in_c)}
+    """A step's ``in_c`` input channels, the filter slices per output channel a step loads
+    (no more than a group has), and the steps over all input channels (``input_parallel``:
+    the tasks of a phase)."""
+    return {
+        "step_in_channels": in_c,
+        "step_filter_channels": min(in_c, layer.cin_per_group),
+        "in_steps": -(-layer.c_in // in_c),
+    }
 
 
 # -- main-memory runs and the DMA efficiency they reach (seed 004, Table II) ------------------
@@ -73,8 +86,8 @@ def output_run_words(layer: Layer, rows_out: int, cols_out: int, channels: int) 
 
 
 def inverse_efficiency(
-    machine: Machine, run_bytes: np.ndarray | int, write: bool = False
-) -> np.ndarray:
+    machine: Machine, run_bytes: npt.NDArray[np.int64] | int, write: bool = False
+) -> npt.NDArray[np.int64]:
     """``SCALE / dma_efficiency`` rounded up: main-memory time per byte in fixed point;
     exactly ``SCALE`` on a machine without efficiency tables."""
     eff = dma_efficiency(machine, run_bytes, write)
@@ -86,12 +99,12 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
     runs = {
-        "ie_in": (
+        "input_inverse_efficiency": (
             input_run_words(layer, int(rows.in_size.max()), int(cols.in_size.max()), in_c),
             False,
         ),
-        "ie_f": (filter_run_words(layer, in_c), False),
-        "ie_out": (
+        "filter_inverse_efficiency": (filter_run_words(layer, in_c), False),
+        "output_inverse_efficiency": (
             output_run_words(
                 layer,
                 int(rows.out_size.max()),
@@ -108,14 +121,15 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
 
 
 def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
+    """Every quantity the formula reads (``formulas.Quantities``) for one mapping."""
     m = grid.mapping
     q = {
-        "alg": ALGORITHM_CODES[m.algorithm],
-        "g": m.share_group,
-        "d_in": m.buffers.input_depth,
-        "d_f": m.buffers.filter_depth,
-        "d_out": m.buffers.output_depth,
-        "mc": int(m.multicast),
+        "algorithm": ALGORITHM_CODES[m.algorithm],
+        "share_group": m.share_group,
+        "input_buffer_depth": m.buffers.input_depth,
+        "filter_buffer_depth": m.buffers.filter_depth,
+        "output_buffer_depth": m.buffers.output_depth,
+        "multicast": int(m.multicast),
     }
     q.update(stack_quantities(grid.stacks))
     q.update(spatial_quantities(grid.rows, grid.cols))

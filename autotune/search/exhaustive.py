@@ -19,6 +19,7 @@ from autotune.model.ops import NumpyOps
 from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
+    DEPTH_SOURCE,
     QUANTITY_SOURCE,
     RUN_SOURCE,
     SearchSpace,
@@ -46,11 +47,11 @@ def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray
     """Index values each variable ranges over for one algorithm (share only for Alg. 3,
     multicast only for output_stack)."""
     sizes = space.sizes
-    shared = space.tables["alg"][alg_index] == SHARED
+    shared = space.tables["algorithm"][alg_index] == SHARED
     ranges = {v: np.arange(sizes[v]) for v in VARIABLES}
     ranges["alg"] = np.array([alg_index])
     ranges["share"] = np.arange(1, sizes["share"]) if shared else np.array([0])
-    if space.tables["alg"][alg_index] != OUTPUT_STACK:  # multicast: output_stack only
+    if space.tables["algorithm"][alg_index] != OUTPUT_STACK:  # multicast: output_stack only
         ranges["multicast"] = np.array([0])
     return ranges
 
@@ -63,8 +64,8 @@ def quantities(
     q = {name: space.tables[name][idx[var]] for name, var in QUANTITY_SOURCE.items()}
     for name, (_, variables, _) in RUN_SOURCE.items():
         q[name] = efficiency[name][flat_index(space, variables, idx)]
-    for name, var in (("d_in", "d_in"), ("d_f", "d_f"), ("d_out", "d_out")):
-        q[name] = space.tables["depth"][idx[var]]
+    for name, var in DEPTH_SOURCE.items():
+        q[name] = space.tables["buffer_depth"][idx[var]]
     return q
 
 
@@ -111,13 +112,14 @@ def ranking(
             q = quantities(space, idx, efficiency)
             legal = np.ones(grids[0].size, dtype=bool)
             if space.algorithms[a] != "input_parallel":
-                legal &= q["tc"] <= q["in_max"]  # a step cannot exceed the slices a stack reads
+                # a step cannot exceed the slices a stack reads
+                legal &= q["step_in_channels"] <= q["stack_in_channels_max"]
             values = evaluate(NumpyOps(), q, k)
             for name in ("cycles", "energy", "offchip_bytes"):
                 if np.max(values[name]) >= LIMIT:  # the integer program clamps there
                     raise OverflowError(f"layer {space.layer.name!r}: {name} reaches {LIMIT}")
             l1 = np.broadcast_to(values["l1"], legal.shape)
-            fit = legal & (l1 <= k.l1)
+            fit = legal & (l1 <= k.l1_bytes)
             candidates += int(legal.sum())
             feasible += int(fit.sum())
             if legal.any():

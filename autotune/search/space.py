@@ -368,20 +368,22 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
         add(batch_quantities(batch, bt))
     for c in in_cs:
         add(in_step_quantities(layer, c))
-    tables["g"] = list(share)
-    tables["depth"] = [1, 2]
-    tables["alg"] = [ALGORITHM_CODES[a] for a in algorithms]
+    tables["share_group"] = list(share)
+    tables["buffer_depth"] = [1, 2]
+    tables["algorithm"] = [ALGORITHM_CODES[a] for a in algorithms]
     # Run lengths (words) of the largest tiles, flattened over RUN_SOURCE's variable pairs.
-    tables["run_in"] = [
+    tables["input_run_words"] = [
         input_run_words(layer, ri, ci, c) for ri, ci, _, _ in extents for c in in_cs
     ]
-    tables["run_f"] = [filter_run_words(layer, c) for c in in_cs]
-    tables["run_out"] = [
-        output_run_words(layer, ro, co, s) for s in tables["s_max"] for _, _, ro, co in extents
+    tables["filter_run_words"] = [filter_run_words(layer, c) for c in in_cs]
+    tables["output_run_words"] = [
+        output_run_words(layer, ro, co, s)
+        for s in tables["stack_out_channels_max"]
+        for _, _, ro, co in extents
     ]
     # Multicast only where the machine can (no new candidates elsewhere: same results).
     multicast = (False, True) if machine.dma_multicast else (False,)
-    tables["mc"] = [int(m) for m in multicast]
+    tables["multicast"] = [int(m) for m in multicast]
     return SearchSpace(
         layer,
         batch,
@@ -397,33 +399,40 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     )
 
 
-#: Which table each formula quantity is read from, by variable.
+#: The variable each formula quantity's table (``SearchSpace.tables``, same name) is indexed by.
 QUANTITY_SOURCE = {
-    "n_s": "delta_o",
-    "s_max": "delta_o",
-    "s_in_sum": "delta_o",
-    "in_max": "delta_o",
-    "n_sp": "spatial",
-    "out_px_max": "spatial",
-    "in_px_max": "spatial",
-    "in_px_sum": "spatial",
-    "n_b": "batch_tile",
-    "b_max": "batch_tile",
-    "tc": "in_c",
-    "tc_f": "in_c",
-    "nk": "in_c",
-    "g": "share",
-    "alg": "alg",
-    "mc": "multicast",
+    "stacks": "delta_o",
+    "stack_out_channels_max": "delta_o",
+    "stack_in_channels_sum": "delta_o",
+    "stack_in_channels_max": "delta_o",
+    "spatial_tiles": "spatial",
+    "tile_out_pixels_max": "spatial",
+    "tile_in_pixels_max": "spatial",
+    "tile_in_pixels_sum": "spatial",
+    "batch_tiles": "batch_tile",
+    "batch_tile_images_max": "batch_tile",
+    "step_in_channels": "in_c",
+    "step_filter_channels": "in_c",
+    "in_steps": "in_c",
+    "share_group": "share",
+    "algorithm": "alg",
+    "multicast": "multicast",
+}
+
+#: The buffer depths, each read from the ``buffer_depth`` table by its variable.
+DEPTH_SOURCE = {
+    "input_buffer_depth": "d_in",
+    "filter_buffer_depth": "d_f",
+    "output_buffer_depth": "d_out",
 }
 
 #: The inverse DMA efficiencies: quantity -> (run table, the variables it is indexed by,
 #: first variable major, write?). Their values depend on the machine and the word size, so
 #: ``efficiency_tables`` derives them from the run lengths where the precision is known.
 RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
-    "ie_in": ("run_in", ("spatial", "in_c"), False),
-    "ie_f": ("run_f", ("in_c",), False),
-    "ie_out": ("run_out", ("delta_o", "spatial"), True),
+    "input_inverse_efficiency": ("input_run_words", ("spatial", "in_c"), False),
+    "filter_inverse_efficiency": ("filter_run_words", ("in_c",), False),
+    "output_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), True),
 }
 
 

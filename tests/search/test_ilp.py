@@ -73,7 +73,7 @@ def test_ilp_optimum_equals_exhaustive_with_dma_efficiency(layer, batch, precisi
     result = solve(space, sw, precision, objective)
     assert result.status == "OPTIMAL"
     assert result.index == best.index
-    for key in ("cycles", "offchip_bytes", "l1", "memory_occupied"):
+    for key in ("cycles", "offchip_bytes", "l1", "memory_occupancy_scaled"):
         assert result.values[key] == best.values[key]
     a = analyze(layer, space.decode(best.index), sw, precision, batch)
     assert a.fits and a.cycles == best.values["cycles"]

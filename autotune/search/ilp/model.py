@@ -28,6 +28,7 @@ from autotune.model.formulas import INPUT_PARALLEL, OUTPUT_STACK, SHARED, consts
 from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
+    DEPTH_SOURCE,
     QUANTITY_SOURCE,
     RUN_SOURCE,
     SearchSpace,
@@ -59,14 +60,14 @@ def count_candidates(space: SearchSpace) -> int:
     """Structurally legal candidates (the size of the space exhaustive search walks)."""
     sizes = space.sizes
     rest = sizes["spatial"] * sizes["batch_tile"] * 8  # three depths of two values each
-    in_max = space.tables["in_max"][:, None]
-    tc = space.tables["tc"][None, :]
+    stack_in = space.tables["stack_in_channels_max"][:, None]
+    step_in = space.tables["step_in_channels"][None, :]
     total = 0
-    for code in space.tables["alg"]:
+    for code in space.tables["algorithm"]:
         pairs = (
             len(space.delta_o) * len(space.in_c)
             if code == INPUT_PARALLEL
-            else int((tc <= in_max).sum())
+            else int((step_in <= stack_in).sum())
         )
         share = sizes["share"] - 1 if code == SHARED else 1
         multicast = sizes["multicast"] if code == OUTPUT_STACK else 1
@@ -93,7 +94,7 @@ def build(space: SearchSpace, machine: Machine, precision: str, *, capacity: boo
     for v in VARIABLES:
         n = sizes[v]
         index[v] = 0 if n == 1 else Expr(cpm.new_int_var(0, n - 1, f"{v}[{name}]"), 0, n - 1)
-    codes = [int(c) for c in space.tables["alg"]]
+    codes = [int(c) for c in space.tables["algorithm"]]
     alg = (
         ops.lookup(index["alg"], np.asarray(codes)) if isinstance(index["alg"], Expr) else codes[0]
     )
@@ -118,24 +119,24 @@ def build(space: SearchSpace, machine: Machine, precision: str, *, capacity: boo
     q = {
         qname: ops.lookup(index[var], space.tables[qname])
         for qname, var in QUANTITY_SOURCE.items()
-        if qname != "alg"
+        if qname != "algorithm"
     }
-    q["alg"] = alg
+    q["algorithm"] = alg
     for qname, table in efficiency_tables(space, machine, precision).items():
         q[qname] = ops.lookup(flat_index(space, RUN_SOURCE[qname][1], index), table)
-    for qname in ("d_in", "d_f", "d_out"):
-        q[qname] = index[qname] + 1 if isinstance(index[qname], Expr) else 1 + index[qname]
+    for qname, var in DEPTH_SOURCE.items():  # depth = index + 1 (``buffer_depth`` is [1, 2])
+        q[qname] = index[var] + 1 if isinstance(index[var], Expr) else 1 + index[var]
     # A step reads at most the input slices its stack has (convolution algorithms).
-    tc, in_max = q["tc"], q["in_max"]
-    if (isinstance(tc, Expr) or isinstance(in_max, Expr)) and alg != INPUT_PARALLEL:
-        constraint = cpm.add(_expr(tc) <= _expr(in_max))
+    step_in, stack_in = q["step_in_channels"], q["stack_in_channels_max"]
+    if (isinstance(step_in, Expr) or isinstance(stack_in, Expr)) and alg != INPUT_PARALLEL:
+        constraint = cpm.add(_expr(step_in) <= _expr(stack_in))
         if isinstance(alg, Expr):
             constraint.only_enforce_if(~ops.literal_equals(alg, INPUT_PARALLEL))
     k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
     values = evaluate(ops, q, k)
     l1 = values["l1"]
     if capacity and isinstance(l1, Expr):
-        cpm.add(l1.expr <= k.l1).with_name("l1_capacity")
+        cpm.add(l1.expr <= k.l1_bytes).with_name("l1_capacity")
     rank: Any = 0
     stride = 1
     for v in reversed(VARIABLES):
