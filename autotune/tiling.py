@@ -468,7 +468,8 @@ def task_grid(
     )
 
 
-#: The L1 buffers of a cluster: input tiles, filter tiles, output stack, Alg. 3's forwarding.
+#: The L1 buffers of a cluster, in allocation order: input tiles, filter tiles, output stack,
+#: Alg. 3's forwarding buffer.
 OPERANDS = ("input", "filter", "output", "share")
 
 

@@ -70,6 +70,7 @@ import numpy as np
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.model.ops import Ops, Table, Value
+from autotune.tiling import OPERANDS
 
 OUTPUT_STACK, SHARED, INPUT_PARALLEL = 0, 1, 2
 ALGORITHM_CODES = {
@@ -80,9 +81,6 @@ ALGORITHM_CODES = {
 #: Fixed-point scale for rates: times are ceil(bytes * SCALE / (bytes per cycle * SCALE)).
 #: Names ending in ``_scaled`` are in this fixed point.
 SCALE = 1000
-
-#: The L1 buffers of a cluster, in allocation order.
-OPERANDS = ("input", "filter", "output", "share")
 
 
 @dataclass(frozen=True)
