@@ -484,7 +484,7 @@ class DeclaredBuffers:
     allocated_bytes: dict[str, int]
 
 
-def buffer_tile_words(grid: TaskGrid) -> dict[str, int]:
+def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
     """Words of the largest tile of each operand: what a buffer of depth 1 must hold."""
     layer, tile = grid.layer, grid.mapping.tile
     images = int(grid.batch_tiles.max())
@@ -515,7 +515,7 @@ def declared_buffers(grid: TaskGrid, word_bytes: int, bank_bytes: int) -> Declar
     input tile. Each buffer starts on an L1 bank word, so sizes round up to the bank width;
     an operand without tiles gets nothing."""
     b = grid.mapping.buffers
-    tiles = {op: n * word_bytes for op, n in buffer_tile_words(grid).items()}
+    tiles = {op: n * word_bytes for op, n in largest_tile_words(grid).items()}
     depth = dict(input=b.input_depth, filter=b.filter_depth, output=b.output_depth, share=1)
     given = dict(
         input=b.input_bytes, filter=b.filter_bytes, output=b.output_bytes, share=b.share_bytes
