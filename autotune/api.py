@@ -9,7 +9,7 @@ export  a versioned, schema-checked JSON record per layer (result.py, export.py)
 Every stage is called through ``autotune.chiplets``, which runs it on one chiplet or splits a
 package's layer into per-chiplet parts. The choices of the run travel as one ``TuneOptions``.
 Also here: the library calls behind the commands that read a schedule file back
-(``verify_schedule``, ``simulate_schedule``).
+(``audit_schedule``, ``verify_schedule``, ``simulate_schedule``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from autotune.audit import ScheduleAudit, audit_schedule
 from autotune.chiplets import analyze, refinement_target, simulate, solve_layer, verify
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
@@ -35,6 +36,18 @@ from autotune.search.solve import LayerSolution
 from autotune.search.space import search_space
 from autotune.sim.result import SimResult
 from autotune.verification.check import Verification
+
+__all__ = [
+    "ScheduleAudit",
+    "audit_schedule",
+    "load_inputs",
+    "load_schedule",
+    "simulate_schedule",
+    "solve_network",
+    "tune",
+    "tune_network",
+    "verify_schedule",
+]
 
 #: Top-k analytical mappings each refinement study starts from.
 SEED_MAPPINGS = 4

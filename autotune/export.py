@@ -8,29 +8,35 @@ the machine, layers and mappings it names. ``autotune.result.TuneResult`` uses b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from autotune.chiplets import refinement_target
 from autotune.io.machine_yaml import machine_from_description
 from autotune.io.schedule_json import (
     LayerRecord,
+    MappingRecord,
     PredictedRecord,
     ScheduleFile,
     SearchRecord,
     SimulatedRecord,
     VerifiedRecord,
+    mapping_from_record,
     mapping_record,
     shape_record,
 )
 from autotune.io.schedule_json import load as load_schedule_file
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
-from autotune.ir.mapping import Mapping
+from autotune.ir.mapping import Buffers, Mapping
+from autotune.ir.precision import word_bytes
 from autotune.model.analysis import Analysis
 from autotune.search.solve import SearchReport
 from autotune.sim.result import SimResult
+from autotune.tiling import MappingError, declared_buffers, task_grid
 from autotune.verification.check import Verification
 
-__all__ = ["layer_record", "read_schedule", "search_report"]
+__all__ = ["layer_record", "mapping_of", "read_schedule", "search_report"]
 
 
 def layer_record(
@@ -115,3 +121,36 @@ def search_report(record: SearchRecord) -> SearchReport:
         record.candidates,
         record.shared_with,
     )
+
+
+def mapping_of(
+    record: MappingRecord, layer: Layer, machine: Machine, precision: str, batch: int
+) -> Mapping:
+    """The mapping a layer record describes, with its buffer bytes: as explicit reservations
+    where they differ from what the mapping declares without them (``tiling``), so that a
+    tuned mapping reads back equal to itself and an edited buffer is what runs (and is
+    checked). Raises ``ValueError`` for buffer bytes no mapping can have."""
+    stored = mapping_from_record(record)
+    plain = stored.with_(
+        buffers=Buffers(
+            input_depth=stored.buffers.input_depth,
+            filter_depth=stored.buffers.filter_depth,
+            output_depth=stored.buffers.output_depth,
+        )
+    )
+    try:
+        # on a package the buffers are those of the split's largest part, on one chiplet
+        part, chiplet, part_batch, inner = refinement_target(
+            layer, plain, machine, precision, batch
+        )
+        grid = task_grid(part, inner, part_batch, chiplet)
+    except (MappingError, ValueError):
+        return stored  # the stages will say why it does not apply
+    default = declared_buffers(grid, word_bytes(precision), chiplet.l1_bank_bytes)
+    given = stored.buffers
+    keep = {
+        f"{op}_bytes": getattr(given, f"{op}_bytes")
+        for op in ("input", "filter", "output", "share")
+        if (getattr(given, f"{op}_bytes") or 0) != default.allocated_bytes[op]
+    }
+    return plain.with_(buffers=replace(plain.buffers, **keep))

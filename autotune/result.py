@@ -11,14 +11,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autotune.chiplets import analyze
-from autotune.export import layer_record, read_schedule, search_report
+from autotune.export import layer_record, mapping_of, read_schedule, search_report
 from autotune.io.schedule_json import (
     ScheduleFile,
     ToolRecord,
     TotalsRecord,
     dumps,
     layer_from_record,
-    mapping_from_record,
     save,
 )
 from autotune.ir.layer import Layer
@@ -123,7 +122,7 @@ class TuneResult:
         layers = []
         for rec in schedule.layers:
             layer = layer_from_record(rec)
-            mapping = mapping_from_record(rec.mapping)
+            mapping = mapping_of(rec.mapping, layer, machine, schedule.precision, schedule.batch)
             predicted = analyze(layer, mapping, machine, schedule.precision, schedule.batch)
             layers.append(
                 LayerResult(

@@ -154,8 +154,12 @@ def test_cli_verify_fails_on_a_corrupted_file(tmp_path, tuned):
     data["machine"]["parameters"]["l1_size"]["value"] = 512  # the buffers no longer fit
     path.write_text(json.dumps(data))
     r = runner.invoke(app, ["verify", str(path)])
-    assert r.exit_code == 1
-    assert "FAILED" in r.output and "failed verification" in r.output
+    assert r.exit_code == 1  # not the preset it names: rejected before anything runs
+    assert "machine.parameters.l1_size.value" in r.output and "rejected" in r.output
+    data["machine"]["name"] = "my-small-chip"  # a machine of its own: every figure re-derived
+    path.write_text(json.dumps(data))
+    r = runner.invoke(app, ["verify", str(path)])
+    assert r.exit_code == 1 and "do not fit L1" in r.output
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from autotune.api import (
+    audit_schedule,
     load_inputs,
     load_schedule,
     simulate_schedule,
@@ -406,16 +407,28 @@ def show(schedules: Annotated[Path, typer.Argument(help="schedules.json written 
 @app.command("verify")
 def verify_command(
     schedules: Annotated[Path, typer.Argument(help="schedules.json written by tune")],
-    seed: Annotated[int, typer.Option(help="seed of the random test data")] = 0,
+    network: Annotated[
+        Path | None,
+        typer.Option(help="the network.yaml or .onnx the schedules must be for (layers, shapes)"),
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the random test data")] = 0,
 ) -> None:
-    """Re-verify every layer of a schedules file in numpy; exit 1 on any failure."""
-    result = _load_schedule(schedules)
-    checks = verify_schedule(result, seed)
-    print_verification(result, checks, seed)
+    """Check every claim of a schedules file against the model and the simulator, then
+    execute every layer in numpy; exit 1 if any claim or any layer fails."""
+    with refusing():
+        net = None if network is None else load_inputs(network)[0]
+        audit = audit_schedule(schedules, net)
+    if not audit.ok:
+        for line in audit.lines():
+            error(line)
+        fail(f"{schedules}: rejected: {len(audit.lines())} failing claim(s)", code=1)
+    assert audit.result is not None
+    checks = verify_schedule(audit.result, seed)
+    print_verification(audit.result, checks, seed)
     failures = sum(not v.ok for v in checks)
     if failures:
-        fail(f"{schedules}: {failures} of {len(result.layers)} layers failed verification", code=1)
-    stdout.print(f"all {len(result.layers)} layers verified")
+        fail(f"{schedules}: {failures} of {len(checks)} layers failed verification", code=1)
+    stdout.print(f"all {len(checks)} layers verified (and every claim of the file re-derived)")
 
 
 @app.command()

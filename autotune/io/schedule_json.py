@@ -226,7 +226,8 @@ def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -
 
 
 def mapping_from_record(record: MappingRecord) -> Mapping:
-    """The mapping a record describes; buffer bytes become explicit reservations."""
+    """The mapping a record describes; its buffer bytes become explicit reservations (0: an
+    operand without a buffer), so a file's buffers are what runs, and what is checked."""
     b = record.buffers
     return Mapping(
         record.algorithm,
@@ -235,7 +236,13 @@ def mapping_from_record(record: MappingRecord) -> Mapping:
         share_group=record.share_group,
         tile=Tile(out_h=record.tile.out_h, out_w=record.tile.out_w, in_c=record.tile.in_c),
         buffers=Buffers(
-            input_depth=b.input_depth, filter_depth=b.filter_depth, output_depth=b.output_depth
+            input_bytes=b.input or None,
+            filter_bytes=b.filter or None,
+            output_bytes=b.output or None,
+            share_bytes=b.share or None,
+            input_depth=b.input_depth,
+            filter_depth=b.filter_depth,
+            output_depth=b.output_depth,
         ),
         chiplet_split=record.chiplet_split,
         multicast=record.multicast,

@@ -1,0 +1,370 @@
+"""Checking a schedule file before anything trusts it.
+
+A schedule file is a list of claims: this layer has this shape, this mapping with these
+buffers fits L1, the model predicts these figures, the simulator measured these, the search
+proved this optimum. ``audit_schedule`` re-derives every one of them that can be derived
+from the file's own shape, mapping and machine (the model, the simulator and the search space
+are deterministic) and reports each disagreement as a ``Finding`` naming the layer and the
+field. Only a file without findings is executed by ``autotune verify``.
+
+What is checked, and how:
+
+* the file: a known schema version and a well-formed body (the reader, ``io.schedule_json``),
+  at least one layer, no two layers of one name, every layer's objective the file's, a
+  machine that equals the preset it names (a machine of another name is taken as given and
+  every figure is re-derived on it), the totals recomputed from the layers, and, when the
+  network is given, the same layers in the same order with the same shapes;
+* each layer: the kind agrees with the shape; the mapping applies to the layer and the
+  machine, its buffers are the bytes the mapping declares and they fit L1; every predicted
+  figure equals the model's; every simulated figure equals a new simulation's; the search
+  report is consistent (known mode, objective and status, bound <= value, a proven optimum has
+  no gap, the gap is (value - bound) / value, the value is the objective's figure of the
+  integer program's mapping, which no other mapping beats under the model, the candidate count
+  is the search space's, a layer said to share another's solution has that layer's shape and
+  mapping);
+* informational, not checked: ``tool``, ``seed``, the network's name (unless the network is
+  given), each layer's ``search.wall_s`` and ``search.trials`` and the tune run's own
+  ``verified`` outcome (``autotune verify`` executes the schedule again instead).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from autotune.chiplets import analyze, simulate
+from autotune.export import layer_record, mapping_of, read_schedule, search_report
+from autotune.io.machine_yaml import load_preset, preset_names
+from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_record
+from autotune.ir.layer import Layer, LayerError, Network
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.options import OBJECTIVES, SEARCH_MODES
+from autotune.model.analysis import Analysis
+from autotune.result import LayerResult, TuneResult, totals_of
+from autotune.search.ilp.model import count_candidates
+from autotune.search.solve import OBJECTIVE_FIGURE
+from autotune.search.space import search_space
+from autotune.tiling import MappingError
+
+#: Search statuses a schedule may report (CP-SAT's, and exhaustive search's OPTIMAL).
+STATUSES = ("OPTIMAL", "FEASIBLE")
+#: Relative tolerance for recomputed floating-point totals (sums in another order).
+FLOAT_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One claim of the file that does not hold: which layer (None: the file), which field."""
+
+    layer: str | None
+    field: str
+    message: str
+
+    def line(self, path: str | Path) -> str:
+        where = f"layer {self.layer!r}: " if self.layer is not None else ""
+        return f"{path}: {where}{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ScheduleAudit:
+    """The outcome of ``audit_schedule``; ``result`` is the file as a ``TuneResult`` (with
+    its predicted and re-simulated figures) when the layers could be rebuilt."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    result: TuneResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and self.result is not None
+
+    def lines(self) -> list[str]:
+        """One line per failing layer (and per failing file-level field): its first finding,
+        with how many more the layer has."""
+        first: dict[str | None, list[Finding]] = {}
+        for f in self.findings:
+            first.setdefault(f.layer if f.layer is not None else f"\0{f.field}", []).append(f)
+        out = []
+        for group in first.values():
+            more = f" (+{len(group) - 1} more)" if len(group) > 1 else ""
+            out.append(group[0].line(self.path) + more)
+        return out
+
+
+def audit_schedule(path: str | Path, network: Network | None = None) -> ScheduleAudit:
+    """Re-derive every claim of the schedule file at ``path`` (see the module docstring).
+
+    Raises ``InputError`` when the file cannot be read as a schedule at all (not JSON, a
+    field of the wrong type, an unknown schema version); returns the findings otherwise.
+    """
+    schedule, machine = read_schedule(path)
+    findings = _file_findings(schedule, machine, network)
+    if any(f.field.startswith("machine") for f in findings):
+        # every figure depends on the machine: re-deriving them on a forged one proves nothing
+        return ScheduleAudit(str(path), findings, None)
+    layers: list[LayerResult] = []
+    #: earlier layers by name: their shape and mapping, None where the layer did not rebuild
+    by_name: dict[str, tuple[Layer, Mapping] | None] = {}
+    for rec in schedule.layers:
+        rebuilt = _audit_layer(rec, schedule, machine, by_name, findings)
+        if rebuilt is not None:
+            layers.append(rebuilt)
+        by_name.setdefault(rec.name, None if rebuilt is None else (rebuilt.layer, rebuilt.mapping))
+    if len(layers) != len(schedule.layers) or not layers:
+        return ScheduleAudit(str(path), findings, None)
+    result = TuneResult(
+        schedule.network,
+        schedule.batch,
+        schedule.precision,
+        schedule.objective,
+        schedule.seed,
+        machine,
+        layers,
+        totals_of(layers, machine, schedule.precision, schedule.batch),
+    )
+    findings += _totals_findings(schedule, result)
+    return ScheduleAudit(str(path), findings, result)
+
+
+# -- the file --------------------------------------------------------------------------------
+
+
+def _file_findings(
+    schedule: ScheduleFile, machine: Machine, network: Network | None
+) -> list[Finding]:
+    found = []
+    if not schedule.layers:
+        found.append(Finding(None, "layers", "the schedule has no layers"))
+    seen: set[str] = set()
+    for rec in schedule.layers:
+        if rec.name in seen:
+            found.append(Finding(rec.name, "name", "two layers have this name"))
+        seen.add(rec.name)
+    if schedule.objective not in OBJECTIVES:
+        found.append(Finding(None, "objective", f"unknown objective {schedule.objective!r}"))
+    name = machine.name
+    if name in preset_names():
+        preset = load_preset(name).description
+        differ = _differences(schedule.machine, preset, "machine")
+        if differ:
+            found.append(
+                Finding(
+                    None,
+                    differ[0],
+                    f"differs from the preset {name!r} the file names "
+                    f"({len(differ)} field(s) differ)",
+                )
+            )
+    if network is not None:
+        found += _network_findings(schedule, network)
+    return found
+
+
+def _network_findings(schedule: ScheduleFile, network: Network) -> list[Finding]:
+    found = []
+    names = [rec.name for rec in schedule.layers]
+    expected = [layer.name for layer in network.layers]
+    if names != expected:
+        missing = [n for n in expected if n not in names]
+        extra = [n for n in names if n not in expected]
+        what = (
+            f"missing {missing[:3]}"
+            if missing
+            else f"not in the network {extra[:3]}"
+            if extra
+            else "in another order"
+        )
+        found.append(Finding(None, "layers", f"the layers differ from {network.name!r}: {what}"))
+    shapes = {layer.name: layer for layer in network.layers}
+    for rec in schedule.layers:
+        layer = shapes.get(rec.name)
+        if layer is None:
+            continue
+        try:
+            stored = layer_from_record(rec)
+        except LayerError:
+            continue  # reported with the layer
+        if stored.kind != layer.kind:
+            found.append(Finding(rec.name, "kind", f"{stored.kind}, the network says {layer.kind}"))
+        elif stored.shape_key() != layer.shape_key():
+            found.append(Finding(rec.name, "shape", f"differs from {network.name!r}'s layer"))
+    return found
+
+
+def _totals_findings(schedule: ScheduleFile, result: TuneResult) -> list[Finding]:
+    found = []
+    stored = schedule.totals.model_dump()
+    for name, value in vars(result.totals).items():
+        claim = stored[name]
+        same = (
+            claim == value
+            if isinstance(value, int)
+            else math.isclose(claim, value, rel_tol=FLOAT_TOLERANCE, abs_tol=0.0)
+        )
+        if not same:
+            found.append(Finding(None, f"totals.{name}", f"{claim}, the layers give {value}"))
+    return found
+
+
+# -- one layer -------------------------------------------------------------------------------
+
+
+def _audit_layer(
+    rec: LayerRecord,
+    schedule: ScheduleFile,
+    machine: Machine,
+    earlier: dict[str, tuple[Layer, Mapping] | None],
+    findings: list[Finding],
+) -> LayerResult | None:
+    name = rec.name
+    if not name.strip():
+        findings.append(Finding(name, "name", "a layer needs a name"))
+
+    def report(field_name: str, message: str) -> None:
+        findings.append(Finding(name, field_name, message))
+
+    try:
+        layer = layer_from_record(rec)
+    except LayerError as exc:
+        report(f"shape.{exc.field}", exc.reason)
+        return None
+    try:
+        mapping = mapping_of(rec.mapping, layer, machine, schedule.precision, schedule.batch)
+    except ValueError as exc:
+        report("mapping", str(exc))
+        return None
+    precision, batch = schedule.precision, schedule.batch
+    try:
+        predicted = analyze(layer, mapping, machine, precision, batch)
+    except (MappingError, ValueError) as exc:
+        report("mapping", f"does not apply: {exc}")
+        return None
+    if not predicted.fits:
+        report("mapping.buffers", f"do not fit L1: {predicted.reason}")
+        return None
+    package = machine.chiplets > 1
+    simulated = simulate(layer, mapping, machine, precision, batch)
+    expected = layer_record(
+        layer, mapping, predicted, search_report(rec.search), simulated, None, 0, package
+    )
+    for where, (claim, derived) in {
+        "shape": (rec.shape, expected.shape),
+        "mapping": (rec.mapping, expected.mapping),
+        "predicted": (rec.predicted, expected.predicted),
+    }.items():
+        for path in _differences(_dump(claim), _dump(derived), where):
+            report(path, f"{_at(claim, path)} in the file, {_at(derived, path)} re-derived")
+    if rec.simulated is not None and expected.simulated is not None:
+        for path in _differences(_dump(rec.simulated), _dump(expected.simulated), "simulated"):
+            report(
+                path,
+                f"{_at(rec.simulated, path)} in the file, "
+                f"{_at(expected.simulated, path)} simulated again",
+            )
+    _audit_search(rec, schedule, layer, mapping, predicted, machine, earlier, report)
+    if rec.verified is not None and rec.verified.ok == bool(rec.verified.errors):
+        report("verified.ok", "contradicts its own error list")
+    return LayerResult(layer, mapping, predicted, search_report(rec.search), simulated)
+
+
+def _audit_search(
+    rec: LayerRecord,
+    schedule: ScheduleFile,
+    layer: Layer,
+    mapping: Mapping,
+    predicted: Analysis,
+    machine: Machine,
+    earlier: dict[str, tuple[Layer, Mapping] | None],
+    report: Any,
+) -> None:
+    s = rec.search
+    if s.trials < 0 or s.wall_s < 0 or s.candidates < 0:
+        report("search", "a count or time is negative")
+    if s.mode not in SEARCH_MODES:
+        report("search.mode", f"unknown search mode {s.mode!r}")
+    if s.objective != schedule.objective:
+        report(
+            "search.objective", f"{s.objective!r}, the file's objective is {schedule.objective!r}"
+        )
+    if s.status not in STATUSES:
+        report("search.status", f"unknown status {s.status!r} (known: {', '.join(STATUSES)})")
+    if s.bound is not None and s.bound > s.value:
+        report("search.bound", f"{s.bound} exceeds the value {s.value}")
+    if s.status == "OPTIMAL" and (s.bound != s.value or s.gap not in (0, 0.0)):
+        report("search.status", "OPTIMAL with a bound or gap that says otherwise")
+    if s.gap is not None and s.bound is not None and s.value > 0:
+        gap = round((s.value - s.bound) / s.value, 9)
+        if not math.isclose(s.gap, gap, rel_tol=0, abs_tol=1e-9):
+            report("search.gap", f"{s.gap}, (value - bound) / value is {gap}")
+    figure = _objective_figure(predicted, schedule.objective)
+    if figure is not None and s.objective in OBJECTIVES:
+        refined = s.trials > 0
+        if not refined and s.value != figure:
+            report("search.value", f"{s.value}, the mapping's {schedule.objective} is {figure}")
+        elif refined and s.value > figure and (machine.chiplets == 1 or s.objective == "latency"):
+            report(
+                "search.value",
+                f"{s.value} exceeds the {schedule.objective} {figure} of the chosen mapping, "
+                f"so it cannot be the optimum",
+            )
+    if machine.chiplets == 1:
+        count = count_candidates(search_space(layer, machine, schedule.batch))
+        if s.candidates != count:
+            report("search.candidates", f"{s.candidates}, the search space has {count}")
+    elif s.candidates < 1:
+        report("search.candidates", f"{s.candidates}: a solved layer has candidates")
+    if s.shared_with is not None:
+        other = earlier.get(s.shared_with)
+        if s.shared_with not in earlier:
+            report("search.shared_with", f"no earlier layer named {s.shared_with!r}")
+        elif other is not None and (
+            other[0].shape_key() != layer.shape_key() or other[1] != mapping
+        ):
+            report("search.shared_with", f"{s.shared_with!r} has another shape or mapping")
+
+
+def _objective_figure(predicted: Analysis, objective: str) -> int | None:
+    key = OBJECTIVE_FIGURE.get(objective)
+    if key == "cycles":
+        return predicted.cycles
+    if key == "offchip_bytes":
+        return predicted.offchip_bytes
+    if key == "energy":
+        return round(predicted.energy_pj * 1000)
+    return None
+
+
+# -- comparing records ----------------------------------------------------------------------
+
+
+def _dump(record: BaseModel) -> dict[str, Any]:
+    return record.model_dump(mode="json")
+
+
+def _differences(claim: Any, derived: Any, path: str) -> list[str]:
+    """Dotted paths where two JSON values differ (every leaf, missing keys included)."""
+    if isinstance(claim, dict) and isinstance(derived, dict):
+        out = []
+        for key in sorted(set(claim) | set(derived), key=str):
+            out += _differences(claim.get(key), derived.get(key), f"{path}.{key}")
+        return out
+    if isinstance(claim, list) and isinstance(derived, list) and len(claim) == len(derived):
+        out = []
+        for i, (a, b) in enumerate(zip(claim, derived, strict=True)):
+            out += _differences(a, b, f"{path}[{i}]")
+        return out
+    if type(claim) is not type(derived) or claim != derived:
+        return [path]
+    return []
+
+
+def _at(record: BaseModel, path: str) -> Any:
+    value: Any = _dump(record)
+    for key in path.split(".")[1:]:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
