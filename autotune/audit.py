@@ -15,7 +15,8 @@ What is checked, and how:
   every figure is re-derived on it), the totals recomputed from the layers, and, when the
   network is given, the same layers in the same order with the same shapes;
 * each layer: the kind agrees with the shape; the mapping applies to the layer and the
-  machine, its buffers are the bytes the mapping declares and they fit L1; every predicted
+  machine, every field of it is a value the search could choose (the search space's), its
+  buffers are the bytes the mapping declares and they fit L1; every predicted
   figure equals the model's; every simulated figure equals a new simulation's; the search
   report is consistent (known mode, objective and status, bound <= value, a proven optimum has
   no gap, the gap is (value - bound) / value, the value is the objective's figure of the
@@ -36,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from autotune.chiplets import analyze, simulate
+from autotune.chiplets import analyze, refinement_target, simulate
 from autotune.export import layer_record, mapping_of, read_schedule, search_report
 from autotune.io.machine_yaml import load_preset, preset_names
 from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_record
@@ -48,7 +49,7 @@ from autotune.model.analysis import Analysis
 from autotune.result import LayerResult, TuneResult, totals_of
 from autotune.search.ilp.model import count_candidates
 from autotune.search.solve import OBJECTIVE_FIGURE
-from autotune.search.space import search_space
+from autotune.search.space import SearchSpace, search_space
 from autotune.tiling import MappingError
 
 #: Search statuses a schedule may report (CP-SAT's, and exhaustive search's OPTIMAL).
@@ -312,8 +313,15 @@ def _audit_search(
                 f"{s.value} exceeds the {schedule.objective} {figure} of the chosen mapping, "
                 f"so it cannot be the optimum",
             )
+    part, chiplet, part_batch, inner = refinement_target(
+        layer, mapping, machine, schedule.precision, schedule.batch
+    )
+    space = search_space(part, chiplet, part_batch)
+    outside = _outside(inner, space)
+    if outside is not None:
+        report(f"mapping.{outside}", "not a value the search could choose for this layer")
     if machine.chiplets == 1:
-        count = count_candidates(search_space(layer, machine, schedule.batch))
+        count = count_candidates(space)
         if s.candidates != count:
             report("search.candidates", f"{s.candidates}, the search space has {count}")
     elif s.candidates < 1:
@@ -326,6 +334,24 @@ def _audit_search(
             other[0].shape_key() != layer.shape_key() or other[1] != mapping
         ):
             report("search.shared_with", f"{s.shared_with!r} has another shape or mapping")
+
+
+def _outside(mapping: Mapping, space: SearchSpace) -> str | None:
+    """The first field of ``mapping`` that is no value of the search space (None: every
+    field is one the integer program or the refinement could have chosen)."""
+    b = mapping.buffers
+    checks = {
+        "algorithm": mapping.algorithm in space.algorithms,
+        "delta_o": mapping.delta_o in space.delta_o,
+        "tile": (mapping.tile.out_h, mapping.tile.out_w) in space.spatial,
+        "tile.in_c": mapping.tile.in_c in space.in_c,
+        "batch_tile": mapping.batch_tile in space.batch_tile,
+        "share_group": mapping.share_group in space.share,
+        "buffers": all(d in space.depths for d in (b.input_depth, b.filter_depth, b.output_depth))
+        and (b.input_bytes, b.filter_bytes, b.output_bytes, b.share_bytes) == (None,) * 4,
+        "multicast": mapping.multicast in space.multicast,
+    }
+    return next((name for name, ok in checks.items() if not ok), None)
 
 
 def _objective_figure(predicted: Analysis, objective: str) -> int | None:
