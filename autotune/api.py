@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import machine_from_description, resolve_machine
 from autotune.io.network_yaml import load_network
 from autotune.io.schedule_json import (
@@ -269,6 +270,7 @@ def tune(
     prec = precision or net.precision
     mach.check_precision(prec)
     n_batch = batch or net.batch
+    check_fits(net, mach, prec, n_batch)  # the input limits, before any work
     report = _progress(progress)
     solutions = solve_network(
         net,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.api import Totals, TuneResult, _progress, tune
+from autotune.io.limits import check_fits
 from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
 from autotune.model.analysis import Analysis
@@ -348,6 +349,7 @@ def sweep(
     mach = resolve_machine(machine)
     prec = precision or net.precision
     mach.check_precision(prec)
+    check_fits(net, mach, prec, values[-1])  # the largest batch, before tuning the others
     report = _progress(progress)
     points, results = [], {}
     for b in values:

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from autotune import __version__
 from autotune.io.errors import InputError
+from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import preset_names, resolve_machine
 from autotune.io.network_yaml import load_network
 from autotune.ir.precision import word_bytes
@@ -99,6 +100,7 @@ def check(
             word_bytes(precision)
         prec = precision or net.precision
         mach.check_precision(prec)
+        check_fits(net, mach, prec)
     except (InputError, ValueError) as exc:
         fail(str(exc))
     wb = word_bytes(prec)
