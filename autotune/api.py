@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autotune.audit import ScheduleAudit, audit_schedule
 from autotune.chiplets import analyze, refinement_target, simulate, solve_layer, verify
+from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
 from autotune.ir.layer import Layer, Network
@@ -128,6 +129,7 @@ def load_inputs(
         word_bytes(precision)
     chosen = precision or net.precision
     mach.check_precision(chosen)
+    check_fits(net, mach, chosen)  # the input limits at the network's batch
     return net, mach, chosen
 
 
@@ -139,6 +141,7 @@ def tune_network(
     options = resolve(options, network)
     precision, batch = str(options.precision), int(options.batch or 1)
     machine.check_precision(precision)
+    check_fits(network, machine, precision, batch)  # the input limits, before any work
     solutions = solve_network(network, machine, options, lambda name: progress("solve", name))
     finished: dict[tuple[object, ...], LayerResult] = {}
     for sol in solutions:

@@ -50,6 +50,7 @@ from autotune.result import LayerResult, TuneResult, totals_of
 from autotune.search.ilp.model import count_candidates
 from autotune.search.solve import OBJECTIVE_FIGURE
 from autotune.search.space import SearchSpace, search_space
+from autotune.sim.result import SimResult
 from autotune.tiling import MappingError
 
 #: Search statuses a schedule may report (CP-SAT's, and exhaustive search's OPTIMAL).
@@ -111,8 +112,9 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
     layers: list[LayerResult] = []
     #: earlier layers by name: their shape and mapping, None where the layer did not rebuild
     by_name: dict[str, tuple[Layer, Mapping] | None] = {}
+    simulations: dict[tuple[object, ...], SimResult] = {}
     for rec in schedule.layers:
-        rebuilt = _audit_layer(rec, schedule, machine, by_name, findings)
+        rebuilt = _audit_layer(rec, schedule, machine, by_name, findings, simulations)
         if rebuilt is not None:
             layers.append(rebuilt)
         by_name.setdefault(rec.name, None if rebuilt is None else (rebuilt.layer, rebuilt.mapping))
@@ -221,6 +223,7 @@ def _audit_layer(
     machine: Machine,
     earlier: dict[str, tuple[Layer, Mapping] | None],
     findings: list[Finding],
+    simulations: dict[tuple[object, ...], SimResult],
 ) -> LayerResult | None:
     name = rec.name
     if not name.strip():
@@ -249,9 +252,9 @@ def _audit_layer(
         report("mapping.buffers", f"do not fit L1: {predicted.reason}")
         return None
     package = machine.chiplets > 1
-    simulated = simulate(layer, mapping, machine, precision, batch)
+    before = len(findings)
     expected = layer_record(
-        layer, mapping, predicted, search_report(rec.search), simulated, None, 0, package
+        layer, mapping, predicted, search_report(rec.search), None, None, 0, package
     )
     for where, (claim, derived) in {
         "shape": (rec.shape, expected.shape),
@@ -260,16 +263,25 @@ def _audit_layer(
     }.items():
         for path in _differences(_dump(claim), _dump(derived), where):
             report(path, f"{_at(claim, path)} in the file, {_at(derived, path)} re-derived")
-    if rec.simulated is not None and expected.simulated is not None:
-        for path in _differences(_dump(rec.simulated), _dump(expected.simulated), "simulated"):
-            report(
-                path,
-                f"{_at(rec.simulated, path)} in the file, "
-                f"{_at(expected.simulated, path)} simulated again",
-            )
     _audit_search(rec, schedule, layer, mapping, predicted, machine, earlier, report)
     if rec.verified is not None and rec.verified.ok == bool(rec.verified.errors):
         report("verified.ok", "contradicts its own error list")
+    if len(findings) > before:
+        return None  # a layer already refused is not simulated
+    key = (layer.shape_key(), mapping)
+    if key not in simulations:  # identical layers are simulated once
+        simulations[key] = simulate(layer, mapping, machine, precision, batch)
+    simulated = simulations[key]
+    if rec.simulated is not None:
+        measured = layer_record(
+            layer, mapping, predicted, search_report(rec.search), simulated, None, 0, package
+        ).simulated
+        assert measured is not None
+        for path in _differences(_dump(rec.simulated), _dump(measured), "simulated"):
+            report(
+                path,
+                f"{_at(rec.simulated, path)} in the file, {_at(measured, path)} simulated again",
+            )
     return LayerResult(layer, mapping, predicted, search_report(rec.search), simulated)
 
 

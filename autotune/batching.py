@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.api import progress_reporter, resolve, tune_network
+from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
 from autotune.io.schedule_json import write_atomic
@@ -369,6 +370,7 @@ def sweep(
     opts = resolve(opts, net)
     prec = str(opts.precision)
     mach.check_precision(prec)
+    check_fits(net, mach, prec, values[-1])  # the largest batch, before tuning the others
     report = progress_reporter(progress)
     points, results = [], {}
     for b in values:

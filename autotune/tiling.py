@@ -414,12 +414,10 @@ def task_grid(
         raise MappingError(f"batch must be >= 1, got {batch}")
     _check_one_chiplet(mapping, machine)
     if machine is not None and mapping.share_group > 1:
-        sizes = machine.share_group_sizes()
-        if mapping.share_group not in sizes:
-            raise MappingError(
-                f"share_group {mapping.share_group} is not a quadrant size of {machine.name!r} "
-                f"(sizes: {', '.join(map(str, sizes))})"
-            )
+        try:
+            machine.share_group_level(mapping.share_group)  # a subtree of the quadrant tree
+        except ValueError as exc:
+            raise MappingError(str(exc)) from None
     clusters = None
     if mapping.multicast:
         if machine is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -252,9 +253,28 @@ def _finish(result: TuneResult, out: Path | None) -> None:
 
 
 def _check_out(path: Path | None, option: str) -> None:
-    """Before any work: the folder of an output file exists."""
-    if path is not None and not path.parent.exists():
-        fail(f"option {option!r}: folder {str(path.parent)!r} does not exist")
+    """Before any work: an output file can be written where it is asked for (its folder
+    exists and takes a new file, its name is not too long for the file system), so that a
+    long run does not end in an error; nothing is left behind by the check."""
+    if path is None:
+        return
+    folder = path.parent
+    if not folder.is_dir():
+        fail(f"option {option!r}: folder {str(folder)!r} does not exist")
+    if path.is_dir():
+        fail(f"option {option!r}: {str(path)!r} is a folder, not a file name")
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    # the file is written as a temporary sibling first (".NAME.XXXXXXXX.tmp", then renamed)
+    if len(os.fsencode(path.name)) + 14 > longest:
+        fail(f"option {option!r}: file name {path.name[:40]!r}... is too long for {str(folder)!r}")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        fail(f"option {option!r}: cannot write in {str(folder)!r}: {exc.strerror}")
 
 
 def _tune_batch(text: str | None) -> tuple[int | None, bool]:
@@ -264,7 +284,7 @@ def _tune_batch(text: str | None) -> tuple[int | None, bool]:
     if text.strip().lower() == "auto":
         return None, True
     value = text.strip()
-    if not value.isdigit() or int(value) < 1:
+    if not value.isdigit() or len(value) > 9 or int(value) < 1:
         fail(f"option '--batch': expected a positive integer or 'auto', got {text!r}")
     return int(value), False
 
@@ -382,8 +402,7 @@ def _check_plot(path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib.backend_bases import FigureCanvasBase
 
-    if not path.parent.exists():
-        fail(f"option '--plot': folder {str(path.parent)!r} does not exist")
+    _check_out(path, "--plot")
     kinds = FigureCanvasBase.get_supported_filetypes()
     suffix = path.suffix.lower().lstrip(".")
     if suffix and suffix not in kinds:
@@ -470,8 +489,7 @@ def roofline(
         fail("the roofline needs matplotlib: pip install 'autotune[plot]'")
     matplotlib.use("Agg")
     result = _load_schedule(schedules)
-    if not output.parent.exists():
-        fail(f"option '--output': folder {str(output.parent)!r} does not exist")
+    _check_out(output, "--output")
     draw_roofline(result, output)
     stdout.print(f"wrote {output}")
 

@@ -9,15 +9,30 @@ keeps the validated description for export.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from autotune.io.bounded_yaml import load_yaml
 from autotune.io.errors import InputError, first_validation_error
+from autotune.io.limits import (
+    MAX_CHIPLETS,
+    MAX_CLUSTERS,
+    MAX_COUNT,
+    MAX_HBM_BYTES,
+    MAX_L1_BYTES,
+    MAX_LATENCY_CYCLES,
+    MAX_LEVELS,
+    MAX_TABLE_ROWS,
+    MAX_YAML_BYTES,
+    read_text_bounded,
+    too_large,
+)
 from autotune.ir.machine import Level, Machine, install_machine_source
 
 
@@ -70,6 +85,8 @@ UNITS: dict[str, tuple[str, bool]] = {
     "hbm_bandwidth": ("GB/s", True),
     "hbm_latency": ("cycles", True),
     "l2_size": ("B", False),
+    # optional: main-memory capacity per chiplet; networks that cannot fit are refused
+    "hbm_size": ("B", False),
     # optional: packages of chiplets (seed 002), multicast DMA (seed 003), block-size
     # dependent DMA efficiency (seed 004, Table II)
     "chiplets": ("chiplets", False),
@@ -82,7 +99,62 @@ UNITS: dict[str, tuple[str, bool]] = {
 #: parameters whose value is a table rather than one number
 TABLES = ("macs_per_cycle_per_core", "dma_read_efficiency", "dma_write_efficiency")
 LEVEL_UNITS = {"uplink_bandwidth": "B/cycle", "latency": "cycles"}
+#: parameter -> (largest value, the limit's name): the machine-side input limits, so that no
+#: machine file can make the model's per-cluster tables or the verifier's L1 arenas huge.
+BOUNDS: dict[str, tuple[int, str]] = {
+    "cores_per_cluster": (MAX_COUNT, "MAX_COUNT"),
+    "macs_per_cycle_per_core": (MAX_COUNT, "MAX_COUNT"),
+    "l1_size": (MAX_L1_BYTES, "MAX_L1_BYTES"),
+    "l1_banks": (MAX_COUNT, "MAX_COUNT"),
+    "l1_bank_width": (MAX_COUNT, "MAX_COUNT"),
+    "dma_width": (MAX_COUNT, "MAX_COUNT"),
+    "dma_read_engines": (MAX_COUNT, "MAX_COUNT"),
+    "dma_write_engines": (MAX_COUNT, "MAX_COUNT"),
+    "dma_setup": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
+    "hbm_latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
+    "hbm_size": (MAX_HBM_BYTES, "MAX_HBM_BYTES"),
+    "chiplets": (MAX_CHIPLETS, "MAX_CHIPLETS"),
+    "d2d_latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
+    "fanout": (MAX_CLUSTERS, "MAX_CLUSTERS"),
+    "latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
+}
 ENERGY_UNIT = "pJ"
+
+
+def _numbers(spec: MachineSpec) -> Iterator[tuple[str, str, Parameter]]:
+    """(field for messages, parameter name, parameter) of every number in the file."""
+    for key, param in spec.parameters.items():
+        yield key, key, param
+    for i, level in enumerate(spec.hierarchy):
+        for key in ("fanout", "uplink_bandwidth", "latency"):
+            yield f"hierarchy.{i}.{key}", key, getattr(level, key)
+    for key, param in spec.energy.items():
+        yield f"energy.{key}", key, param
+
+
+def check_bounds(spec: MachineSpec, path: str) -> None:
+    """The machine-side input limits, before anything is derived from the numbers: every
+    number finite (a NaN passes every ``<= 0`` test), sizes within ``BOUNDS``, at most
+    ``MAX_LEVELS`` levels, ``MAX_CLUSTERS`` clusters per chiplet, ``MAX_TABLE_ROWS`` rows."""
+    if len(spec.hierarchy) > MAX_LEVELS:
+        message = too_large("number of levels", len(spec.hierarchy), MAX_LEVELS, "MAX_LEVELS")
+        raise InputError(path, message, field="hierarchy")
+    for field, key, param in _numbers(spec):
+        table = param.value if isinstance(param.value, dict) else {None: param.value}
+        if len(table) > MAX_TABLE_ROWS:
+            message = too_large("number of rows", len(table), MAX_TABLE_ROWS, "MAX_TABLE_ROWS")
+            raise InputError(path, message, field=field)
+        for value in table.values():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InputError(path, f"must be a finite number, got {value!r}", field=field)
+            if key in BOUNDS and value > BOUNDS[key][0]:
+                limit, name = BOUNDS[key]
+                raise InputError(path, too_large("value", value, limit, name), field=field)
+    fanouts = [level.fanout.value for level in spec.hierarchy]
+    clusters = math.prod(int(f) for f in fanouts if not isinstance(f, dict) and f >= 1)
+    if clusters > MAX_CLUSTERS:
+        message = too_large("clusters per chiplet", clusters, MAX_CLUSTERS, "MAX_CLUSTERS")
+        raise InputError(path, message, field="hierarchy")
 
 
 def _scalar(path: str, key: str, param: Parameter) -> float:
@@ -156,6 +228,7 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
     unknown = sorted(set(params) - set(UNITS))
     if unknown:
         raise InputError(path, "unknown parameter", field=unknown[0])
+    check_bounds(spec, path)
     clock = _scalar(path, "clock", params["clock"])
     if clock <= 0:
         raise InputError(path, "must be positive", field="clock")
@@ -220,6 +293,9 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         hbm_bytes_per_cycle=hbm_gbs * 1e9 / clock,
         hbm_latency_cycles=_positive_int(path, "hbm_latency", params["hbm_latency"]),
         l2_bytes=(_positive_int(path, "l2_size", params["l2_size"]) if "l2_size" in params else 0),
+        hbm_bytes=(
+            _positive_int(path, "hbm_size", params["hbm_size"]) if "hbm_size" in params else 0
+        ),
         levels=tuple(levels),
         energy_pj=energy,
         dma_multicast=bool(multicast is not None and multicast.value),
@@ -268,7 +344,7 @@ def with_base(raw: dict[str, Any], path: str, seen: tuple[str, ...] = ()) -> dic
             field="base",
         )
     text = (resources.files("autotune") / "machines" / f"{base}.yaml").read_text("utf-8")
-    parent = with_base(yaml.safe_load(text), f"<preset {base}>", (*seen, base))
+    parent = with_base(load_yaml(text, f"<preset {base}>"), f"<preset {base}>", (*seen, base))
     merged = {k: v for k, v in parent.items() if k not in ("name", "summary")}
     for key, value in raw.items():
         if key in ("parameters", "energy") and isinstance(value, dict):
@@ -280,12 +356,7 @@ def with_base(raw: dict[str, Any], path: str, seen: tuple[str, ...] = ()) -> dic
 
 def parse_machine(text: str, path: str) -> Machine:
     """Parse machine YAML text (``path`` is only used in error messages)."""
-    try:
-        raw: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(path, f"not valid YAML{where}") from None
+    raw: Any = load_yaml(text, path)
     if not isinstance(raw, dict):
         raise InputError(path, "expected a mapping with 'name', 'parameters' and 'hierarchy'")
     try:
@@ -318,10 +389,7 @@ def load_preset(name: str) -> Machine:
 
 
 def load_machine_file(path: Path) -> Machine:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, f"cannot read machine file: {exc.strerror}") from None
+    text = read_text_bounded(path, MAX_YAML_BYTES, "machine file", "MAX_YAML_BYTES")
     return parse_machine(text, str(path))
 
 

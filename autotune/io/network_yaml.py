@@ -8,7 +8,8 @@ layers:
   - {name: conv1, kind: conv, in: [224, 224, 3], out_channels: 64, kernel: 7, stride: 2, padding: 3}
   - {name: fc, kind: fc, in: [1, 1, 2048], out_channels: 1000}
 ```
-Parsing is validate (pydantic) -> normalise (ints to [h, w]) -> build (frozen ``Layer``s).
+Parsing is read and compose within the input limits (``autotune.io.limits``) -> validate
+(pydantic) -> normalise (ints to [h, w]) -> build (frozen ``Layer``s, each within the limits).
 """
 
 from __future__ import annotations
@@ -16,10 +17,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from autotune.io.bounded_yaml import load_yaml
 from autotune.io.errors import InputError, first_validation_error
+from autotune.io.limits import (
+    MAX_LAYERS,
+    MAX_YAML_BYTES,
+    check_batch,
+    check_count,
+    check_layer,
+    check_name,
+    read_text_bounded,
+)
 from autotune.io.onnx_import import load_onnx
 from autotune.ir.layer import Layer, LayerError, Network
 
@@ -95,10 +105,12 @@ def build_layer(spec: LayerSpec, path: str) -> Layer:
                     raise InputError(
                         path, "not allowed for an fc layer", layer=spec.name, field=key
                     )
-            return Layer.fc(spec.name, h, w, c, spec.out_channels)
+            layer = Layer.fc(spec.name, h, w, c, spec.out_channels)
+            check_layer(layer)
+            return layer
         if spec.kernel is None:
             raise InputError(path, "required for a conv layer", layer=spec.name, field="kernel")
-        return Layer(
+        layer = Layer(
             spec.name,
             "conv",
             h,
@@ -113,6 +125,8 @@ def build_layer(spec: LayerSpec, path: str) -> Layer:
             pad_w=spec.padding[1],
             groups=spec.groups,
         )
+        check_layer(layer)
+        return layer
     except LayerError as exc:
         field = {
             "kernel_h": "kernel",
@@ -122,6 +136,7 @@ def build_layer(spec: LayerSpec, path: str) -> Layer:
             "stride_h": "stride",
             "stride_w": "stride",
             "c_in": "in",
+            "c_out": "out_channels",
             "h_in": "in",
             "w_in": "in",
         }.get(exc.field, exc.field)
@@ -142,6 +157,15 @@ def parse_network(raw: Any, path: str) -> Network:
         if isinstance(raw.get("layers"), list)
         else []
     )
+    # Bounds first: pydantic's messages would repeat a long name, and the batch and the
+    # layer count are cheap to refuse before validating ten thousand layers.
+    check_count(len(layer_names), path)
+    check_name(raw.get("network"), path, field="network")
+    for index, name in enumerate(layer_names):
+        check_name(name, path, layer=f"#{index}")
+    batch = raw.get("batch")
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        check_batch(batch, path)
     try:
         spec = NetworkSpec.model_validate(raw)
     except ValidationError as exc:
@@ -171,14 +195,6 @@ def load_network(path: str | Path) -> Network:
     path = Path(path)
     if path.suffix.lower() == ".onnx":
         return load_onnx(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, f"cannot read network file: {exc.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise InputError(path, f"not valid YAML{where}") from None
+    text = read_text_bounded(path, MAX_YAML_BYTES, "network file", "MAX_YAML_BYTES")
+    raw = load_yaml(text, path, {("layers",): (MAX_LAYERS, "MAX_LAYERS")})
     return parse_network(raw, str(path))

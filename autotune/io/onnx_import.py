@@ -15,7 +15,9 @@
 Shapes come from the initializers and ``onnx.shape_inference``. The batch is the first graph
 input's dim 0 when it is a number (else 1); the precision is fp64 when that input is double,
 else fp32. Layer names are the node names (``op_type_index`` for unnamed nodes, made unique).
-Parsing is read → check → infer shapes → build.
+Parsing is read → check → infer shapes → build, within the input limits
+(``autotune.io.limits``: file size and node count before the checker runs, every layer's
+dimensions as it is built).
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from autotune.io.errors import InputError
+from autotune.io.limits import (
+    MAX_ONNX_BYTES,
+    MAX_ONNX_NODES,
+    check_batch,
+    check_count,
+    check_layer,
+    check_name,
+    read_bounded,
+    too_large,
+)
 from autotune.ir.layer import Layer, LayerError, Network
 
 Dims = tuple[int | str | None, ...]  # int: known, str: symbolic, None: unknown
@@ -78,14 +90,15 @@ def _first_line(message: str) -> str:
 
 def _read(onnx: Any, path: Path) -> Any:
     """Parse, check and shape-infer the model; every failure is an ``InputError``."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read ONNX file: {exc.strerror}") from None
+    data = read_bounded(path, MAX_ONNX_BYTES, "ONNX file", "MAX_ONNX_BYTES")
     try:
         model = onnx.load_model_from_string(data)
     except Exception:  # protobuf raises DecodeError and others for bytes that are no model
         raise InputError(path, "not an ONNX model (the file does not parse)") from None
+    nodes = len(model.graph.node)
+    if nodes > MAX_ONNX_NODES:
+        message = too_large("number of nodes", nodes, MAX_ONNX_NODES, "MAX_ONNX_NODES")
+        raise InputError(path, message, field="graph")
     try:
         onnx.checker.check_model(str(path))  # by path: finds external data next to the file
     except Exception as exc:  # ValidationError, or the checker failing on odd input
@@ -134,6 +147,7 @@ class _GraphReader:
         used: set[str] = set()
         names = []
         for index, node in enumerate(self.graph.node):
+            check_name(node.name, self.path, layer=f"node #{index}")
             base = node.name or f"{node.op_type}_{index}"
             name, k = base, 2
             while name in used:
@@ -166,7 +180,9 @@ class _GraphReader:
                 layers.append(layer)
         if not layers:
             raise self.fail("no Conv, Gemm or MatMul node with a constant weight: nothing to tune")
+        check_count(len(layers), self.path, field="graph")
         batch, precision = self._batch_and_precision()
+        check_batch(batch, self.path, field="input")
         return Network(
             name=self.graph.name or default_name,
             layers=tuple(layers),
@@ -244,7 +260,7 @@ class _GraphReader:
         sh, sw = strides
         ph, pw = self._conv_pads(attrs, name, (h, wd), (kh, kw), (sh, sw))
         try:
-            return Layer(
+            layer = Layer(
                 name,
                 "conv",
                 h,
@@ -259,6 +275,8 @@ class _GraphReader:
                 pad_w=pw,
                 groups=groups,
             )
+            check_layer(layer)
+            return layer
         except LayerError as exc:
             raise self.fail(exc.reason, name, _CONV_FIELDS.get(exc.field, exc.field)) from None
 
@@ -318,16 +336,18 @@ class _GraphReader:
             raise self.fail(f"weight shape {list(b)} does not fit input shape {list(a)}", name, "B")
         try:
             if transposed:
-                return Layer.fc(name, 1, 1, k, n)
-            if a is None or len(a) <= 2:
-                return Layer.fc(name, *self._fc_input(a_name, k), n)
-            if not _known(a[1:]):
+                layer = Layer.fc(name, 1, 1, k, n)
+            elif a is None or len(a) <= 2:
+                layer = Layer.fc(name, *self._fc_input(a_name, k), n)
+            elif not _known(a[1:]):
                 raise self.fail(f"input shape {list(a)} unknown", name, "A")
-            rows_h, rows_w = math.prod(a[1:-2]), a[-2]
-            if rows_h * rows_w == 1:
-                return Layer.fc(name, 1, 1, k, n)
-            # Several rows per image, each times the weight: the 1×1 conv over the rows.
-            return Layer(name, "conv", rows_h, rows_w, k, n)
+            elif math.prod(a[1:-2]) * a[-2] == 1:
+                layer = Layer.fc(name, 1, 1, k, n)
+            else:
+                # Several rows per image, each times the weight: the 1×1 conv over the rows.
+                layer = Layer(name, "conv", math.prod(a[1:-2]), a[-2], k, n)
+            check_layer(layer)
+            return layer
         except LayerError as exc:
             raise self.fail(exc.reason, name, "B") from None
 

@@ -17,8 +17,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from autotune.io.errors import InputError, first_validation_error
-from autotune.ir.layer import Layer
+from autotune.io.limits import (
+    MAX_SCHEDULE_BYTES,
+    check_batch,
+    check_count,
+    check_fits,
+    check_layer,
+    check_name,
+    read_text_bounded,
+)
+from autotune.io.machine_yaml import machine_from_description
+from autotune.ir.layer import Layer, LayerError, Network
 from autotune.ir.mapping import Buffers, Mapping, Tile
+from autotune.ir.precision import word_bytes
 
 SCHEMA_VERSION = 1
 
@@ -276,14 +287,20 @@ def save(schedule: ScheduleFile, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> ScheduleFile:
-    """Read and validate a schedule file (``InputError`` naming file, layer, field)."""
+    """Read and validate a schedule file (``InputError`` naming file, layer, field).
+
+    Within the input limits (``autotune.io.limits``): the file size, the number and names
+    of the layers and the batch before validation; every layer's shape, and the network's
+    fit in its machine's main memory, after it.
+    """
     path = Path(path)
+    text = read_text_bounded(path, MAX_SCHEDULE_BYTES, "schedule file", "MAX_SCHEDULE_BYTES")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, f"cannot read schedule file: {exc.strerror}") from None
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"not valid JSON at line {exc.lineno}") from None
+    except RecursionError:
+        raise InputError(path, "not valid JSON: nested too deeply") from None
     if not isinstance(raw, dict):
         raise InputError(path, "expected a JSON object")
     version = raw.get("schema_version")
@@ -299,10 +316,39 @@ def load(path: str | Path) -> ScheduleFile:
         if isinstance(raw.get("layers"), list)
         else []
     )
+    check_count(len(names), path)
+    check_name(raw.get("network"), path, field="network")
+    for index, name in enumerate(names):
+        check_name(name, path, layer=f"#{index}")
+    if isinstance(raw.get("batch"), int):
+        check_batch(raw["batch"], path)
     try:
-        return ScheduleFile.model_validate(raw)
+        schedule = ScheduleFile.model_validate(raw)
     except ValidationError as exc:
         raise first_validation_error(path, exc, names) from None
+    _check_shapes(schedule, path)
+    return schedule
+
+
+def _check_shapes(schedule: ScheduleFile, path: Path) -> None:
+    """Every layer a valid shape within the limits, and all of them within the memory and
+    the arithmetic range of the file's machine: what ``verify`` and ``simulate`` will run."""
+    layers = []
+    for record in schedule.layers:
+        try:
+            layer = layer_from_record(record)
+            check_layer(layer)
+        except LayerError as exc:
+            field = f"shape.{exc.field}"
+            raise InputError(path, exc.reason, layer=record.name, field=field) from None
+        layers.append(layer)
+    try:
+        word_bytes(schedule.precision)
+    except ValueError as exc:
+        raise InputError(path, str(exc), field="precision") from None
+    machine = machine_from_description(schedule.machine, str(path))
+    network = Network(schedule.network, tuple(layers), schedule.batch, source=str(path))
+    check_fits(network, machine, schedule.precision)
 
 
 def json_schema() -> dict[str, Any]:

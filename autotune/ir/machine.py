@@ -76,6 +76,7 @@ class Machine:
     hbm_latency_cycles: int
     levels: tuple[Level, ...]
     l2_bytes: int = 0
+    hbm_bytes: int = 0  # main memory per chiplet; 0: not given
     energy_pj: dict[str, float] = field(default_factory=dict)
     #: Chiplets in the package, each a copy of the tree above with its own HBM (seed 002).
     chiplets: int = 1

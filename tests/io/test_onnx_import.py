@@ -281,3 +281,22 @@ def test_cli_check_onnx(tmp_path):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and bad in lines[0] and "'dilations'" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("shape", "name", "field", "limit"),
+    [
+        ([1, 8, 100_000_000, 16], "c", "X", "MAX_SPATIAL"),
+        ([1_000_000_000, 8, 16, 16], "c", "input", "MAX_BATCH"),
+        ([1, 8, 16, 16], "n" * 1000, "name", "MAX_NAME_CHARS"),
+    ],
+)
+def test_input_limits(tmp_path, shape, name, field, limit):
+    """A model over the input limits is one line naming the node and the field."""
+    g = Graph()
+    path = g.save(tmp_path / "big.onnx", g.conv(g.input("x", shape), name, 8, 8, 3))
+    result = CliRunner().invoke(app, ["check", path])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert path in result.output and f"field '{field}'" in result.output
+    assert limit in result.output and "n" * 600 not in result.output

@@ -1,0 +1,179 @@
+"""Fault injection on a real exported schedule: every field edited, one edit at a time.
+
+Each edit must be rejected (the reader refuses the file, or ``audit_schedule`` finds a claim
+that does not hold) or provably harmless: the file still reads to the same schedule apart from
+the fields ``autotune.audit`` documents as informational. The last test is the command line:
+``autotune verify`` exits 1 on a tampered file and 0 on the original.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import autotune
+from autotune.audit import audit_schedule
+from autotune.cli.app import app
+from autotune.io.errors import InputError
+from autotune.io.schedule_json import load as read_file
+
+NETWORK = """\
+network: small
+layers:
+  - {name: a, kind: conv, in: [6, 6, 4], out_channels: 8, kernel: 3, padding: 1}
+  - {name: b, kind: conv, in: [6, 6, 8], out_channels: 8, kernel: 1}
+  - {name: c, kind: conv, in: [6, 6, 8], out_channels: 8, kernel: 1}
+  - {name: fc, kind: fc, in: [6, 6, 8], out_channels: 10}
+"""
+
+#: Fields that are information about the run, not claims about the schedule
+#: (``autotune.audit``'s docstring); an accepted edit may change only these.
+INFORMATIONAL = re.compile(
+    r"^(tool(\..*)?|seed|network|machine\.name|layers\[\d+\]\.(name|search\.wall_s|"
+    r"search\.trials|verified(\..*)?))$"
+)
+
+
+@pytest.fixture(scope="module")
+def schedule(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("faults")
+    (folder / "small.yaml").write_text(NETWORK)
+    result = autotune.tune(folder / "small.yaml", refine=False, verify=True)
+    path = folder / "small.json"
+    result.save(path)
+    return path, json.loads(path.read_text())
+
+
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _leaves(inner, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from _leaves(inner, f"{path}[{i}]")
+    yield path, value
+
+
+def _edits(value: Any) -> list[tuple[str, Any]]:
+    """(what, new value) edits of one field; ``_REMOVE`` removes the key."""
+    if isinstance(value, bool):
+        return [("negated", not value), ("wrong type", "yes"), ("removed", _REMOVE)]
+    if isinstance(value, int):
+        return [
+            ("+1", value + 1),
+            ("-1", value - 1),
+            ("x2", value * 2),
+            ("negative", -value - 1),
+            ("huge", 10**18),
+            ("wrong type", "1"),
+            ("removed", _REMOVE),
+        ]
+    if isinstance(value, float):
+        return [
+            ("x2", value * 2 + 1.0),
+            ("negative", -value - 1.0),
+            ("huge", 1e300),
+            ("wrong type", [value]),
+            ("removed", _REMOVE),
+        ]
+    if isinstance(value, str):
+        return [("changed", value + "x"), ("empty", ""), ("wrong type", 7), ("removed", _REMOVE)]
+    if value is None:
+        return [("set", 1), ("removed", _REMOVE)]
+    if isinstance(value, list):
+        edits = [("emptied", []), ("removed", _REMOVE)]
+        if value:
+            edits.append(("duplicated", [*value, copy.deepcopy(value[0])]))
+        return edits
+    return [("removed", _REMOVE)]  # dict
+
+
+_REMOVE = object()
+
+
+def _apply(doc: dict[str, Any], path: str, new: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    keys = [int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", path)]
+    parent = doc
+    for key in keys[:-1]:
+        parent = parent[key]
+    if new is _REMOVE:
+        del parent[keys[-1]]
+    else:
+        parent[keys[-1]] = new
+    return doc
+
+
+#: Optional claims: a file that leaves one out claims less, and says nothing false.
+OPTIONAL_CLAIM = re.compile(r"^layers\[\d+\]\.(simulated|search\.shared_with)$")
+
+
+def _normal(path: Path) -> dict[str, Any]:
+    """The file as read: its scalar fields, without the informational ones."""
+    doc = read_file(path).model_dump(mode="json")
+    return {
+        p: v
+        for p, v in _leaves(doc)
+        if not isinstance(v, dict | list) and not INFORMATIONAL.match(p)
+    }
+
+
+def _harmless(edited: Path, reference: dict[str, Any], path: str, new: Any) -> bool:
+    """The edited file reads to the original schedule (informational fields aside), or the
+    edit only left out an optional claim and everything else is as it was."""
+    normal = _normal(edited)
+    if normal == reference:
+        return True
+    if OPTIONAL_CLAIM.match(path) and (new is _REMOVE or new is None):
+        dropped = {p: v for p, v in reference.items() if not p.startswith(path)}
+        return {p: v for p, v in normal.items() if not p.startswith(path)} == dropped
+    return False
+
+
+def test_every_edit_is_rejected_or_harmless(schedule, tmp_path):
+    original_path, original = schedule
+    assert audit_schedule(original_path).ok
+    reference = _normal(original_path)
+    tried = rejected = harmless = 0
+    forged = []
+    for path, value in _leaves(original):
+        if not path:
+            continue
+        for what, new in _edits(value):
+            tried += 1
+            edited = tmp_path / "edited.json"
+            edited.write_text(json.dumps(_apply(original, path, new)))
+            try:
+                audit = audit_schedule(edited)
+            except InputError:
+                rejected += 1
+                continue
+            if not audit.ok:
+                rejected += 1
+            elif _harmless(edited, reference, path, new):
+                harmless += 1
+            else:
+                forged.append(f"{path} {what}")
+    print(f"schedule fault injection: {tried} edits, {rejected} rejected, {harmless} harmless")
+    assert not forged, forged
+    assert tried > 1500 and rejected > 0.9 * tried
+
+
+def test_verify_command_rejects_a_tampered_file(schedule, tmp_path):
+    path, original = schedule
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", str(path)])
+    assert ok.exit_code == 0, ok.output
+    tampered = _apply(original, "layers[0].mapping.buffers.input", 1_000_000)
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps(tampered))
+    result = runner.invoke(app, ["verify", str(bad)])
+    assert result.exit_code == 1
+    assert "layer 'a': mapping.buffers" in result.output and "Traceback" not in result.output
