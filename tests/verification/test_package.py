@@ -4,10 +4,10 @@ compared with the whole layer's reference; missing or doubled parts are rejected
 from __future__ import annotations
 
 import pytest
-from autotune.chiplets.verification import drop_part, duplicate_part, verify_package
 
 from autotune import Layer, Mapping, verify
 from autotune.chiplets import SPLITS, split_parts
+from autotune.chiplets.verification import drop_part, duplicate_part, verify_package
 from tests.package_machine import small_package
 
 PACKAGE = small_package(chiplets=3)
