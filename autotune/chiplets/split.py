@@ -108,22 +108,22 @@ def split_parts(
         raise ValueError(f"chiplets must be >= 1, got {chiplets}")
     if split != "none" and chiplets == 1:
         raise MappingError(f"chiplet_split {split!r} needs a package of several chiplets")
-    whole_rows = (layer.pad_h, layer.pad_h + layer.h_in)
-    everything = dict(
+    whole = ChipletPart(
+        0,
+        layer,
+        batch,
         images=(0, batch),
         out_channels=(0, layer.c_out),
         out_rows=(0, layer.h_out),
         in_channels=(0, layer.c_in),
-        in_rows=whole_rows,
+        in_rows=(layer.pad_h, layer.pad_h + layer.h_in),
     )
     if split == "none":
-        return (ChipletPart(0, layer, batch, **everything),)
+        return (whole,)
     parts: list[ChipletPart] = []
     if split == "images":
         for i, images in enumerate(balanced(batch, chiplets)):
-            parts.append(
-                ChipletPart(i, layer, images[1] - images[0], **{**everything, "images": images})
-            )
+            parts.append(replace(whole, chiplet=i, batch=images[1] - images[0], images=images))
         return tuple(parts)
     if split == "output_channels":
         g_in, g_out = layer.cin_per_group, layer.cout_per_group
@@ -139,15 +139,12 @@ def split_parts(
                     groups=g1 - g0,
                 )
                 parts.append(
-                    ChipletPart(
-                        i,
-                        sub,
-                        batch,
-                        **{
-                            **everything,
-                            "out_channels": (g0 * g_out, g1 * g_out),
-                            "in_channels": (g0 * g_in, g1 * g_in),
-                        },
+                    replace(
+                        whole,
+                        chiplet=i,
+                        layer=sub,
+                        out_channels=(g0 * g_out, g1 * g_out),
+                        in_channels=(g0 * g_in, g1 * g_in),
                     )
                 )
             return tuple(parts)
@@ -157,11 +154,11 @@ def split_parts(
             sub = replace(layer, name=f"{layer.name}/oc{i}", c_out=c1 - c0)
             remote = {j: (span[1] - span[0]) * per_channel for j, span in enumerate(held) if j != i}
             parts.append(
-                ChipletPart(
-                    i,
-                    sub,
-                    batch,
-                    **{**everything, "out_channels": (c0, c1)},
+                replace(
+                    whole,
+                    chiplet=i,
+                    layer=sub,
+                    out_channels=(c0, c1),
                     remote={j: b for j, b in remote.items() if b},
                 )
             )
@@ -178,11 +175,12 @@ def split_parts(
         needed = (max(lo - p, 0), min(hi - p, layer.h_in))  # real input rows
         remote = {j: _overlap(needed, rows) * per_row for j, rows in enumerate(held_rows) if j != i}
         parts.append(
-            ChipletPart(
-                i,
-                sub,
-                batch,
-                **{**everything, "out_rows": (r0, r1), "in_rows": (lo, hi)},
+            replace(
+                whole,
+                chiplet=i,
+                layer=sub,
+                out_rows=(r0, r1),
+                in_rows=(lo, hi),
                 remote={j: b for j, b in remote.items() if b},
             )
         )

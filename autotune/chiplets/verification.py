@@ -13,7 +13,6 @@ reference of the whole layer, as ``verify`` does for one chiplet.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -26,8 +25,8 @@ from autotune.ir.precision import word_bytes
 from autotune.verification.build import build_program
 from autotune.verification.check import (
     UNIT_ROUNDOFF,
+    Subject,
     Verification,
-    compare,
     random_inputs,
     tolerance,
 )
@@ -78,14 +77,7 @@ def verify_package(
             layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
         )
     chiplet = machine.chiplet()
-    tol = tolerance(layer, precision)
-    common = dict(
-        layer=layer.name,
-        algorithm=mapping.algorithm,
-        precision=precision,
-        batch=batch,
-        tolerance=tol,
-    )
+    subject = Subject(layer.name, mapping.algorithm, precision, batch, tolerance(layer, precision))
     data = random_inputs(layer, batch, precision, seed)
     x, w = data["input"], data["filter"]
     padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (0, 0)))
@@ -121,27 +113,10 @@ def verify_package(
             moved[name] = moved.get(name, 0) + count
         macs += run.stats.macs
     if errors:
-        return Verification(
-            ok=False,
-            max_abs_error=math.nan,
-            max_rel_error=math.nan,
-            errors=errors,
-            op_counts=op_counts,
-            **common,
-        )
+        return subject.failed(errors, op_counts)
     exact = reference(layer, x.astype(np.float64), w.astype(np.float64))
     scale = reference(layer, np.abs(x), np.abs(w)).astype(np.float64)
-    max_abs, max_rel, errors = compare(output, exact, scale, tol)
-    return Verification(
-        ok=not errors,
-        max_abs_error=max_abs,
-        max_rel_error=max_rel,
-        errors=errors,
-        op_counts=op_counts,
-        bytes_moved=moved,
-        macs=macs,
-        **common,
-    )
+    return subject.compared(output, exact, scale, op_counts, moved, macs)
 
 
 def _coverage_errors(layer: Layer, parts: tuple[ChipletPart, ...], batch: int) -> list[str]:

@@ -283,7 +283,7 @@ class _Builder:
         for tasks in waves.values():
             tiles = list(dict.fromkeys((b[t], r[t], c[t]) for t in tasks))
             stacks = list(dict.fromkeys(s[t] for t in tasks))
-            out_offset = {}
+            out_offset: dict[int, int] = {}
             for t in tasks:
                 out = Region(
                     "output",
@@ -298,7 +298,7 @@ class _Builder:
                 self.ops.append(Zero(cluster[t], "output", out_offset[t], out))
             if self.layer.groups == 1:  # every stack reads every input slice, in equal steps
                 for k, step in enumerate(self.stack_steps[stacks[0]]):
-                    in_offset = {}
+                    in_offset: dict[int, int] = {}
                     for tile in tiles:
                         receivers = [t for t in tasks if (b[t], r[t], c[t]) == tile]
                         offsets = [self.slot(cluster[t], "input") for t in receivers]

@@ -87,6 +87,58 @@ class Verification:
     macs: int = 0
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What a verification is of: the fields every ``Verification`` of one run repeats."""
+
+    layer: str
+    algorithm: str
+    precision: str
+    batch: int
+    tolerance: float
+
+    def failed(self, errors: list[str], op_counts: dict[str, int]) -> Verification:
+        """The program did not run to the end (or its parts do not fit together): NaN errors."""
+        return Verification(
+            layer=self.layer,
+            algorithm=self.algorithm,
+            precision=self.precision,
+            batch=self.batch,
+            ok=False,
+            max_abs_error=math.nan,
+            max_rel_error=math.nan,
+            tolerance=self.tolerance,
+            errors=errors,
+            op_counts=op_counts,
+        )
+
+    def compared(
+        self,
+        output: np.ndarray,
+        exact: np.ndarray,
+        scale: np.ndarray,
+        op_counts: dict[str, int],
+        bytes_moved: dict[str, int],
+        macs: int,
+    ) -> Verification:
+        """The program ran: its ``output`` against the ``exact`` one (``compare``)."""
+        max_abs, max_rel, errors = compare(output, exact, scale, self.tolerance)
+        return Verification(
+            layer=self.layer,
+            algorithm=self.algorithm,
+            precision=self.precision,
+            batch=self.batch,
+            ok=not errors,
+            max_abs_error=max_abs,
+            max_rel_error=max_rel,
+            tolerance=self.tolerance,
+            errors=errors,
+            op_counts=op_counts,
+            bytes_moved=bytes_moved,
+            macs=macs,
+        )
+
+
 def reduction_length(layer: Layer) -> int:
     """Products summed into one output: K of the tolerance."""
     return layer.cin_per_group * layer.kernel_h * layer.kernel_w
@@ -144,25 +196,13 @@ def verify_program(program: Program, seed: int = 0) -> Verification:
     if precision not in UNIT_ROUNDOFF:
         raise ValueError(f"verification runs fp16, fp32 and fp64, not {precision}")
     data = random_inputs(layer, program.batch, precision, seed)
-    tol = tolerance(layer, precision)
-    common = dict(
-        layer=layer.name,
-        algorithm=program.mapping.algorithm,
-        precision=precision,
-        batch=program.batch,
-        tolerance=tol,
+    subject = Subject(
+        layer.name, program.mapping.algorithm, precision, program.batch, tolerance(layer, precision)
     )
     try:
         run = execute(program, data)
     except ScheduleError as error:
-        return Verification(
-            ok=False,
-            max_abs_error=math.nan,
-            max_rel_error=math.nan,
-            errors=[str(error)],
-            op_counts=program.op_counts(),
-            **common,
-        )
+        return subject.failed([str(error)], program.op_counts())
     x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
     exact = reference(layer, x, w)
     # The scale of the bound needs no more than a few digits: fp32 halves its cost.
@@ -172,16 +212,8 @@ def verify_program(program: Program, seed: int = 0) -> Verification:
         scale = np.maximum(reference(layer, *magnitudes).astype(np.float64), FP16_MIN_NORMAL)
     else:
         scale = reference(layer, *magnitudes).astype(np.float64)
-    max_abs, max_rel, errors = compare(run.output, exact, scale, tol)
-    return Verification(
-        ok=not errors,
-        max_abs_error=max_abs,
-        max_rel_error=max_rel,
-        errors=errors,
-        op_counts=run.stats.op_counts,
-        bytes_moved=run.stats.bytes_moved(),
-        macs=run.stats.macs,
-        **common,
+    return subject.compared(
+        run.output, exact, scale, run.stats.op_counts, run.stats.bytes_moved(), run.stats.macs
     )
 
 

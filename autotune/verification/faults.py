@@ -60,7 +60,7 @@ def skip_remainder_stack(program: Program) -> Program:
             j = next(
                 j
                 for j in range(i, len(ops))
-                if isinstance(ops[j], Store) and ops[j].region == op.region
+                if isinstance(store := ops[j], Store) and store.region == op.region
             )
             i = j + 1
             continue

@@ -173,10 +173,10 @@ def validate_kann(
     bound_layers = {"compute": 0, "memory": 0, "latency": 0}
     bound_cycles = {"compute": 0, "memory": 0, "latency": 0}
     for r in result.layers:
-        cycles = r.simulated.cycles
+        cycles = r.cycles  # simulated: tune simulates every layer
         bound_layers[r.predicted.bound] += 1
         bound_cycles[r.predicted.bound] += cycles
-    kann_of: dict[tuple, tuple[int, str] | None] = {}
+    kann_of: dict[tuple[int, ...], tuple[int, str] | None] = {}
     kann_total, strategy = 0, {"spatial": 0, "channel": 0, "none": 0}
     if kann:
         for r in result.layers:
@@ -185,18 +185,17 @@ def validate_kann(
                 kann_of[key] = kann_cycles(r.layer, machine, "fp16", 1)
             found = kann_of[key]
             strategy["none" if found is None else found[1]] += 1
-            kann_total += r.simulated.cycles if found is None else found[0]
-    ranked = sorted(result.layers, key=lambda r: -r.simulated.cycles)[:top]
+            kann_total += r.cycles if found is None else found[0]
+    kann_cycles_of = {key: found[0] for key, found in kann_of.items() if found is not None}
+    ranked = sorted(result.layers, key=lambda r: -r.cycles)[:top]
     contributors = [
         Contributor(
             r.layer.name,
-            r.simulated.cycles,
-            r.simulated.cycles / total,
+            r.cycles,
+            r.cycles / total,
             r.predicted.bound,
             _describe(r.mapping),
-            None
-            if not kann or kann_of[r.layer.shape_key()] is None
-            else kann_of[r.layer.shape_key()][0],
+            kann_cycles_of.get(r.layer.shape_key()),
         )
         for r in ranked
     ]

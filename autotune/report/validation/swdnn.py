@@ -117,7 +117,10 @@ def swdnn_rows(
     )
     rows = []
     for (n_i, n_o), r in zip(configs, result.layers, strict=True):
-        seconds = r.simulated.cycles / mach.clock_hz
+        simulated = r.simulated
+        if simulated is None:  # tune simulates every layer
+            raise ValueError(f"layer {r.layer.name} was not simulated")
+        seconds = simulated.cycles / mach.clock_hz
         predicted = 2.0 * BATCH * r.layer.macs / seconds / 1e9
         measured = TABLE_III[(n_i, n_o)]
         rows.append(
@@ -130,11 +133,11 @@ def swdnn_rows(
                 predicted_gflops=predicted,
                 ratio=predicted / measured,
                 bound=r.predicted.bound,
-                simulated_cycles=r.simulated.cycles,
+                simulated_cycles=simulated.cycles,
                 model_cycles=r.predicted.cycles,
                 algorithm=r.mapping.algorithm,
                 mapping=_describe(r.mapping),
-                hbm_gbs=r.simulated.hbm_bytes / seconds / 1e9,
+                hbm_gbs=simulated.hbm_bytes / seconds / 1e9,
             )
         )
     return rows

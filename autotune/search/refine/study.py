@@ -85,9 +85,11 @@ def storage_url(storage: str | None) -> str | None:
     return storage
 
 
-def _storage(url: str | None) -> optuna.storages.BaseStorage | None:
+def _storage(url: str | None) -> optuna.storages.BaseStorage:
+    """The storage of ``url``: in memory for None (what ``create_study`` makes of None),
+    else an RDB storage with heartbeats."""
     if url is None:
-        return None
+        return optuna.storages.InMemoryStorage()
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     # Heartbeats let a resumed run fail (and retry) the trial a killed process left RUNNING.
@@ -307,7 +309,7 @@ def refine_layer(
     ilp_trials = [t for t in complete if t.params == ilp_params]
     if ilp_trials:
         ilp = min(ilp_trials, key=_rank)
-        ilp_value, ilp_cycles = float(ilp.value), _cycles(ilp)
+        ilp_value, ilp_cycles = _value(ilp), _cycles(ilp)
     else:
         run = simulate(layer, incumbents[0], machine, precision, batch)
         ilp_value = simulated_value(run, machine, precision, options.objective)
@@ -316,7 +318,7 @@ def refine_layer(
     # program's winner on ties.
     best_mapping, best_cycles = incumbents[0], ilp_cycles
     best = min(complete, key=_rank, default=None)
-    if best is not None and (float(best.value), _cycles(best)) < (ilp_value, ilp_cycles):
+    if best is not None and (_value(best), _cycles(best)) < (ilp_value, ilp_cycles):
         best_mapping, best_cycles = _decode_params(space, best.params), _cycles(best)
     all_done = len(study.get_trials(deepcopy=False, states=finished))
     return RefineResult(
@@ -331,14 +333,23 @@ def refine_layer(
     )
 
 
+def _value(trial: optuna.trial.FrozenTrial) -> float:
+    """The objective value of a complete trial (a study of one objective: always set)."""
+    if trial.value is None:
+        raise ValueError(f"trial {trial.number} has no value (state {trial.state.name})")
+    return float(trial.value)
+
+
 def _cycles(trial: optuna.trial.FrozenTrial) -> int:
     """Simulated cycles of a complete trial (its value, for studies of the latency objective
     written before the cycles were stored beside it)."""
-    return int(trial.user_attrs.get("cycles", trial.value))
+    if "cycles" in trial.user_attrs:
+        return int(trial.user_attrs["cycles"])
+    return int(_value(trial))
 
 
 def _rank(trial: optuna.trial.FrozenTrial) -> tuple[float, int, int]:
-    return (float(trial.value), _cycles(trial), trial.number)
+    return (_value(trial), _cycles(trial), trial.number)
 
 
 def _worker(
