@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -31,7 +32,7 @@ class InputError(ValueError):
 
 
 def first_validation_error(
-    path: str | Path, error: ValidationError, layer_names: list[str] | None = None
+    path: str | Path, error: ValidationError, layer_names: Sequence[str | None] | None = None
 ) -> InputError:
     """Turn pydantic's first error into an ``InputError`` naming the layer and field.
 

@@ -84,7 +84,7 @@ WORST_WORDS_PER_MAC = 4
 RATE_SCALE = 1000
 
 
-def too_large(what: str, value: int, limit: int, name: str, unit: str = "") -> str:
+def too_large(what: str, value: float, limit: int, name: str, unit: str = "") -> str:
     """The message for ``value`` over ``limit`` (``name``: the constant, as the README lists)."""
     return f"{what} {value}{unit} exceeds the limit of {limit}{unit} ({name}, see 'Input limits')"
 

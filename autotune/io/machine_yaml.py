@@ -281,7 +281,7 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         name=spec.name,
         clock_hz=float(clock),
         cores_per_cluster=_positive_int(path, "cores_per_cluster", params["cores_per_cluster"]),
-        macs_per_cycle_per_core={k: int(v) for k, v in sorted(macs.items())},
+        macs_per_cycle_per_core={str(k): int(v) for k, v in sorted(macs.items())},
         fpu_utilization=float(utilization),
         l1_bytes=_positive_int(path, "l1_size", params["l1_size"]),
         l1_banks=_positive_int(path, "l1_banks", params["l1_banks"]),

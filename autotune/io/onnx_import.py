@@ -83,7 +83,7 @@ def load_onnx(path: str | Path) -> Network:
     return _GraphReader(onnx, model, str(path)).network(default_name=path.stem)
 
 
-def _first_line(message: str) -> str:
+def _first_line(message: object) -> str:
     lines = [line.strip() for line in str(message).splitlines() if line.strip()]
     return lines[0] if lines else "unknown error"
 
@@ -120,6 +120,11 @@ def _dims(type_proto: Any) -> Dims | None:
 
 def _known(dims: Dims) -> bool:
     return all(isinstance(d, int) for d in dims)
+
+
+def _ints(dims: Dims) -> tuple[int, ...]:
+    """``dims`` once ``_known`` has said they are all integers."""
+    return tuple(d for d in dims if isinstance(d, int))
 
 
 class _GraphReader:
@@ -236,8 +241,8 @@ class _GraphReader:
             )
         if not _known(w):
             raise self.fail(f"weight shape {list(w)} unknown", name, "W")
-        _, c, h, wd = x
-        c_out, _, kh, kw = w
+        c, h, wd = _ints(x[1:])
+        c_out, _, kh, kw = _ints(w)
         groups = attrs.get("group", 1)
         if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != [kh, kw]:
             raise self.fail(
@@ -329,7 +334,8 @@ class _GraphReader:
         b = self._shape(b_name, name, "B")
         if len(b) != 2 or not _known(b):
             return None  # a batched or vector product, not an fc weight
-        k, n = (b[1], b[0]) if attrs.get("transB", 0) else (b[0], b[1])
+        rows, cols = _ints(b)
+        k, n = (cols, rows) if attrs.get("transB", 0) else (rows, cols)
         a = self.shapes.get(a_name)
         transposed = bool(attrs.get("transA", 0))  # A is K×M: no spatial volume to recover
         if a and not transposed and isinstance(a[-1], int) and a[-1] != k:
@@ -341,11 +347,12 @@ class _GraphReader:
                 layer = Layer.fc(name, *self._fc_input(a_name, k), n)
             elif not _known(a[1:]):
                 raise self.fail(f"input shape {list(a)} unknown", name, "A")
-            elif math.prod(a[1:-2]) * a[-2] == 1:
+            elif math.prod(_ints(a[1:-1])) == 1:
                 layer = Layer.fc(name, 1, 1, k, n)
             else:
                 # Several rows per image, each times the weight: the 1×1 conv over the rows.
-                layer = Layer(name, "conv", math.prod(a[1:-2]), a[-2], k, n)
+                *outer, last_rows = _ints(a[1:-1])
+                layer = Layer(name, "conv", math.prod(outer), last_rows, k, n)
             check_layer(layer)
             return layer
         except LayerError as exc:
@@ -363,9 +370,10 @@ class _GraphReader:
             if (
                 len(dims) == 4
                 and _known(dims[1:])
-                and math.prod(dims[1:]) == k
+                and math.prod(_ints(dims[1:])) == k
                 and (batch is None or dims[0] == batch)
                 and (producer is None or producer.op_type != "Transpose")
             ):
-                return dims[2], dims[3], dims[1]
+                c, h, w = _ints(dims[1:])
+                return h, w, c
         return 1, 1, k

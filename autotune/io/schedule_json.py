@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
@@ -32,6 +32,7 @@ from autotune.ir.mapping import Buffers, Mapping, Tile
 from autotune.ir.precision import word_bytes
 
 SCHEMA_VERSION = 1
+ChipletSplitName = Literal["none", "output_channels", "spatial", "images"]
 
 
 class _Model(BaseModel):
@@ -82,7 +83,7 @@ class MappingRecord(_Model):
     share_group: int
     tile: TileRecord
     buffers: BuffersRecord
-    chiplet_split: Literal["none", "output_channels", "spatial", "images"] = Field(
+    chiplet_split: ChipletSplitName = Field(
         default="none",
         description="how the layer is divided among a package's chiplets; "
         "the rest of the mapping is what each chiplet runs on its part",
@@ -231,7 +232,7 @@ def mapping_record(mapping: Mapping, c_out: int, buffer_bytes: dict[str, int]) -
             filter_depth=b.filter_depth,
             output_depth=b.output_depth,
         ),
-        chiplet_split=mapping.chiplet_split,
+        chiplet_split=cast(ChipletSplitName, mapping.chiplet_split),
         multicast=mapping.multicast,
     )
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.ir.machine import Machine
-from autotune.model.formulas import OPERANDS, consts, evaluate
+from autotune.model.formulas import consts, evaluate
 from autotune.model.ops import NumpyOps, Value, as_int
 from autotune.model.quantities import grid_quantities
-from autotune.tiling import TaskGrid
+from autotune.tiling import OPERANDS, TaskGrid
 
 
 @dataclass(frozen=True)
