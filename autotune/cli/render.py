@@ -7,8 +7,9 @@ one of these functions; nothing here computes a figure the library does not retu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +26,28 @@ from autotune.ir.precision import word_bytes
 from autotune.result import LayerResult, TuneResult
 from autotune.sim.result import SimResult
 from autotune.verification.check import Verification
+
+#: Tables show at most this many rows (the first and last halves); a network of thousands of
+#: layers would take a terminal minutes to draw, and the JSON has every layer anyway.
+MAX_ROWS = 400
+
+T = TypeVar("T")
+
+
+def shown(rows: Sequence[T]) -> tuple[list[T], int]:
+    """The rows a table shows and how many it leaves out (the middle ones)."""
+    if len(rows) <= MAX_ROWS:
+        return list(rows), 0
+    half = MAX_ROWS // 2
+    return [*rows[:half], *rows[-half:]], len(rows) - 2 * half
+
+
+def _elided(table: Table, hidden: int, after: int) -> None:
+    """Print ``table``; when rows were left out, say so where they would be."""
+    if hidden:
+        table.rows[after - 1].end_section = True
+        table.caption = f"({hidden:,} rows in the middle not shown)"
+    stdout.print(table)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -107,7 +130,8 @@ def print_network(net: Network, machine: Machine, precision: str) -> None:
         "weights",
     ):
         table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
-    for layer in net.layers:
+    layers, hidden = shown(net.layers)
+    for layer in layers:
         table.add_row(
             layer.name,
             layer.kind,
@@ -120,7 +144,7 @@ def print_network(net: Network, machine: Machine, precision: str) -> None:
             si(layer.macs, "MAC"),
             size(layer.weight_words * wb),
         )
-    stdout.print(table)
+    _elided(table, hidden, MAX_ROWS // 2)
     if net.skipped:
         ops = Counter(entry.split(" ", 1)[0] for entry in net.skipped)
         stdout.print(
@@ -187,7 +211,8 @@ def print_verification(result: TuneResult, checks: list[Verification], seed: int
         "reason",
     ):
         table.add_column(col)
-    for r, v in zip(result.layers, checks, strict=True):
+    pairs, hidden = shown(list(zip(result.layers, checks, strict=True)))
+    for r, v in pairs:
         table.add_row(
             r.layer.name,
             r.mapping.algorithm,
@@ -197,7 +222,7 @@ def print_verification(result: TuneResult, checks: list[Verification], seed: int
             f"{v.tolerance:.2e}",
             "; ".join(v.errors)[:120],
         )
-    stdout.print(table)
+    _elided(table, hidden, MAX_ROWS // 2)
 
 
 def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult]]) -> None:
@@ -223,7 +248,8 @@ def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult
         "FPU util",
     ):
         table.add_column(col, justify="left" if col in ("layer", "algorithm") else "right")
-    for r, sim in runs:
+    rows, hidden = shown(runs)
+    for r, sim in rows:
         b = sim.breakdown.as_dict()
         table.add_row(
             r.layer.name,
@@ -235,7 +261,7 @@ def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult
             f"{sim.hbm_bytes_per_cycle:.1f}",
             f"{100 * sim.fpu_utilization:.1f}%",
         )
-    stdout.print(table)
+    _elided(table, hidden, MAX_ROWS // 2)
     stdout.print(f"total: {sum(sim.cycles for _, sim in runs):,} cycles")
 
 
@@ -355,7 +381,8 @@ def print_result(result: TuneResult) -> None:
             if col in ("layer", "algorithm", "chiplets", "bound", "verified", "search")
             else "right",
         )
-    for r in result.layers:
+    rows, hidden = shown(result.layers)
+    for r in rows:
         a, m = r.predicted, r.mapping
         cycles = r.simulated.cycles if r.simulated is not None else a.cycles
         s = r.search
@@ -387,7 +414,7 @@ def print_result(result: TuneResult) -> None:
             verified,
             status,
         )
-    stdout.print(table)
+    _elided(table, hidden, MAX_ROWS // 2)
     t = result.totals
     simulated = all(r.simulated is not None for r in result.layers)
     stdout.print(
