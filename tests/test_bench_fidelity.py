@@ -1,0 +1,115 @@
+"""The fidelity benchmark's own arithmetic: its figures are only worth reading if the rank
+correlation is right and every layer record is complete and sane (``benchmarks/``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from types import ModuleType
+
+import pytest
+
+from autotune import Layer, Machine, Network
+from tests.conftest import ROOT
+
+
+def _load_bench() -> ModuleType:
+    """The script as a module (``benchmarks/`` is not a package)."""
+    path = ROOT / "benchmarks" / "bench_fidelity.py"
+    spec = importlib.util.spec_from_file_location("bench_fidelity", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+TINY = Network(
+    "tiny",
+    (
+        Layer("c1", "conv", 16, 16, 8, 16, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+        Layer("c2", "conv", 16, 16, 8, 16, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+        Layer.fc("fc", 1, 1, 1024, 10),
+    ),
+)
+
+
+def test_average_ranks_share_ties() -> None:
+    assert bench.average_ranks([10, 20, 20, 30, 20]).tolist() == [1, 3, 3, 5, 3]
+
+
+def test_spearman_hand_computed_with_ties() -> None:
+    # ranks x = [1, 2.5, 2.5, 4], y = [1, 3, 2, 4]; centred: [-1.5, 0, 0, 1.5] and
+    # [-1.5, .5, -.5, 1.5]; rho = 4.5 / sqrt(4.5 * 5) = sqrt(0.9)
+    assert bench.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(math.sqrt(0.9))
+    assert bench.spearman([3, 1, 2], [30, 10, 20]) == pytest.approx(1.0)
+    assert bench.spearman([3, 1, 2], [10, 30, 20]) == pytest.approx(-1.0)
+
+
+def test_spearman_undefined_without_spread() -> None:
+    assert math.isnan(bench.spearman([5, 5, 5], [1, 2, 3]))
+    assert math.isnan(bench.spearman([1], [1]))
+
+
+@pytest.fixture(scope="module")
+def records() -> list:
+    machine = Machine.preset("manticore")
+    sims = bench.Simulations()
+    out = bench.measure_network(TINY, machine, "fp32", 1, 5, sims)
+    # c2 repeats c1's shape: solved, ranked and simulated once
+    assert sims.calls <= 2 * 5
+    return out
+
+
+def test_layer_records_complete_and_sane(records) -> None:
+    assert [r.layer for r in records] == ["c1", "c2", "fc"]
+    for r in records:
+        assert r.model_cycles > 0 and r.sim_cycles > 0
+        assert r.ratio == pytest.approx(r.model_cycles / r.sim_cycles) and r.ratio > 0
+        assert 0 < r.roofline <= 1
+        assert r.bound_cycles <= r.sim_cycles
+        assert set(bench.PARTS) <= set(r.breakdown)
+        assert sum(r.breakdown.values()) == pytest.approx(r.sim_cycles, rel=1e-6)
+        assert 1 <= r.rank_candidates <= 5
+        assert 1 <= r.rank_model_distinct <= r.rank_candidates
+        assert r.rank_rho is None or -1 <= r.rank_rho <= 1
+        assert 0 < r.top_sim_best <= r.sim_cycles  # the winner is the model's first candidate
+    assert records[1].model_cycles == records[0].model_cycles
+
+
+def test_summary_and_json(records) -> None:
+    summary = bench.summarize(records)
+    assert summary["layers"] == 3
+    assert summary["network_ratio"] == pytest.approx(
+        sum(r.model_cycles for r in records) / sum(r.sim_cycles for r in records)
+    )
+    assert 0 <= summary["within_5"] <= summary["within_10"] <= 1
+    assert 0 < summary["roofline_worst"] <= summary["roofline_geomean"] <= 1
+    assert 1 <= summary["regret_geomean"] <= summary["regret_worst"]
+    assert set(summary["targets"]) == {key for key, _, _ in bench.TARGETS}
+    run = dict(
+        network="tiny",
+        machine="manticore",
+        precision="fp32",
+        batch=1,
+        top=5,
+        layers=records,
+        summary=summary,
+    )
+    text = bench.to_json([run])
+    assert text == bench.to_json([run])
+    assert json.loads(text)["runs"][0]["layers"][2]["layer"] == "fc"
+    line = bench.summary_line(run)
+    for key, description, _ in bench.TARGETS:
+        verdict = "met" if summary["targets"][key] else "NOT MET"
+        assert f"{description}: " in line and verdict in line
+
+
+def test_random_network_is_seeded() -> None:
+    a, b = bench.random_network(12, seed=3), bench.random_network(12, seed=3)
+    assert a == b and len(a.layers) == 12
+    assert a != bench.random_network(12, seed=4)
