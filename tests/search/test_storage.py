@@ -16,7 +16,10 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
+from autotune import Layer
 from autotune.cli.app import app
+from autotune.ir.options import TuneOptions
+from autotune.search.exhaustive import top_k
 from autotune.search.refine import storage
 from autotune.search.refine.storage import (
     StorageError,
@@ -26,6 +29,8 @@ from autotune.search.refine.storage import (
     open_storage,
     prepare_storage,
 )
+from autotune.search.refine.study import refine_layer
+from autotune.search.space import search_space
 
 runner = CliRunner()
 
@@ -41,6 +46,7 @@ network: slow
 layers:
   - {name: a, kind: conv, in: [28, 28, 64], out_channels: 64, kernel: 3, padding: 1}
 """
+LAYER = Layer("c", "conv", 14, 14, 64, 64, 3, 3, pad_h=1, pad_w=1)
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
@@ -327,3 +333,20 @@ def test_an_unwritable_cache_is_one_warning_line_on_the_command_line(tmp_path):
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("warning: cannot create the cache folder")
     assert "kept in memory" in lines[0] and "--storage" in lines[0]
+
+
+def test_a_failing_simulator_fails_its_trial_and_stops(manticore, tmp_path):
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    space = search_space(LAYER, manticore, 1)
+    seeds = [space.decode(i) for i in top_k(space, manticore, "fp32", "latency", 2)]
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("simulator bug")
+
+    with pytest.raises(RuntimeError, match="simulator bug"):
+        refine_layer(LAYER, manticore, "fp32", 1, seeds, TuneOptions(trials=4, storage=url), broken)
+    (study,) = _studies(tmp_path / "f.db")
+    states = _states(study)
+    assert states.count(optuna.trial.TrialState.FAIL) == 1
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert not [t for t in study.trials if "failed_trial" in t.system_attrs]  # not retried

@@ -58,6 +58,8 @@ HEARTBEAT_INTERVAL_S = 1
 GRACE_PERIOD_S = 5
 #: Seconds an SQLite connection waits for another process's write before giving up.
 BUSY_TIMEOUT_S = 60
+#: Milliseconds to wait for other connections to let go before switching a file to WAL.
+WAL_SWITCH_TIMEOUT_MS = 2000
 #: PostgreSQL drivers: SQLAlchemy's name -> (module, what to pip install).
 POSTGRES_DRIVERS = {
     "psycopg2": ("psycopg2", "psycopg2-binary"),
@@ -312,11 +314,16 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 def _wal(path: Path) -> None:
-    """Switch the database to WAL mode (a property of the file: done once, creates it)."""
+    """Switch the database to WAL mode (a property of the file: done once; creates a new
+    file). Best effort: the switch needs the file to itself, and while others keep it busy
+    it stays in its rollback journal, slower but as safe."""
     con = _connect(str(path))
     try:
         if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            con.execute(f"PRAGMA busy_timeout = {WAL_SWITCH_TIMEOUT_MS}")
             con.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:
+        pass  # busy
     finally:
         con.close()
 

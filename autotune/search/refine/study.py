@@ -50,6 +50,7 @@ from autotune.ir.precision import word_bytes
 from autotune.model.footprint import footprint
 from autotune.search.objective import VARIABLES
 from autotune.search.refine.storage import (
+    GRACE_PERIOD_S,
     create_or_load_study,
     fail_stale_trials,
     heartbeat,
@@ -294,8 +295,10 @@ def refine_layer(
 
 #: Trials that count towards a study's budget.
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-#: Seconds between looks at a study whose last trials other processes are running.
+#: Seconds between looks at a study whose last trials other processes are running, and how
+#: long to wait for them when none of them finishes (and none is failed as stale).
 POLL_S = 0.25
+PATIENCE_S = 3 * GRACE_PERIOD_S
 
 
 def _count(study: optuna.Study, states: tuple[optuna.trial.TrialState, ...]) -> int:
@@ -319,16 +322,25 @@ def run_trials(
     not told twice.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    running = (optuna.trial.TrialState.RUNNING,)
+    counted = (*FINISHED, optuna.trial.TrialState.RUNNING)
+    seen, since = None, 0.0
     while deadline is None or time.monotonic() < deadline:
         fail_stale_trials(study)
-        finished = _count(study, FINISHED)
+        trials = study.get_trials(deepcopy=False, states=counted)
+        finished = sum(t.state in FINISHED for t in trials)
         if finished >= budget:
             return
-        if finished + _count(study, running) >= budget:
-            time.sleep(POLL_S)
+        if len(trials) < budget:
+            _run_trial(study, storage, objective)
             continue
-        _run_trial(study, storage, objective)
+        # Only trials other processes are running are missing: wait for them while the
+        # study moves (a trial without heartbeats may never be failed as stale).
+        now, state = time.monotonic(), (finished, frozenset(t.number for t in trials))
+        if state != seen:
+            seen, since = state, now
+        elif now - since > PATIENCE_S:
+            return
+        time.sleep(POLL_S)
 
 
 def _run_trial(
@@ -351,21 +363,31 @@ def _run_trial(
                 state = optuna.trial.TrialState.COMPLETE
             except optuna.TrialPruned:
                 value, state = None, optuna.trial.TrialState.PRUNED
-    except RuntimeError as exc:
-        if not _finished_elsewhere(exc):
-            raise
-        return  # another process failed this trial (stale heartbeat) and queued it again
     except BaseException as exc:
+        if isinstance(exc, RuntimeError) and _finished_elsewhere(exc):
+            return  # another process failed this trial (stale heartbeat) and queued it again
         if trial is not None:
-            with interrupts_deferred():
-                failed = study.tell(
-                    trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True
-                )
-                if isinstance(exc, KeyboardInterrupt) and storage is not None:
-                    retry_callback()(study, failed)
+            _give_up(study, storage, trial, retry=isinstance(exc, KeyboardInterrupt))
         raise
     with interrupts_deferred():
         study.tell(trial, value, state=state, skip_if_finished=True)
+
+
+def _give_up(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage | None,
+    trial: optuna.Trial,
+    retry: bool,
+) -> None:
+    """Fail a trial this process will not finish, and queue it again if ``retry``. Should the
+    storage fail here too, the trial's heartbeat has stopped: the next run fails it."""
+    with interrupts_deferred():
+        try:
+            failed = study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            if retry and storage is not None and failed.state == optuna.trial.TrialState.FAIL:
+                retry_callback()(study, failed)
+        except Exception:
+            pass  # the exception under way says more than this one
 
 
 def _finished_elsewhere(exc: RuntimeError) -> bool:
