@@ -33,6 +33,7 @@ from autotune.ir.precision import word_bytes
 from autotune.result import LayerResult, TuneResult, totals_of
 from autotune.search.exhaustive import top_k
 from autotune.search.refine import refine_layer
+from autotune.search.refine.storage import MEMORY, check_storage, prepare_storage
 from autotune.search.solve import LayerSolution
 from autotune.search.space import search_space
 from autotune.sim.result import SimResult
@@ -142,6 +143,7 @@ def tune_network(
     precision, batch = str(options.precision), int(options.batch or 1)
     machine.check_precision(precision)
     check_fits(network, machine, precision, batch)  # the input limits, before any work
+    options = with_storage(options)
     solutions = solve_network(network, machine, options, lambda name: progress("solve", name))
     finished: dict[tuple[object, ...], LayerResult] = {}
     for sol in solutions:
@@ -178,6 +180,18 @@ def resolve(options: TuneOptions, network: Network) -> TuneOptions:
         precision=options.precision or network.precision,
         batch=options.batch or network.batch,
     )
+
+
+def with_storage(options: TuneOptions) -> TuneOptions:
+    """``options`` with the refinement storage checked and opened before any solving: a bad
+    one is a ``StorageError`` now, not after the first layer's solve. The default cache
+    becomes its URL, or "memory" when it cannot be written (a ``StorageWarning``)."""
+    if not options.refine:
+        if options.storage is not None:
+            check_storage(options.storage)
+        return options
+    url = prepare_storage(options.storage)
+    return replace(options, storage=MEMORY if url is None else url)
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.api import progress_reporter, resolve, tune_network
+from autotune.files import write_atomic
 from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
-from autotune.io.schedule_json import write_atomic
 from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
 from autotune.ir.options import TuneOptions

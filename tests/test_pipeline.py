@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import autotune
+import autotune.files
 from autotune import Layer, Network
 from autotune.api import TuneResult
 from autotune.cli.app import app
@@ -183,12 +184,11 @@ def test_bad_schedule_files_exit_2(tmp_path, content, words):
 def test_out_is_written_atomically(tmp_path, monkeypatch, tuned):
     path = tmp_path / "s.json"
     path.write_text("previous")
-    import autotune.io.schedule_json as sj
 
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sj.os, "replace", boom)
+    monkeypatch.setattr(autotune.files.os, "replace", boom)
     with pytest.raises(KeyboardInterrupt):
         tuned.save(path)
     assert path.read_text() == "previous"

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,7 @@ from autotune.cli.render import (
     progress_bar,
     stderr,
     stdout,
+    warning,
 )
 from autotune.io.errors import InputError
 from autotune.io.machine_yaml import preset_names
@@ -75,9 +77,13 @@ def fail(message: str, code: int = 2) -> NoReturn:
 @contextmanager
 def refusing(source: Path | None = None) -> Iterator[None]:
     """Bad input met by the library becomes one line and exit 2: an unreadable or invalid
-    file, an option no stage accepts, a layer no mapping fits (named with ``source``)."""
+    file, an option no stage accepts, a layer no mapping fits (named with ``source``).
+    Ctrl-C is one line and exit 130 (the library has left its storage consistent)."""
     try:
         yield
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        raise typer.Exit(130) from None
     except OptionsError as exc:
         fail(
             f"option {FLAGS.get(exc.option, '--' + exc.option.replace('_', '-'))!r}: {exc.problem}"
@@ -500,8 +506,14 @@ def schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
 
+def _show_warning(message: Warning | str, *args: object, **kwargs: object) -> None:
+    warning(str(message))
+
+
 def main() -> None:
-    """Console entry point: run the app, mapping unexpected errors to exit code 1."""
+    """Console entry point: run the app, mapping unexpected errors to exit code 1; warnings
+    are one line each."""
+    warnings.showwarning = _show_warning
     try:
         app()
     except SystemExit:

@@ -65,6 +65,11 @@ def error(message: str) -> None:
     stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+def warning(message: str) -> None:
+    """One line on stderr."""
+    stderr.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def si(value: float, unit: str) -> str:
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:

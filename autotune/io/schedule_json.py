@@ -9,13 +9,12 @@ bytes and an interrupted run never leaves a truncated file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
+from autotune.files import write_atomic
 from autotune.io.errors import InputError, first_validation_error
 from autotune.io.limits import (
     MAX_SCHEDULE_BYTES,
@@ -266,21 +265,6 @@ def mapping_from_record(record: MappingRecord) -> Mapping:
 
 def dumps(schedule: ScheduleFile) -> str:
     return json.dumps(schedule.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save(schedule: ScheduleFile, path: str | Path) -> None:

@@ -56,7 +56,9 @@ class TuneOptions:
         trials: refinement trials per distinct layer shape (the study's total budget).
         refine_timeout: seconds of refinement per layer in this run (None: no limit).
         sampler: Optuna sampler of the refinement, ``tpe`` or ``random``.
-        storage: Optuna storage URL, ``"memory"``, or None (SQLite in the user cache).
+        storage: Optuna storage URL (``sqlite:///PATH``, ``postgresql://...``), ``"memory"``,
+            or None (SQLite in the user cache); checked and opened at the start of ``tune``
+            (``search.refine.storage``). Any number of processes may share one.
         refine_workers: processes sharing each layer's study (needs a storage several
             processes can open: the default SQLite file or PostgreSQL).
         verify: execute every winner in numpy and compare with a reference.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from autotune.files import atomic_path
 
 
 def save_figure(fig, path: str | Path) -> None:
@@ -13,15 +13,8 @@ def save_figure(fig, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=path.suffix or ".png", dir=path.parent
-    )
-    os.close(fd)
     try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(path, suffix=path.suffix or ".png") as tmp:
+            fig.savefig(tmp)
     finally:
         plt.close(fig)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from autotune.files import atomic_path
 
 
 @dataclass(frozen=True)
@@ -114,15 +114,8 @@ class SimResult:
             raise ValueError("no timeline recorded: call simulate(..., trace=True)")
         path = Path(path)
         doc = trace_events(self)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-            os.chmod(tmp, 0o644)  # mkstemp makes it private
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
         return path
 
 

@@ -177,7 +177,9 @@ def test_resume_after_sigkill(manticore, tmp_path):
         if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     }
     assert 0 < len(finished_before) < budget
-    time.sleep(3.5)  # past the heartbeat grace period: the killed trial counts as stale
+    killed = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    # no waiting here: the resumed run waits for the killed trial's heartbeat to go stale
+    # (storage.GRACE_PERIOD_S) when it is the last one missing, fails it and retries it
     result = refine_layer(
         LAYER,
         manticore,
@@ -199,6 +201,13 @@ def test_resume_after_sigkill(manticore, tmp_path):
         assert study.trials[number].params == params
     assert result.simulated <= budget - len(finished_before)
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    for trial in killed:
+        assert study.trials[trial.number].state == optuna.trial.TrialState.FAIL
+        retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == trial.number]
+        assert len(retried) == 1 and retried[0].state in (
+            optuna.trial.TrialState.COMPLETE,
+            optuna.trial.TrialState.PRUNED,
+        )
 
 
 def test_prunes_without_simulating(manticore):

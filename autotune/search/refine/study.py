@@ -14,11 +14,14 @@ off-chip and inter-cluster bytes. Ties between trials go to fewer simulated cycl
 with each trial), then to the earlier trial. The sampler is the options' (``tpe`` or
 ``random``), in every process that works on the study.
 
-Studies live in Optuna storage: by default an SQLite file in the user's cache directory
-(``$XDG_CACHE_HOME/autotune/studies.db``), so every run is resumable and cached; a study is
-named by everything its result depends on (tool version, machine, precision, objective,
-batch, layer shape), so a shape tuned once is taken from storage the next time. A PostgreSQL
-URL lets several processes share studies (Optuna's RDB storage is the distributed engine).
+Studies live in Optuna storage (``search.refine.storage``): by default an SQLite file in the
+user's cache directory, so every run is resumable and cached; a study is named by everything
+its result depends on (tool version, machine, precision, objective, batch, layer shape), so a
+shape tuned once is taken from storage the next time. Any number of processes may work on one
+study at once (several runs, ``refine_workers`` helpers, other machines on PostgreSQL): the
+trial loop (``run_trials``) is this module's rather than ``Study.optimize``, so that the
+budget counts every process's trials, a trial is told once, a dead process's trial is retried
+and Ctrl-C leaves no trial running.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import optuna
@@ -43,6 +49,15 @@ from autotune.ir.options import TuneOptions
 from autotune.ir.precision import word_bytes
 from autotune.model.footprint import footprint
 from autotune.search.objective import VARIABLES
+from autotune.search.refine.storage import (
+    GRACE_PERIOD_S,
+    create_or_load_study,
+    fail_stale_trials,
+    heartbeat,
+    open_storage,
+    prepare_storage,
+    retry_callback,
+)
 from autotune.search.space import SearchSpace, search_space
 from autotune.sim.result import SimResult
 from autotune.sim.simulate import simulate as simulate_chiplet
@@ -69,55 +84,12 @@ class RefineResult:
     study: str
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "autotune"
-
-
-def storage_url(storage: str | None) -> str | None:
-    """Resolve ``--storage``: None -> the cache SQLite file, "memory" -> in-memory (None)."""
-    if storage == "memory":
-        return None
-    if storage is None:
-        folder = cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{folder / 'studies.db'}"
-    return storage
-
-
-def _storage(url: str | None) -> optuna.storages.BaseStorage:
-    """The storage of ``url``: in memory for None (what ``create_study`` makes of None),
-    else an RDB storage with heartbeats."""
-    if url is None:
-        return optuna.storages.InMemoryStorage()
-    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # Heartbeats let a resumed run fail (and retry) the trial a killed process left RUNNING.
-    return optuna.storages.RDBStorage(
-        url,
-        engine_kwargs=engine,
-        heartbeat_interval=1,
-        grace_period=3,
-        heartbeat_stale_trial_callback=_retry(max_retry=1),
-    )
-
-
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10)
     raise ValueError(f"unknown sampler {name!r} (tpe, random)")
-
-
-def _retry(max_retry: int) -> Any:
-    """Re-enqueue a trial whose process died (Optuna >= 4.9 renamed the callback)."""
-    storages = optuna.storages
-    cls = (
-        getattr(storages, "RetryHeartbeatStaleTrialCallback", None)
-        or storages.RetryFailedTrialCallback
-    )
-    return cls(max_retry=max_retry)
 
 
 def study_name(
@@ -237,37 +209,28 @@ def refine_layer(
 ) -> RefineResult:
     """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
 
-    Reads from ``options``: ``trials`` (the study's total budget, across resumed runs),
-    ``refine_timeout`` (this call's seconds), ``storage`` (an Optuna storage URL,
-    ``"memory"``, or None for the cache file), ``seed``, ``objective`` (what a trial's value
-    measures, see ``simulated_value``), ``sampler`` and ``refine_workers`` (processes on the
-    shared study; not with "memory"). ``simulate`` is the single-chiplet simulator.
+    Reads from ``options``: ``trials`` (the study's total budget, across resumed runs and
+    every process sharing the study), ``refine_timeout`` (this call's seconds), ``storage``
+    (an Optuna storage URL, ``"memory"``, or None for the cache file; see
+    ``search.refine.storage``), ``seed``, ``objective`` (what a trial's value measures, see
+    ``simulated_value``), ``sampler`` and ``refine_workers`` (processes on the shared study;
+    not with "memory"). ``simulate`` is the single-chiplet simulator.
+
+    Ctrl-C (``KeyboardInterrupt``) fails the trial under way, queues it again for the next
+    run, stops the helper processes the same way, and propagates.
     """
     start = time.perf_counter()
     target = StudyTarget(layer, machine, precision, batch, options.objective)
     space = search_space(layer, machine, batch)
-    url = storage_url(options.storage)
+    url = prepare_storage(options.storage)
     name = study_name(layer, machine, precision, batch, options.objective, options.sampler)
     trials = options.trials
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_obj = _storage(url)
-    sampler = make_sampler(options.sampler, options.seed)
-    try:
-        # Creating the study is atomic in the storage (unique name): exactly one process
-        # (of several sharing a PostgreSQL study) creates it, and only that one seeds it.
-        study = optuna.create_study(
-            study_name=name,
-            storage=storage_obj,
-            load_if_exists=False,
-            direction="minimize",
-            sampler=sampler,
-        )
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage_obj, sampler=sampler)
-        created = False
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    if created:
+    storage = None if url is None else open_storage(url)
+    study, created = create_or_load_study(
+        name, storage, make_sampler(options.sampler, options.seed)
+    )
+    if created:  # exactly one process creates the study, and only that one seeds it
         seen = set()
         for mapping in incumbents:
             params = trial_params(space, mapping)
@@ -275,8 +238,7 @@ def refine_layer(
             if key not in seen:
                 seen.add(key)
                 study.enqueue_trial(params, skip_if_exists=True)
-    done = len(study.get_trials(deepcopy=False, states=finished))
-    cached = done >= trials
+    cached = _count(study, FINISHED) >= trials
     simulated = 0
 
     def objective_fn(trial: optuna.Trial) -> float:
@@ -296,12 +258,11 @@ def refine_layer(
                 )
                 proc.start()
                 helpers.append(proc)
-        study.optimize(
-            objective_fn,
-            timeout=options.refine_timeout,
-            callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)],
-            n_trials=trials - done,
-        )
+        try:
+            run_trials(study, storage, objective_fn, trials, options.refine_timeout)
+        except BaseException:
+            _interrupt(helpers)
+            raise
         for proc in helpers:
             proc.join()
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -320,12 +281,11 @@ def refine_layer(
     best = min(complete, key=_rank, default=None)
     if best is not None and (_value(best), _cycles(best)) < (ilp_value, ilp_cycles):
         best_mapping, best_cycles = _decode_params(space, best.params), _cycles(best)
-    all_done = len(study.get_trials(deepcopy=False, states=finished))
     return RefineResult(
         best_mapping,
         best_cycles,
         ilp_cycles,
-        all_done,
+        _count(study, FINISHED),
         simulated,
         cached,
         time.perf_counter() - start,
@@ -338,6 +298,145 @@ def _value(trial: optuna.trial.FrozenTrial) -> float:
     if trial.value is None:
         raise ValueError(f"trial {trial.number} has no value (state {trial.state.name})")
     return float(trial.value)
+
+
+#: Trials that count towards a study's budget.
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+#: Seconds between looks at a study whose last trials other processes are running, and how
+#: long to wait for them when none of them finishes (and none is failed as stale).
+POLL_S = 0.25
+PATIENCE_S = 3 * GRACE_PERIOD_S
+
+
+def _count(study: optuna.Study, states: tuple[optuna.trial.TrialState, ...]) -> int:
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def run_trials(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage | None,
+    objective: Callable[[optuna.Trial], float],
+    budget: int,
+    timeout: float | None = None,
+) -> None:
+    """Run trials of ``study`` in this process until it holds ``budget`` finished (complete
+    or pruned) trials, counting every process's, or ``timeout`` seconds have passed.
+
+    Trials other processes are running count as well; when only they are left, wait for them
+    to finish, so every process sharing the study returns the same answer. A dead process's
+    trial is failed once its heartbeat is stale (``GRACE_PERIOD_S``) and queued again, and
+    run here. A trial another process finished (it took our heartbeat for dead) is dropped,
+    not told twice.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    counted = (*FINISHED, optuna.trial.TrialState.RUNNING)
+    seen, since = None, 0.0
+    while deadline is None or time.monotonic() < deadline:
+        fail_stale_trials(study)
+        trials = study.get_trials(deepcopy=False, states=counted)
+        finished = sum(t.state in FINISHED for t in trials)
+        if finished >= budget:
+            return
+        if len(trials) < budget:
+            _run_trial(study, storage, objective)
+            continue
+        # Only trials other processes are running are missing: wait for them while the
+        # study moves (a trial without heartbeats may never be failed as stale).
+        now, state = time.monotonic(), (finished, frozenset(t.number for t in trials))
+        if state != seen:
+            seen, since = state, now
+        elif now - since > PATIENCE_S:
+            return
+        time.sleep(POLL_S)
+
+
+def _run_trial(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage | None,
+    objective: Callable[[optuna.Trial], float],
+) -> None:
+    """Ask, evaluate and tell one trial. The storage writes are shielded from Ctrl-C; an
+    interrupted trial is failed and queued again (for the next run) before the interrupt
+    propagates, so no trial of this process is left RUNNING."""
+    trial = None
+    try:
+        with interrupts_deferred(), warnings.catch_warnings():
+            # the heartbeats are this loop's (``heartbeat``), not Study.optimize's
+            warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+            trial = study.ask()
+        with heartbeat(storage, trial._trial_id):
+            try:
+                value: float | None = objective(trial)
+                state = optuna.trial.TrialState.COMPLETE
+            except optuna.TrialPruned:
+                value, state = None, optuna.trial.TrialState.PRUNED
+    except BaseException as exc:
+        if isinstance(exc, RuntimeError) and _finished_elsewhere(exc):
+            return  # another process failed this trial (stale heartbeat) and queued it again
+        if trial is not None:
+            _give_up(study, storage, trial, retry=isinstance(exc, KeyboardInterrupt))
+        raise
+    with interrupts_deferred():
+        study.tell(trial, value, state=state, skip_if_finished=True)
+
+
+def _give_up(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage | None,
+    trial: optuna.Trial,
+    retry: bool,
+) -> None:
+    """Fail a trial this process will not finish, and queue it again if ``retry``. Should the
+    storage fail here too, the trial's heartbeat has stopped: the next run fails it."""
+    with interrupts_deferred():
+        try:
+            failed = study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            if retry and storage is not None and failed.state == optuna.trial.TrialState.FAIL:
+                retry_callback()(study, failed)
+        except Exception:
+            pass  # the exception under way says more than this one
+
+
+def _finished_elsewhere(exc: RuntimeError) -> bool:
+    """Whether ``exc`` says the trial was already finished (by another process): Optuna's
+    ``UpdateFinishedTrialError`` (4.x), a plain RuntimeError before it."""
+    finished = getattr(optuna.exceptions, "UpdateFinishedTrialError", None)
+    if finished is not None:
+        return isinstance(exc, finished)
+    return "has already finished" in str(exc)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C back until the block ends (then raise ``KeyboardInterrupt``), so that a
+    storage write is never cut in half. Only in the main thread with Python's own handler."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if caught:
+            raise KeyboardInterrupt
+
+
+def _interrupt(helpers: Sequence[BaseProcess]) -> None:
+    """Stop the helper processes as Ctrl-C would (each fails its trial and queues it again),
+    and kill any that has not stopped after a few seconds."""
+    for proc in helpers:
+        if proc.is_alive() and proc.pid is not None:
+            os.kill(proc.pid, signal.SIGINT)
+    for proc in helpers:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def _cycles(trial: optuna.trial.FrozenTrial) -> int:
@@ -360,19 +459,24 @@ def _worker(
     seed: int,
     simulate: Simulator,
 ) -> None:
-    """A helper process: run trials of the shared study until it holds ``options.trials``."""
+    """A helper process: run trials of the shared study until it holds ``options.trials``.
+    Ctrl-C ends it quietly (its trial failed and queued again)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(
-        study_name=name, storage=_storage(url), sampler=make_sampler(options.sampler, seed)
-    )
-    space = search_space(target.layer, target.machine, target.batch)
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    study.optimize(
-        lambda t: target.evaluate(t, space, simulate),
-        timeout=options.refine_timeout,
-        n_trials=options.trials,
-        callbacks=[optuna.study.MaxTrialsCallback(options.trials, states=finished)],
-    )
+    try:
+        storage = open_storage(url)
+        study = optuna.load_study(
+            study_name=name, storage=storage, sampler=make_sampler(options.sampler, seed)
+        )
+        space = search_space(target.layer, target.machine, target.batch)
+        run_trials(
+            study,
+            storage,
+            lambda t: target.evaluate(t, space, simulate),
+            options.trials,
+            options.refine_timeout,
+        )
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _decode_params(space: SearchSpace, params: dict[str, Any]) -> Mapping:

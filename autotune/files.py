@@ -1,0 +1,45 @@
+"""Output files written atomically, with the permissions any new file gets.
+
+Every file autotune writes for the user (schedules and sweeps JSON, traces, plots) is written
+to a temporary file beside it and renamed over it, so an interrupted write never leaves a
+truncated file. The temporary file is created with mode 0o666 less the process umask, as
+``open(path, "w")`` would (``tempfile.mkstemp`` would make it 0o600, private to its owner).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """A new, empty temporary file beside ``path`` (named ``.NAME.RANDOM`` + ``suffix``) for
+    the block to write; renamed over ``path`` when the block ends, removed if it raises."""
+    path = Path(path)
+    folder = path.parent
+    while True:
+        tmp = folder / f".{path.name}.{secrets.token_hex(4)}{suffix}"
+        try:
+            # the kernel applies the umask to 0o666, as for any new file
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, flushed to disk before the rename."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
