@@ -112,6 +112,9 @@ class Quantities:
     input_inverse_efficiency: Value  # SCALE / DMA efficiency of the input step's runs
     filter_inverse_efficiency: Value  # ... of the filter tile's runs
     output_inverse_efficiency: Value  # ... of the output store's runs
+    #: DMA engine cycles of one image's input step beyond its payload at the port: a set-up
+    #: per 2D transfer, idle ends of the runs' last beats (``quantities.dma_overhead_cycles``)
+    input_step_dma_overhead: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
 
 
@@ -651,8 +654,10 @@ def dma_cycles(
     rates: StreamRates,
 ) -> DmaCycles:
     """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
-    (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer (an
-    input step, a filter tile per output channel and step, a store) pays the set-up.
+    (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer pays
+    the set-up: each 2D transfer of an input step (``tiling.input_transfers``: one per slice
+    and image for a band of partial rows), a filter tile per output channel and step, a
+    store; and a run shorter than a bus beat occupies the whole beat.
 
     A buffer hides the loads of data "loaded once per inner loop iteration" (Sec. 2.1.2)
     behind the iteration before, so the first tile of each stream has nothing to hide behind:
@@ -661,17 +666,28 @@ def dma_cycles(
     loads = load_streams(ops, q, k, l1, work, sched)
     little = little_cycles(ops, q, k, l1, loads)
     filter_loads = ops.mul(work.steps, q.stack_out_channels_max)
-    transfers = work.steps + filter_loads + ops.choose(q.algorithm, [1, 1, 0])
+    # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
+    # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
+    step_overhead = ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead)
+    first_overhead = ops.mul(q.input_buffer_depth - 1, step_overhead) + ops.mul(
+        q.filter_buffer_depth - 1, k.dma_setup_cycles
+    )
+    overhead = (
+        ops.mul(work.steps, step_overhead)
+        + (filter_loads + ops.choose(q.algorithm, [1, 1, 0])) * k.dma_setup_cycles
+        - first_overhead
+    )
     overlapped = (
         ops.max(stream_cycles(ops, k, rates, loads.rest), little)
         + ops.cdiv(work.forwarded_words * k.word_bytes, k.dma_bytes_per_cycle)
-        + transfers * k.dma_setup_cycles
+        + overhead
     )
     single_loads = ops.mul(2 - q.input_buffer_depth, work.steps) + ops.mul(
         2 - q.filter_buffer_depth, filter_loads
     )
     exposed = stream_cycles(ops, k, rates, loads.single) + single_loads * k.latency_cycles
-    return DmaCycles(stream_cycles(ops, k, rates, loads.first), overlapped, exposed)
+    prologue = stream_cycles(ops, k, rates, loads.first) + first_overhead
+    return DmaCycles(prologue, overlapped, exposed)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:

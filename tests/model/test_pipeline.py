@@ -37,3 +37,19 @@ def test_more_steps_shorten_the_prologue():
     one = figures(layer, Mapping("output_stack", 2, tile=Tile(in_c=256), buffers=double), machine)
     eight = figures(layer, Mapping("output_stack", 2, tile=Tile(in_c=32), buffers=double), machine)
     assert eight["prologue_dma_cycles"] * 4 < one["prologue_dma_cycles"]
+
+
+def test_partial_row_bands_pay_a_setup_per_slice_and_a_beat_per_row():
+    """A band of partial rows is one 2D transfer per slice, one run per row (``tiling``):
+    the engine pays ``in_c`` set-ups and a whole beat for each 7-word row."""
+    machine = Machine.preset("manticore")
+    layer = Layer("c", "conv", 14, 14, 128, 128, 1, 1)
+    mapping = Mapping("output_stack", 2, tile=Tile(out_h=7, out_w=7, in_c=128))
+    grid = task_grid(layer, mapping, 1, machine)
+    q = grid_quantities(grid, machine, 4)
+    beats = 128 * 7 - -(-128 * 7 * 7 * 4 // machine.dma_bytes_per_cycle)
+    assert q["input_step_dma_overhead"] == 128 * machine.dma_setup_cycles + beats
+    whole = task_grid(layer, Mapping("output_stack", 2, tile=Tile(in_c=128)), 1, machine)
+    assert grid_quantities(whole, machine, 4)["input_step_dma_overhead"] == (
+        machine.dma_setup_cycles
+    )
