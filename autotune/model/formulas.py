@@ -15,7 +15,7 @@ Latency (cycles), per phase (``input_parallel`` runs one phase per stack and bat
 Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + reduction             waves = ceil(slots / C)
-    task   = L + max(compute, overlapped_dma) + exposed_dma + exposed_store
+    task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
     cycles = max(phases x phase + store_tail, offchip_bytes / HBM bandwidth)
 
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
@@ -23,7 +23,9 @@ as its largest task: remainders cost a whole wave, as on the machine. ``compute`
 cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
 DMA port, its fair share of HBM and of each uplink above it when ``active_clusters`` stream
 (``stream_cycles_per_byte``), and Little's law for what each double buffer keeps in flight
-(report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per stream. Single-buffered
+(report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per stream. The first tile of
+each double-buffered stream precedes the first iteration, so nothing hides it (``prologue``:
+the pipeline's fill, paid before compute starts); the rest overlaps compute. Single-buffered
 streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load;
 each transfer pays the DMA set-up. A task pays ``L`` to start and, unless its output is double
 buffered, ``L`` plus the transfer to store. ``input_parallel`` phases end with the tree
@@ -110,6 +112,9 @@ class Quantities:
     input_inverse_efficiency: Value  # SCALE / DMA efficiency of the input step's runs
     filter_inverse_efficiency: Value  # ... of the filter tile's runs
     output_inverse_efficiency: Value  # ... of the output store's runs
+    #: DMA engine cycles of one image's input step beyond its payload at the port: a set-up
+    #: per 2D transfer, idle ends of the runs' last beats (``quantities.dma_overhead_cycles``)
+    input_step_dma_overhead: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
 
 
@@ -535,16 +540,13 @@ def by_buffering(
     return double, single
 
 
-def load_streams(
-    ops: Ops, q: Quantities, k: Consts, work: TaskWork, sched: Schedule
+def split_streams(
+    ops: Ops, q: Quantities, k: Consts, sched: Schedule, in_bytes: Value, filter_bytes: Value
 ) -> tuple[Stream, Stream]:
-    """The largest task's input and filter loads as (double-buffered, single-buffered)
-    streams. A multicast wave reads the inputs of its tiles (x its stacks when groups > 1:
-    they read different slices) and the filters of its stacks."""
-    in_bytes, filter_bytes = (
-        work.offchip_input_words * k.word_bytes,
-        work.filter_words * k.word_bytes,
-    )
+    """``in_bytes`` of input and ``filter_bytes`` of filters one cluster loads, as
+    (double-buffered, single-buffered) streams. A multicast wave reads the inputs of its tiles
+    (x its stacks when groups > 1: they read different slices) and the filters of its
+    stacks."""
     double_bytes, single_bytes = by_buffering(ops, q, in_bytes, filter_bytes)
     double_occupied = single_occupied = None
     if k.has_dma_efficiency:
@@ -567,34 +569,77 @@ def load_streams(
     )
 
 
+@dataclass(frozen=True)
+class Loads:
+    """The largest task's loads: ``first`` is the first input tile and the first filter tile
+    of its double-buffered streams (nothing is computing yet, so nothing hides them: the
+    pipeline's prologue), ``rest`` the rest of the double-buffered streams (they overlap
+    compute) and ``single`` the single-buffered streams (serialised with compute)."""
+
+    first: Stream
+    rest: Stream
+    single: Stream
+    rest_input_bytes: Value  # double-buffered input bytes after the first tile
+    rest_filter_bytes: Value
+
+
+def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
+    """The part of stream ``a`` that is not ``b`` (``b`` is a prefix of ``a``)."""
+
+    def sub(x: Value, y: Value) -> Value:
+        return None if x is None else x - y
+
+    return Stream(a.nbytes - b.nbytes, sub(a.occupied, b.occupied), sub(a.wave_bytes, b.wave_bytes))
+
+
+def load_streams(
+    ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, work: TaskWork, sched: Schedule
+) -> Loads:
+    """The largest task's input and filter loads, split as ``Loads`` says. The first tiles
+    are one buffer tile of each operand (an input step, one filter slice per output channel;
+    ``input_parallel``: the input batch and one output channel's filter tile), no more than
+    the task loads itself from main memory (a share-group member loads ``1/m`` of the
+    input)."""
+    w = k.word_bytes
+    in_bytes, filter_bytes = work.offchip_input_words * w, work.filter_words * w
+    first_in = ops.min(l1.tile_words["input"] * w, in_bytes)
+    first_filter = ops.min(l1.tile_words["filter"] * w, filter_bytes)
+    double, single = split_streams(ops, q, k, sched, in_bytes, filter_bytes)
+    first, _ = split_streams(ops, q, k, sched, first_in, first_filter)
+    return Loads(
+        first, minus(ops, double, first), single, in_bytes - first_in, filter_bytes - first_filter
+    )
+
+
 def round_trip_wait(ops: Ops, k: Consts, depth: Value, nbytes: Value, in_flight: Value) -> Value:
     """Cycles a double-buffered stream of ``nbytes`` needs to keep ``in_flight`` bytes in
     flight over the round trip (0 when single buffered: ``depth - 1`` is a 0/1 flag)."""
     return ops.cdiv(ops.mul(ops.mul(depth - 1, nbytes), k.latency_cycles), in_flight)
 
 
-def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, work: TaskWork) -> Value:
+def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Loads) -> Value:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
     each cover the round trip), so a tiny filter buffer is not rescued by a big input buffer:
-    every filter tile then waits a whole round trip."""
+    every filter tile then waits a whole round trip. The first tiles' round trip is the task's
+    start-up ``L``; the law paces the tiles after them."""
     w = k.word_bytes
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
     in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
     return ops.max(
-        round_trip_wait(
-            ops, k, q.input_buffer_depth, work.offchip_input_words * w, in_flight_input
-        ),
-        round_trip_wait(ops, k, q.filter_buffer_depth, work.filter_words * w, in_flight_filter),
+        round_trip_wait(ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input),
+        round_trip_wait(ops, k, q.filter_buffer_depth, loads.rest_filter_bytes, in_flight_filter),
     )
 
 
 @dataclass(frozen=True)
 class DmaCycles:
-    """DMA time of the largest task: ``overlapped`` runs under compute (double-buffered
-    streams, forwarding, set-ups), ``exposed`` serialises with it (single-buffered loads, each
-    paying the round trip)."""
+    """DMA time of the largest task: ``prologue`` loads the first tiles before compute can
+    start, ``overlapped`` runs under compute (the rest of the double-buffered streams,
+    forwarding, set-ups), ``exposed`` serialises with it (single-buffered loads, each paying
+    the round trip)."""
 
+    prologue: Value
     overlapped: Value
     exposed: Value
 
@@ -609,22 +654,40 @@ def dma_cycles(
     rates: StreamRates,
 ) -> DmaCycles:
     """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
-    (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer (an
-    input step, a filter tile per output channel and step, a store) pays the set-up."""
-    double, single = load_streams(ops, q, k, work, sched)
-    little = little_cycles(ops, q, k, l1, work)
+    (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer pays
+    the set-up: each 2D transfer of an input step (``tiling.input_transfers``: one per slice
+    and image for a band of partial rows), a filter tile per output channel and step, a
+    store; and a run shorter than a bus beat occupies the whole beat.
+
+    A buffer hides the loads of data "loaded once per inner loop iteration" (Sec. 2.1.2)
+    behind the iteration before, so the first tile of each stream has nothing to hide behind:
+    its transfer is the pipeline's prologue, paid before compute starts. A task of one or two
+    input steps is thus mostly prologue."""
+    loads = load_streams(ops, q, k, l1, work, sched)
+    little = little_cycles(ops, q, k, l1, loads)
     filter_loads = ops.mul(work.steps, q.stack_out_channels_max)
-    transfers = work.steps + filter_loads + ops.choose(q.algorithm, [1, 1, 0])
+    # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
+    # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
+    step_overhead = ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead)
+    first_overhead = ops.mul(q.input_buffer_depth - 1, step_overhead) + ops.mul(
+        q.filter_buffer_depth - 1, k.dma_setup_cycles
+    )
+    overhead = (
+        ops.mul(work.steps, step_overhead)
+        + (filter_loads + ops.choose(q.algorithm, [1, 1, 0])) * k.dma_setup_cycles
+        - first_overhead
+    )
     overlapped = (
-        ops.max(stream_cycles(ops, k, rates, double), little)
+        ops.max(stream_cycles(ops, k, rates, loads.rest), little)
         + ops.cdiv(work.forwarded_words * k.word_bytes, k.dma_bytes_per_cycle)
-        + transfers * k.dma_setup_cycles
+        + overhead
     )
     single_loads = ops.mul(2 - q.input_buffer_depth, work.steps) + ops.mul(
         2 - q.filter_buffer_depth, filter_loads
     )
-    exposed = stream_cycles(ops, k, rates, single) + single_loads * k.latency_cycles
-    return DmaCycles(overlapped, exposed)
+    exposed = stream_cycles(ops, k, rates, loads.single) + single_loads * k.latency_cycles
+    prologue = stream_cycles(ops, k, rates, loads.first) + first_overhead
+    return DmaCycles(prologue, overlapped, exposed)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
@@ -654,9 +717,15 @@ def exposed_store_cycles(
 
 
 def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value) -> Value:
-    """The largest task: ``L`` to start, compute overlapped with the double-buffered streams,
-    then what cannot overlap (module docstring)."""
-    return k.latency_cycles + ops.max(compute, dma.overlapped) + dma.exposed + exposed_store
+    """The largest task: ``L`` and the first tiles to start, compute overlapped with the rest
+    of the double-buffered streams, then what cannot overlap (module docstring)."""
+    return (
+        k.latency_cycles
+        + dma.prologue
+        + ops.max(compute, dma.overlapped)
+        + dma.exposed
+        + exposed_store
+    )
 
 
 def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
@@ -837,6 +906,7 @@ def evaluate(
         "active_clusters": sched.active,
         "task_cycles": task,
         "compute_cycles": compute,
+        "prologue_dma_cycles": dma.prologue,
         "overlapped_dma_cycles": dma.overlapped,
         "exposed_dma_cycles": dma.exposed,
         "reduction_cycles": ops.mul(sched.phases, reduction),  # over all phases

@@ -21,6 +21,7 @@ from autotune.tiling import (
     dma_efficiency,
     filter_runs,
     input_runs,
+    input_transfers,
     output_runs,
 )
 
@@ -94,8 +95,39 @@ def inverse_efficiency(
     return np.ceil(SCALE / eff - 1e-9).astype(np.int64)
 
 
+def input_step_runs(layer: Layer, rows_in: int, cols_in: int, in_c: int) -> tuple[int, int]:
+    """(runs, 2D transfers) of one image's full input step: ``in_c`` slices of the largest
+    band, in the layout ``tiling`` defines."""
+    runs = int(input_runs(layer, rows_in, cols_in, in_c)[1])
+    return runs, int(input_transfers(layer, rows_in, cols_in, 1, 1, in_c))
+
+
+def dma_overhead_cycles(
+    machine: Machine,
+    run_words: npt.NDArray[np.int64] | int,
+    runs: npt.NDArray[np.int64] | int,
+    transfers: npt.NDArray[np.int64] | int,
+    wb: int,
+) -> npt.NDArray[np.int64]:
+    """DMA engine cycles of ``transfers`` 2D transfers of ``runs`` runs of ``run_words`` words
+    beyond their payload at the port's full width: a set-up per transfer, and the idle part
+    of each run's last bus beat (a run shorter than a beat, e.g. a 7-word row of a 2D band,
+    still occupies a whole beat: the next run is not contiguous)."""
+    width = machine.dma_bytes_per_cycle
+    run_bytes = np.asarray(run_words, dtype=np.int64) * wb
+    runs = np.asarray(runs, dtype=np.int64)
+    beats = runs * -(-run_bytes // width)
+    return np.asarray(
+        np.asarray(transfers, dtype=np.int64) * machine.dma_setup_cycles
+        + beats
+        - -(-(runs * run_bytes) // width),
+        dtype=np.int64,
+    )
+
+
 def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
-    """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers."""
+    """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers, and the
+    DMA engine's overhead cycles of one image's input step (``dma_overhead_cycles``)."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
     runs = {
@@ -114,10 +146,16 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
             True,
         ),
     }
-    return {
+    q = {
         name: int(inverse_efficiency(machine, words * wb, write))
         for name, (words, write) in runs.items()
     }
+    rows_in, cols_in = int(rows.in_size.max()), int(cols.in_size.max())
+    count, transfers = input_step_runs(layer, rows_in, cols_in, in_c)
+    q["input_step_dma_overhead"] = int(
+        dma_overhead_cycles(machine, runs["input_inverse_efficiency"][0], count, transfers, wb)
+    )
+    return q
 
 
 def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:

@@ -22,9 +22,11 @@ from autotune.model.footprint import footprint
 from autotune.model.formulas import ALGORITHM_CODES
 from autotune.model.quantities import (
     batch_quantities,
+    dma_overhead_cycles,
     filter_run_words,
     in_step_quantities,
     input_run_words,
+    input_step_runs,
     inverse_efficiency,
     output_run_words,
     spatial_quantities,
@@ -375,6 +377,9 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     tables["input_run_words"] = [
         input_run_words(layer, ri, ci, c) for ri, ci, _, _ in extents for c in in_cs
     ]
+    step_runs = [input_step_runs(layer, ri, ci, c) for ri, ci, _, _ in extents for c in in_cs]
+    tables["input_step_run_count"] = [runs for runs, _ in step_runs]
+    tables["input_step_transfers"] = [transfers for _, transfers in step_runs]
     tables["filter_run_words"] = [filter_run_words(layer, c) for c in in_cs]
     tables["output_run_words"] = [
         output_run_words(layer, ro, co, s)
@@ -433,18 +438,31 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "input_inverse_efficiency": ("input_run_words", ("spatial", "in_c"), False),
     "filter_inverse_efficiency": ("filter_run_words", ("in_c",), False),
     "output_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), True),
+    # Not an efficiency: the DMA engine's overhead of one image's input step (set-ups, idle
+    # beat ends; ``quantities.dma_overhead_cycles``), from the same runs.
+    "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),
 }
 
 
 def efficiency_tables(
     space: SearchSpace, machine: Machine, precision: str
 ) -> dict[str, np.ndarray]:
-    """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs."""
+    """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs, and
+    the DMA engine's overhead of an input step."""
     wb = word_bytes(precision)
-    return {
+    tables = {
         name: inverse_efficiency(machine, space.tables[run] * wb, write)
         for name, (run, _, write) in RUN_SOURCE.items()
+        if name != "input_step_dma_overhead"
     }
+    tables["input_step_dma_overhead"] = dma_overhead_cycles(
+        machine,
+        space.tables["input_run_words"],
+        space.tables["input_step_run_count"],
+        space.tables["input_step_transfers"],
+        wb,
+    )
+    return tables
 
 
 def flat_index(space: SearchSpace, variables: tuple[str, ...], index: dict[str, Any]) -> Any:
