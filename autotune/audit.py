@@ -46,7 +46,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import OBJECTIVES, SEARCH_MODES
 from autotune.model.analysis import Analysis
-from autotune.result import LayerResult, TuneResult, totals_of
+from autotune.result import LayerResult, TuneResult
 from autotune.search.ilp.model import count_candidates
 from autotune.search.solve import OBJECTIVE_FIGURE
 from autotune.search.space import SearchSpace, search_space
@@ -120,16 +120,7 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
         by_name.setdefault(rec.name, None if rebuilt is None else (rebuilt.layer, rebuilt.mapping))
     if len(layers) != len(schedule.layers) or not layers:
         return ScheduleAudit(str(path), findings, None)
-    result = TuneResult(
-        schedule.network,
-        schedule.batch,
-        schedule.precision,
-        schedule.objective,
-        schedule.seed,
-        machine,
-        layers,
-        totals_of(layers, machine, schedule.precision, schedule.batch),
-    )
+    result = TuneResult.of_schedule(schedule, machine, layers)
     findings += _totals_findings(schedule, result)
     return ScheduleAudit(str(path), findings, result)
 

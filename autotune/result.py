@@ -129,6 +129,14 @@ class TuneResult:
                     layer, mapping, predicted, search_report(rec.search), trials=rec.search.trials
                 )
             )
+        return cls.of_schedule(schedule, machine, layers)
+
+    @classmethod
+    def of_schedule(
+        cls, schedule: ScheduleFile, machine: Machine, layers: list[LayerResult]
+    ) -> TuneResult:
+        """A result with a schedule file's header (network, batch, precision, objective, seed)
+        and ``layers`` rebuilt from it; the totals are recomputed from the layers."""
         return cls(
             schedule.network,
             schedule.batch,
