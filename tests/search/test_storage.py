@@ -312,13 +312,15 @@ def test_an_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     with pytest.warns(StorageWarning, match="kept in memory"):
         assert prepare_storage(None) is None
-    if os.geteuid() != 0:  # root writes anywhere
-        folder = tmp_path / "ro"
-        (folder / "autotune").mkdir(parents=True)
-        (folder / "autotune").chmod(0o500)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
-        with pytest.warns(StorageWarning, match="cannot write"):
-            assert prepare_storage(None) is None
+    folder = tmp_path / "ro"
+    (folder / "autotune").mkdir(parents=True)
+    (folder / "autotune").chmod(0o500)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    if os.geteuid() == 0:  # root writes anywhere: pretend it cannot
+        monkeypatch.setattr(storage.os, "access", lambda path, mode: False)
+    with pytest.warns(StorageWarning, match="cannot write the cache folder"):
+        assert prepare_storage(None) is None
+    assert list((folder / "autotune").iterdir()) == []
 
 
 def test_an_unwritable_cache_is_one_warning_line_on_the_command_line(tmp_path):
