@@ -15,6 +15,7 @@ Also here: the library calls behind the commands that read a schedule file back
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -206,6 +207,11 @@ def _solve_job(job: _SolveJob) -> LayerSolution:
     return solve_layer(job.layer, job.machine, str(opts.precision), int(opts.batch or 1), opts)
 
 
+def _ignore_interrupts() -> None:
+    """Worker processes leave Ctrl-C to the parent, which stops them (``solve_network``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def solve_network(
     network: Network,
     machine: Machine,
@@ -232,11 +238,20 @@ def solve_network(
             if progress:
                 progress(sol.layer.name)
     else:
-        with ProcessPoolExecutor(max_workers=processes) as pool:
+        pool = ProcessPoolExecutor(max_workers=processes, initializer=_ignore_interrupts)
+        try:
             for sol in pool.map(_solve_job, jobs):
                 solved[sol.layer.shape_key()] = sol
                 if progress:
                     progress(sol.layer.name)
+        except BaseException:
+            # Ctrl-C (or any failure): stop the workers now instead of waiting for their
+            # solves; the interrupt reaches only this process, which ends them.
+            for worker in list(getattr(pool, "_processes", {}).values()):
+                worker.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     out = []
     for layer in network.layers:
         sol = solved[layer.shape_key()]

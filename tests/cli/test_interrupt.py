@@ -1,0 +1,32 @@
+"""Ctrl-C while the layers are being solved in worker processes stops the run at once:
+one line, exit 130, no worker left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ctrl_c_during_the_parallel_solve(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", "examples/resnet50.yaml", "--no-verify"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(4)  # start-up, then the process pool is solving the distinct shapes
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - start < 15
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert lines == ["interrupted"], lines
