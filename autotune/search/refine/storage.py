@@ -248,8 +248,10 @@ def _open(url: str) -> optuna.storages.RDBStorage:
 
 
 def _check_sqlite_file(path: Path) -> None:
-    """A file that exists must be an SQLite database with Optuna's tables (or none yet) and
-    pass SQLite's quick check. Read-only: nothing is changed or deleted."""
+    """A file that exists must be an SQLite database with Optuna's tables (or none yet; or
+    some: another process may be creating them right now, or a creation was killed, and
+    Optuna completes them) and pass SQLite's quick check. Read-only, and before the lock file
+    is made: nothing is changed, added or deleted."""
     if not path.exists():
         return
     if not path.is_file():
@@ -273,7 +275,7 @@ def _check_sqlite_file(path: Path) -> None:
             f"{path} is a damaged SQLite database ({check}); nothing was deleted: move it "
             f"away, or {_WAYS_OUT}"
         )
-    if tables and not OPTUNA_TABLES <= tables:
+    if tables and not tables & OPTUNA_TABLES:
         shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
         raise StorageError(
             f"{path} is an SQLite database of another application (tables {shown}), not "
