@@ -26,7 +26,7 @@ from autotune.io.limits import (
     read_text_bounded,
 )
 from autotune.io.machine_yaml import machine_from_description
-from autotune.ir.layer import Layer, LayerError, Network
+from autotune.ir.layer import Layer, LayerError, LayerKind, Network
 from autotune.ir.mapping import Buffers, Mapping, Tile
 from autotune.ir.precision import word_bytes
 
@@ -150,7 +150,7 @@ class VerifiedRecord(_Model):
 
 class LayerRecord(_Model):
     name: str
-    kind: Literal["conv", "fc"]
+    kind: LayerKind
     shape: ShapeRecord
     mapping: MappingRecord
     predicted: PredictedRecord

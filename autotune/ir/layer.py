@@ -4,6 +4,30 @@ Notation follows the report (seed 000, Table 1) generalised to non-square volume
 ``h_in × w_in × c_in`` is the input volume (W_I × W_I × D_I in the report), ``c_out`` is D_O,
 ``kernel_h × kernel_w`` is F × F, ``stride_*`` is S and ``pad_*`` is P. A fully-connected layer is
 the convolution whose kernel covers the whole input (report Sec. 1.1: F = W_I, S = 1, P = 0).
+
+The other operators a network keeps after folding and fusion (``autotune.ir.lowering``) are
+layers of the same shape language, so that one tiling, one cost model, one simulator and one
+executor serve them all:
+
+- ``maxpool`` / ``avgpool``: a depthwise window (``groups = c_in = c_out``) without weights;
+  a global average pool is the ``avgpool`` whose kernel covers the input (as ``fc`` is to
+  ``conv``). ``ceil_mode`` rounds the output size up (the last window may overhang the
+  padded input: its missing taps are skipped); ``count_include_pad`` says whether an average
+  divides by the padded taps (ONNX's default: no).
+- ``add``: an elementwise sum of ``n`` tensors of ``c_out`` channels, as a grouped 1×1 layer
+  with ``groups = c_out`` and ``c_in = n · c_out``: group ``g`` reads input channels
+  ``g·n … g·n + n − 1``, i.e. the input volume interleaves the operands (channel ``g·n + i``
+  is channel ``g`` of operand ``i``). Traffic and tiling are those of the ``n`` operands.
+- ``activation``: an elementwise function alone (its ``epilogue.activation``), a depthwise
+  1×1 layer without weights.
+- ``upsample``: nearest-neighbour by the integer ``upscale`` (each input pixel becomes an
+  ``upscale × upscale`` block), depthwise, without weights.
+- ``softmax``: over the channels of each pixel; every output channel reads every input
+  channel of its pixel (``groups = 1``), so a mapping keeps all channels in one stack.
+
+Every layer may carry an ``Epilogue``: what its output store applies, in order: a per-channel
+bias (a folded batch norm), a residual operand of the output's shape added elementwise, an
+activation.
 """
 
 from __future__ import annotations
@@ -11,7 +35,82 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-LayerKind = Literal["conv", "fc"]
+LayerKind = Literal["conv", "fc", "maxpool", "avgpool", "add", "activation", "upsample", "softmax"]
+#: Every layer kind, in the order documentation lists them.
+LAYER_KINDS: tuple[str, ...] = (
+    "conv",
+    "fc",
+    "maxpool",
+    "avgpool",
+    "add",
+    "activation",
+    "upsample",
+    "softmax",
+)
+#: Kinds with weights (filters); the others read only activations.
+WEIGHTED_KINDS = frozenset({"conv", "fc"})
+#: Kinds that are depthwise by construction: ``groups == c_out`` (``add``: ``c_in = n·c_out``).
+DEPTHWISE_KINDS = frozenset({"maxpool", "avgpool", "add", "activation", "upsample"})
+
+ActivationKind = Literal["relu", "clip", "leaky_relu", "sigmoid", "silu", "hardswish"]
+#: FPU operations one output word of each activation costs. ASSUMPTION (no seed gives them):
+#: a compare or a multiply-add per simple step; sigmoid and silu are counted as an exp by a
+#: short polynomial (about 8 operations) plus a division, as Snitch-class cores have no
+#: transcendental unit.
+ACTIVATION_OPS: dict[str, int] = {
+    "relu": 1,
+    "clip": 2,
+    "leaky_relu": 2,
+    "sigmoid": 10,
+    "silu": 11,
+    "hardswish": 4,
+}
+#: FPU operations per output word of a softmax: the exp (as for sigmoid), the running sum
+#: and the final scale. ASSUMPTION, as ``ACTIVATION_OPS``.
+SOFTMAX_OPS = 10
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An elementwise function: ``relu``; ``clip`` to ``[low, high]`` (ReLU6 is ``clip`` 0..6);
+    ``leaky_relu`` with slope ``alpha`` below zero; ``sigmoid``; ``silu`` (x·sigmoid(x));
+    ``hardswish`` (x·clip(x + 3, 0, 6) / 6)."""
+
+    kind: ActivationKind
+    alpha: float = 0.01
+    low: float = 0.0
+    high: float = 6.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ACTIVATION_OPS:
+            raise ValueError(f"unknown activation {self.kind!r}")
+        if self.kind == "clip" and not self.low <= self.high:
+            raise ValueError(f"clip needs low <= high, got {self.low} > {self.high}")
+
+    @property
+    def ops(self) -> int:
+        return ACTIVATION_OPS[self.kind]
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a layer's output store applies to each output word, in this order: ``+ bias[c]``
+    (a batch norm folded into the weights leaves a bias), ``+ residual`` (one more operand of
+    the output's shape, read from memory: a fused elementwise add), ``activation``."""
+
+    bias: bool = False
+    residual: bool = False
+    activation: Activation | None = None
+
+    @property
+    def ops(self) -> int:
+        """FPU operations per output word."""
+        act = self.activation.ops if self.activation is not None else 0
+        return int(self.bias) + int(self.residual) + act
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.bias and not self.residual and self.activation is None
 
 
 @dataclass(frozen=True)
@@ -38,6 +137,10 @@ class Layer:
     pad_h: int = 0
     pad_w: int = 0
     groups: int = 1
+    upscale: int = 1
+    ceil_mode: bool = False
+    count_include_pad: bool = False
+    epilogue: Epilogue = field(default_factory=Epilogue)
 
     def __post_init__(self) -> None:
         for name in (
@@ -50,6 +153,7 @@ class Layer:
             "stride_h",
             "stride_w",
             "groups",
+            "upscale",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -58,8 +162,13 @@ class Layer:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise LayerError(self.name, name, f"must be a non-negative integer, got {value!r}")
-        if self.kind not in ("conv", "fc"):
-            raise LayerError(self.name, "kind", f"must be 'conv' or 'fc', got {self.kind!r}")
+        if self.kind not in LAYER_KINDS:
+            raise LayerError(
+                self.name, "kind", f"must be one of {', '.join(LAYER_KINDS)}, got {self.kind!r}"
+            )
+        if not isinstance(self.epilogue, Epilogue):
+            raise LayerError(self.name, "epilogue", f"must be an Epilogue, got {self.epilogue!r}")
+        self._check_kind()
         if self.kind == "fc":
             expected = dict(
                 kernel_h=self.h_in,
@@ -107,6 +216,42 @@ class Layer:
             # A padding at least as wide as the kernel yields output pixels that see only zeros.
             raise LayerError(self.name, "padding", "padding must be smaller than the kernel")
 
+    def _check_kind(self) -> None:
+        """The structure each non-conv kind has by definition (module docstring)."""
+        kind = self.kind
+        if kind != "upsample" and self.upscale != 1:
+            raise LayerError(self.name, "upscale", "only an upsample layer has a scale")
+        if kind not in ("maxpool", "avgpool") and self.ceil_mode:
+            raise LayerError(self.name, "ceil_mode", "only a pooling layer has a ceil mode")
+        if kind in WEIGHTED_KINDS:
+            return
+        if kind in DEPTHWISE_KINDS and self.groups != self.c_out:
+            raise LayerError(
+                self.name, "groups", f"a {kind} layer is depthwise: groups must be {self.c_out}"
+            )
+        if kind == "add":
+            if self.c_in < 2 * self.c_out or self.c_in % self.c_out:
+                raise LayerError(
+                    self.name, "c_in", "an add layer reads n >= 2 operands: c_in = n * c_out"
+                )
+        elif self.c_in != self.c_out:
+            raise LayerError(self.name, "c_out", f"a {kind} layer keeps the channel count")
+        if kind == "softmax" and self.groups != 1:
+            raise LayerError(self.name, "groups", "a softmax reads all channels: groups = 1")
+        if kind not in ("maxpool", "avgpool") and (
+            self.kernel_h,
+            self.kernel_w,
+            self.stride_h,
+            self.stride_w,
+            self.pad_h,
+            self.pad_w,
+        ) != (1, 1, 1, 1, 0, 0):
+            raise LayerError(self.name, "kernel", f"a {kind} layer is 1x1 with stride 1")
+        if kind == "activation" and self.epilogue.activation is None:
+            raise LayerError(self.name, "epilogue", "an activation layer needs its function")
+        if self.epilogue.bias:
+            raise LayerError(self.name, "epilogue", f"a {kind} layer has no bias")
+
     @classmethod
     def fc(cls, name: str, h_in: int, w_in: int, c_in: int, c_out: int) -> Layer:
         """A fully-connected layer over an ``h_in × w_in × c_in`` volume (report Sec. 1.1)."""
@@ -116,11 +261,15 @@ class Layer:
     @property
     def h_out(self) -> int:
         """Output height, W_O = (W_I + 2P - F)/S + 1 (report Sec. 1.1)."""
-        return (self.h_in + 2 * self.pad_h - self.kernel_h) // self.stride_h + 1
+        return out_size(
+            self.h_in, self.kernel_h, self.stride_h, self.pad_h, self.ceil_mode, self.upscale
+        )
 
     @property
     def w_out(self) -> int:
-        return (self.w_in + 2 * self.pad_w - self.kernel_w) // self.stride_w + 1
+        return out_size(
+            self.w_in, self.kernel_w, self.stride_w, self.pad_w, self.ceil_mode, self.upscale
+        )
 
     @property
     def cin_per_group(self) -> int:
@@ -134,10 +283,50 @@ class Layer:
     def is_depthwise(self) -> bool:
         return self.groups > 1 and self.groups == self.c_in == self.c_out
 
+    @property
+    def operands(self) -> int:
+        """Input tensors the layer reads: ``n`` for an add, else 1 (a residual not counted)."""
+        return self.c_in // self.c_out if self.kind == "add" else 1
+
     # -- sizes in words, per image ---------------------------------------------------------
     @property
+    def ops_per_output(self) -> int:
+        """FPU operations per output word: the MACs of a conv or fc (every output sums over
+        its group's inputs and the kernel), one compare or add per tap of a pool, ``n - 1``
+        adds of an add (at least one), the elementwise function, a move per upsampled word,
+        the softmax's exp, sum and scale; plus the epilogue's operations."""
+        kind = self.kind
+        if kind in WEIGHTED_KINDS:
+            body = self.cin_per_group * self.kernel_h * self.kernel_w
+        elif kind in ("maxpool", "avgpool"):
+            body = self.kernel_h * self.kernel_w
+        elif kind == "add":
+            body = self.operands - 1
+        elif kind == "softmax":
+            body = SOFTMAX_OPS
+        else:  # activation (its function is the epilogue's), upsample (a move)
+            body = 0 if kind == "activation" else 1
+        return body + self.epilogue.ops
+
+    @property
+    def ops(self) -> int:
+        """FPU operations for one image (``ops_per_output`` per output word)."""
+        return self.output_words * self.ops_per_output
+
+    @property
+    def filter_words_per_output(self) -> int:
+        """Filter words one output channel reads per input slice step: the kernel of a conv or
+        fc, nothing for the kinds without weights."""
+        if self.kind not in WEIGHTED_KINDS:
+            return 0
+        return self.cin_per_group * self.kernel_h * self.kernel_w
+
+    @property
     def macs(self) -> int:
-        """MACs for one image: every output word sums over its group's inputs and the kernel."""
+        """MACs for one image: every output word sums over its group's inputs and the kernel
+        (0 for the kinds without weights: their work is ``ops``)."""
+        if self.kind not in WEIGHTED_KINDS:
+            return 0
         return (
             self.h_out
             * self.w_out
@@ -157,10 +346,18 @@ class Layer:
 
     @property
     def weight_words(self) -> int:
-        """Filter parameters, F·F·D_I·D_O for a dense layer (report Sec. 1.1), per group."""
-        return self.c_out * self.cin_per_group * self.kernel_h * self.kernel_w
+        """Filter parameters, F·F·D_I·D_O for a dense layer (report Sec. 1.1), per group; 0 for
+        the kinds without weights. (A folded bias, ``c_out`` words, is not counted: it is
+        read once per stack with the epilogue and is below 0.1 % of the weights of the
+        example networks.)"""
+        return self.c_out * self.filter_words_per_output
 
-    def shape_key(self) -> tuple[int, ...]:
+    @property
+    def residual_words(self) -> int:
+        """Words of the residual operand the epilogue reads, per image (0 without one)."""
+        return self.output_words if self.epilogue.residual else 0
+
+    def shape_key(self) -> tuple[object, ...]:
         """Everything but the name: layers with equal keys have equal mappings and costs."""
         return (
             self.h_in,
@@ -175,7 +372,27 @@ class Layer:
             self.pad_w,
             self.groups,
             int(self.kind == "fc"),
+            self.kind,
+            self.upscale,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.epilogue,
         )
+
+
+def out_size(n_in: int, kernel: int, stride: int, pad: int, ceil_mode: bool, upscale: int) -> int:
+    """Output extent along one axis: (n + 2P - F)/S + 1 rounded down (report Sec. 1.1), or
+    up in ceil mode with the last window starting inside the input or its left padding (as
+    ONNX and PyTorch define it); ``n · upscale`` for an upsample."""
+    if upscale != 1:
+        return n_in * upscale
+    span = n_in + 2 * pad - kernel
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    if (out - 1) * stride >= n_in + pad:
+        out -= 1
+    return out
 
 
 class LayerError(ValueError):

@@ -176,7 +176,7 @@ def validate_kann(
         cycles = r.cycles  # simulated: tune simulates every layer
         bound_layers[r.predicted.bound] += 1
         bound_cycles[r.predicted.bound] += cycles
-    kann_of: dict[tuple[int, ...], tuple[int, str] | None] = {}
+    kann_of: dict[tuple[object, ...], tuple[int, str] | None] = {}
     kann_total, strategy = 0, {"spatial": 0, "channel": 0, "none": 0}
     if kann:
         for r in result.layers:

@@ -1,0 +1,385 @@
+"""A network as a graph: operators in topological order, each naming its input tensors.
+
+A tensor is named after the operator that produces it (one output per operator) or is one of
+the network's inputs (``Graph.inputs``). Shapes are per image, ``(h, w, c)``
+(the volume's height, width and channels, laid out channel-major as the report's depth
+slices: NCHW for the batch). ``flatten`` is a view: its output has shape ``(1, 1, h·w·c)``
+over the same bytes, in NCHW order (channel, then row, then column), as ONNX ``Flatten``.
+
+``make_operator`` infers an operator's output shape from its inputs' shapes and checks the
+fields its kind needs; ``Graph`` checks that the operators form a DAG in topological order
+with unique names and known inputs. Errors are ``GraphError``s naming the operator (and,
+for a mismatch between a producer and a consumer, both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autotune.ir.layer import out_size
+
+OpKind = Literal[
+    "conv",
+    "fc",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "add",
+    "concat",
+    "upsample",
+    "relu",
+    "relu6",
+    "clip",
+    "leaky_relu",
+    "sigmoid",
+    "silu",
+    "hardswish",
+    "batchnorm",
+    "flatten",
+    "softmax",
+]
+#: Every operator kind of ``network.yaml`` (``clip`` is ReLU6 with other bounds, from ONNX).
+OP_KINDS: tuple[str, ...] = (
+    "conv",
+    "fc",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "add",
+    "concat",
+    "upsample",
+    "relu",
+    "relu6",
+    "clip",
+    "leaky_relu",
+    "sigmoid",
+    "silu",
+    "hardswish",
+    "batchnorm",
+    "flatten",
+    "softmax",
+)
+#: Elementwise functions of one operand (they may fuse into their producer's epilogue).
+ACTIVATION_KINDS = frozenset(
+    {"relu", "relu6", "clip", "leaky_relu", "sigmoid", "silu", "hardswish"}
+)
+#: Kinds that read exactly one input tensor.
+UNARY_KINDS = frozenset(OP_KINDS) - {"add", "concat"}
+
+Shape = tuple[int, int, int]
+Pair = tuple[int, int]
+
+
+class GraphError(ValueError):
+    """An operator that does not fit the graph; names the operator, the field and, for a
+    mismatch with the tensor it reads, the producer."""
+
+    def __init__(self, op: str, field_name: str, message: str, producer: str | None = None) -> None:
+        where = f"layer {op!r}"
+        if producer is not None:
+            where += f" (input from {producer!r})"
+        super().__init__(f"{where}, field {field_name!r}: {message}")
+        self.op = op
+        self.field = field_name
+        self.reason = message
+        self.producer = producer
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator of the graph with its output shape (inferred by ``make_operator``).
+
+    Fields beyond ``name``, ``kind``, ``inputs`` and ``shape`` are those of the ONNX
+    counterpart, used by the kinds that have them: ``out_channels``, ``kernel``, ``stride``,
+    ``padding`` (zeros on each side, ``(h, w)``), ``dilation``, ``groups`` (conv);
+    ``kernel``, ``stride``, ``padding``, ``ceil_mode``, ``count_include_pad`` (pools);
+    ``scale`` (upsample); ``alpha`` (leaky relu); ``low``/``high`` (clip; relu6 is 0..6);
+    ``epsilon`` (batch norm, whose statistics are weights). ``shape`` is the output, per image.
+    """
+
+    name: str
+    kind: OpKind
+    inputs: tuple[str, ...]
+    shape: Shape
+    out_channels: int = 0
+    kernel: Pair = (1, 1)
+    stride: Pair = (1, 1)
+    padding: Pair = (0, 0)
+    dilation: Pair = (1, 1)
+    groups: int = 1
+    ceil_mode: bool = False
+    count_include_pad: bool = False
+    scale: int = 1
+    alpha: float = 0.01
+    low: float = 0.0
+    high: float = 6.0
+    epsilon: float = 1e-5
+
+    @property
+    def weight_words(self) -> int:
+        """Parameters stored with the operator (conv/fc filters, batch norm's four vectors)."""
+        if self.kind == "conv":
+            return (
+                self.out_channels
+                * (self.in_channels // self.groups)
+                * self.kernel[0]
+                * self.kernel[1]
+            )
+        if self.kind == "fc":
+            return self.out_channels * self.in_words
+        if self.kind == "batchnorm":
+            return 4 * self.shape[2]
+        return 0
+
+    # the input volume of a single-input operator, recorded at construction
+    in_shape: Shape = field(default=(0, 0, 0), compare=False)
+
+    @property
+    def in_channels(self) -> int:
+        return self.in_shape[2]
+
+    @property
+    def in_words(self) -> int:
+        h, w, c = self.in_shape
+        return h * w * c
+
+
+def _pair(value: int | Iterable[int] | None, default: Pair) -> Pair:
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return (value, value)
+    h, w = value
+    return (int(h), int(w))
+
+
+def make_operator(
+    name: str,
+    kind: str,
+    inputs: Iterable[str],
+    input_shapes: Mapping[str, Shape],
+    *,
+    out_channels: int | None = None,
+    kernel: int | Iterable[int] | None = None,
+    stride: int | Iterable[int] | None = None,
+    padding: int | Iterable[int] | None = None,
+    dilation: int | Iterable[int] | None = None,
+    groups: int = 1,
+    ceil_mode: bool = False,
+    count_include_pad: bool = False,
+    scale: int | None = None,
+    alpha: float = 0.01,
+    low: float = 0.0,
+    high: float = 6.0,
+    epsilon: float = 1e-5,
+    shape: Iterable[int] | None = None,
+) -> Operator:
+    """The operator with its output shape inferred from ``input_shapes`` (tensor name ->
+    shape); every shape rule and field check of its kind. ``shape``, when given, is the
+    output shape the caller expects (checked). Raises ``GraphError``."""
+    inputs = tuple(inputs)
+    if kind not in OP_KINDS:
+        raise GraphError(name, "kind", f"must be one of {', '.join(OP_KINDS)}, got {kind!r}")
+    if not inputs:
+        raise GraphError(name, "inputs", "needs at least one input")
+    for tensor in inputs:
+        if tensor not in input_shapes:
+            raise GraphError(name, "inputs", f"no tensor named {tensor!r} before this layer")
+    if kind in UNARY_KINDS and len(inputs) != 1:
+        raise GraphError(name, "inputs", f"a {kind} layer reads one input, got {len(inputs)}")
+    if kind in ("add", "concat") and len(inputs) < 2:
+        raise GraphError(name, "inputs", f"a {kind} layer reads two or more inputs")
+    shapes = [input_shapes[t] for t in inputs]
+    in_shape = shapes[0]
+    h, w, c = in_shape
+    kernel_hw = _pair(kernel, (1, 1))
+    stride_hw = _pair(stride, (1, 1))
+    padding_hw = _pair(padding, (0, 0))
+    dilation_hw = _pair(dilation, (1, 1))
+
+    def window() -> Pair:
+        extent = [(k - 1) * d + 1 for k, d in zip(kernel_hw, dilation_hw, strict=True)]
+        for axis, size, ext, p in zip(("height", "width"), (h, w), extent, padding_hw, strict=True):
+            if ext > size + 2 * p:
+                raise GraphError(
+                    name,
+                    "kernel",
+                    f"kernel {axis} {ext} exceeds the padded input {axis} {size + 2 * p}",
+                    inputs[0],
+                )
+            if p >= ext:
+                raise GraphError(name, "padding", "padding must be smaller than the kernel")
+        return (
+            out_size(h, extent[0], stride_hw[0], padding_hw[0], ceil_mode, 1),
+            out_size(w, extent[1], stride_hw[1], padding_hw[1], ceil_mode, 1),
+        )
+
+    out: Shape
+    if kind in ("conv", "fc") and (out_channels is None or out_channels < 1):
+        raise GraphError(name, "out_channels", "required: a positive integer")
+    if kind in ("conv", "maxpool", "avgpool") and kernel is None:
+        raise GraphError(name, "kernel", f"required for a {kind} layer")
+    if kind == "conv":
+        assert out_channels is not None
+        if c % groups:
+            raise GraphError(
+                name, "groups", f"in channels {c} not divisible by groups {groups}", inputs[0]
+            )
+        if out_channels % groups:
+            raise GraphError(
+                name, "groups", f"out channels {out_channels} not divisible by groups {groups}"
+            )
+        ho, wo = window()
+        out = (ho, wo, out_channels)
+    elif kind == "fc":
+        assert out_channels is not None
+        out = (1, 1, out_channels)
+    elif kind in ("maxpool", "avgpool"):
+        ho, wo = window()
+        out = (ho, wo, c)
+    elif kind == "global_avgpool":
+        out = (1, 1, c)
+    elif kind == "add":
+        for tensor, other in zip(inputs[1:], shapes[1:], strict=True):
+            if other != in_shape:
+                raise GraphError(
+                    name,
+                    "inputs",
+                    f"operands differ in shape: {inputs[0]!r} is {list(in_shape)}, "
+                    f"{tensor!r} is {list(other)}",
+                    tensor,
+                )
+        out = in_shape
+    elif kind == "concat":
+        for tensor, other in zip(inputs[1:], shapes[1:], strict=True):
+            if other[:2] != in_shape[:2]:
+                raise GraphError(
+                    name,
+                    "inputs",
+                    f"concat operands differ in height x width: {inputs[0]!r} is "
+                    f"{in_shape[0]}x{in_shape[1]}, {tensor!r} is {other[0]}x{other[1]}",
+                    tensor,
+                )
+        out = (h, w, sum(s[2] for s in shapes))
+    elif kind == "upsample":
+        if scale is None or scale < 1:
+            raise GraphError(name, "scale", "required: a positive integer factor")
+        out = (h * scale, w * scale, c)
+    elif kind == "flatten":
+        out = (1, 1, h * w * c)
+    else:  # activations, batchnorm, softmax keep the shape
+        out = in_shape
+    if kind == "relu6":
+        low, high = 0.0, 6.0
+    if kind == "clip" and low > high:
+        raise GraphError(name, "low", f"clip bounds {low} > {high}")
+    if shape is not None and tuple(shape) != out:
+        raise GraphError(
+            name,
+            "out",
+            f"declared shape {list(shape)} but its inputs give {list(out)}",
+            inputs[0],
+        )
+    return Operator(
+        name=name,
+        kind=kind,  # type: ignore[arg-type]
+        inputs=inputs,
+        shape=out,
+        out_channels=out_channels or 0,
+        kernel=kernel_hw,
+        stride=stride_hw,
+        padding=padding_hw,
+        dilation=dilation_hw,
+        groups=groups,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        scale=scale or 1,
+        alpha=alpha,
+        low=low,
+        high=high,
+        epsilon=epsilon,
+        in_shape=in_shape,
+    )
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Operators in topological order over the network's input tensors.
+
+    ``inputs``: (name, shape) of each input tensor (one for a model; a list of independent
+    layers, as the flat ``network.yaml`` files before graphs, gives each layer its own).
+    ``outputs``: the tensors the network returns (by default those no operator reads).
+    Constructed only through checks: unique names, every input defined before it is read
+    (so the order is topological and there is no cycle).
+    """
+
+    name: str
+    inputs: tuple[tuple[str, Shape], ...]
+    ops: tuple[Operator, ...]
+    outputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        defined: set[str] = set()
+        for tensor, _ in self.inputs:
+            if tensor in defined:
+                raise GraphError(tensor, "inputs", "duplicate network input name")
+            defined.add(tensor)
+        for op in self.ops:
+            if op.name in defined:
+                raise GraphError(op.name, "name", "duplicate layer or tensor name")
+            for tensor in op.inputs:
+                if tensor not in defined:
+                    later = any(o.name == tensor for o in self.ops)
+                    why = (
+                        "is defined later: the graph has a cycle or is out of order"
+                        if later
+                        else "is not a layer of this network"
+                    )
+                    raise GraphError(op.name, "inputs", f"input {tensor!r} {why}")
+            defined.add(op.name)
+        if not self.outputs:
+            read = {t for op in self.ops for t in op.inputs}
+            outs = tuple(op.name for op in self.ops if op.name not in read)
+            object.__setattr__(self, "outputs", outs)
+        for tensor in self.outputs:
+            if tensor not in defined:
+                raise GraphError(tensor, "outputs", "not a tensor of this network")
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.inputs)
+
+    def op(self, name: str) -> Operator:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise KeyError(f"no operator named {name!r} in network {self.name!r}")
+
+    def shape(self, tensor: str) -> Shape:
+        for name, shape in self.inputs:
+            if name == tensor:
+                return shape
+        return self.op(tensor).shape
+
+    def consumers(self) -> dict[str, tuple[str, ...]]:
+        """Tensor name -> the operators that read it, in order."""
+        readers: dict[str, list[str]] = {name: [] for name, _ in self.inputs}
+        for op in self.ops:
+            readers.setdefault(op.name, [])
+            for tensor in op.inputs:
+                readers[tensor].append(op.name)
+        return {k: tuple(v) for k, v in readers.items()}
+
+    @property
+    def macs(self) -> int:
+        """MACs of one image: the conv and fc operators' (an independent count from the
+        operator fields, not from the lowered layers)."""
+        total = 0
+        for op in self.ops:
+            if op.kind == "conv":
+                total += op.shape[0] * op.shape[1] * op.weight_words
+            elif op.kind == "fc":
+                total += op.weight_words
+        return total
