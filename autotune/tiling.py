@@ -69,17 +69,48 @@ class SpatialAxis:
 
 
 def spatial_axis(
-    n_out: int, tile: int | None, n_in: int, kernel: int, stride: int, pad: int
+    n_out: int, tile: int | None, n_in: int, kernel: int, stride: int, pad: int, upscale: int = 1
 ) -> SpatialAxis:
-    """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo."""
+    """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo.
+
+    ``upscale``: an upsample's factor (kernel 1, stride 1, no padding): output ``i`` reads
+    input ``i // upscale``."""
     size = n_out if tile is None else min(tile, n_out)
     starts = np.arange(0, n_out, size, dtype=np.int64)
     sizes = np.minimum(size, n_out - starts)
     lo = starts * stride - pad
     hi = lo + (sizes - 1) * stride + kernel
+    if upscale != 1:
+        lo, hi = lo // upscale, (hi - 1) // upscale + 1
     lo_c = np.clip(lo, 0, n_in)
     hi_c = np.clip(hi, 0, n_in)
     return SpatialAxis(starts, sizes, lo_c, hi_c - lo_c)
+
+
+def row_axis(layer: Layer, tile: int | None) -> SpatialAxis:
+    """The layer's output rows cut in tiles of ``tile`` rows, with the input rows each reads."""
+    return spatial_axis(
+        layer.h_out,
+        tile,
+        layer.h_in,
+        layer.kernel_h,
+        layer.stride_h,
+        layer.pad_h,
+        layer.upscale,
+    )
+
+
+def col_axis(layer: Layer, tile: int | None) -> SpatialAxis:
+    """As ``row_axis``, for columns."""
+    return spatial_axis(
+        layer.w_out,
+        tile,
+        layer.w_in,
+        layer.kernel_w,
+        layer.stride_w,
+        layer.pad_w,
+        layer.upscale,
+    )
 
 
 def used_extent(n_out: int, n_in: int, kernel: int, stride: int, pad: int) -> int:
@@ -87,6 +118,16 @@ def used_extent(n_out: int, n_in: int, kernel: int, stride: int, pad: int) -> in
     taps = (np.arange(n_out)[:, None] * stride - pad + np.arange(kernel)[None, :]).ravel()
     taps = taps[(taps >= 0) & (taps < n_in)]
     return int(np.unique(taps).size)
+
+
+def used_input(layer: Layer) -> tuple[int, int]:
+    """(rows, columns) of the input some output reads (an upsample reads all of it)."""
+    if layer.upscale != 1:
+        return layer.h_in, layer.w_in
+    return (
+        used_extent(layer.h_out, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h),
+        used_extent(layer.w_out, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w),
+    )
 
 
 def chunks(total: int, size: int) -> IntArray:
@@ -454,12 +495,8 @@ def task_grid(
             f"tile.in_c {tile.in_c} exceeds the {int(stacks.in_size.max())} "
             f"input slices a stack reads"
         )
-    rows = spatial_axis(
-        layer.h_out, tile.out_h, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h
-    )
-    cols = spatial_axis(
-        layer.w_out, tile.out_w, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w
-    )
+    rows = row_axis(layer, tile.out_h)
+    cols = col_axis(layer, tile.out_w)
     return TaskGrid(
         layer,
         mapping,

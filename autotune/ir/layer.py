@@ -108,6 +108,13 @@ class Epilogue:
         act = self.activation.ops if self.activation is not None else 0
         return int(self.bias) + int(self.residual) + act
 
+    def key(self) -> tuple[object, ...]:
+        """The epilogue as plain values (JSON-serialisable, hashable)."""
+        act = self.activation
+        if act is None:
+            return (self.bias, self.residual, None, 0.0, 0.0, 0.0)
+        return (self.bias, self.residual, act.kind, act.alpha, act.low, act.high)
+
     @property
     def is_identity(self) -> bool:
         return not self.bias and not self.residual and self.activation is None
@@ -358,7 +365,8 @@ class Layer:
         return self.output_words if self.epilogue.residual else 0
 
     def shape_key(self) -> tuple[object, ...]:
-        """Everything but the name: layers with equal keys have equal mappings and costs."""
+        """Everything but the name, as plain values: layers with equal keys have equal
+        mappings and costs."""
         return (
             self.h_in,
             self.w_in,
@@ -376,7 +384,7 @@ class Layer:
             self.upscale,
             self.ceil_mode,
             self.count_include_pad,
-            self.epilogue,
+            *self.epilogue.key(),
         )
 
 

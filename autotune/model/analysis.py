@@ -12,7 +12,7 @@ from autotune.model.footprint import buffer_override, footprint_from
 from autotune.model.formulas import SCALE, consts, evaluate
 from autotune.model.ops import NumpyOps, as_int
 from autotune.model.quantities import grid_quantities
-from autotune.tiling import TaskGrid, task_grid, used_extent
+from autotune.tiling import TaskGrid, task_grid, used_input
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,8 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
 
 
 def compulsory_words(layer: Layer, batch: int = 1) -> tuple[int, int]:
-    """(load, store) words any mapping moves at least: every used input, weight, output once."""
-    rows = used_extent(layer.h_out, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h)
-    cols = used_extent(layer.w_out, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w)
-    return batch * rows * cols * layer.c_in + layer.weight_words, batch * layer.output_words
+    """(load, store) words any mapping moves at least: every used input, weight, residual
+    operand and output once."""
+    rows, cols = used_input(layer)
+    loads = batch * (rows * cols * layer.c_in + layer.residual_words) + layer.weight_words
+    return loads, batch * layer.output_words

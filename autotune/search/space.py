@@ -32,7 +32,7 @@ from autotune.model.quantities import (
     spatial_quantities,
     stack_quantities,
 )
-from autotune.tiling import MappingError, output_stacks, spatial_axis, task_grid
+from autotune.tiling import MappingError, col_axis, output_stacks, row_axis, task_grid
 
 
 def chunk_sizes(n: int) -> list[int]:
@@ -351,12 +351,8 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
         add(stack_quantities(output_stacks(layer, d)))
     extents = []  # per spatial value: the largest tile's (rows, cols) in and out
     for out_h, out_w in spatial:
-        rows = spatial_axis(
-            layer.h_out, out_h, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h
-        )
-        cols = spatial_axis(
-            layer.w_out, out_w, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w
-        )
+        rows = row_axis(layer, out_h)
+        cols = col_axis(layer, out_w)
         add(spatial_quantities(rows, cols))
         extents.append(
             (
