@@ -27,8 +27,9 @@ from autotune.chiplets import analyze, refinement_target, simulate, solve_layer,
 from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
-from autotune.ir.layer import Layer, Network
+from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
+from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
 from autotune.ir.precision import word_bytes
 from autotune.result import LayerResult, TuneResult, totals_of

@@ -41,9 +41,10 @@ from autotune.chiplets import analyze, refinement_target, simulate
 from autotune.export import layer_record, mapping_of, read_schedule, search_report
 from autotune.io.machine_yaml import load_preset, preset_names
 from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_record
-from autotune.ir.layer import Layer, LayerError, Network
+from autotune.ir.layer import Layer, LayerError
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.network import Network
 from autotune.ir.options import OBJECTIVES, SEARCH_MODES
 from autotune.model.analysis import Analysis
 from autotune.result import LayerResult, TuneResult

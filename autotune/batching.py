@@ -32,8 +32,8 @@ from autotune.files import write_atomic
 from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
-from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
+from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
 from autotune.model.analysis import Analysis
 from autotune.result import Totals, TuneResult

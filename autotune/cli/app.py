@@ -46,7 +46,7 @@ from autotune.cli.render import (
 from autotune.io.errors import InputError
 from autotune.io.machine_yaml import preset_names
 from autotune.io.schedule_json import json_schema
-from autotune.ir.layer import Network
+from autotune.ir.network import Network
 from autotune.ir.options import OptionsError, TuneOptions
 from autotune.report.roofline import draw_roofline
 from autotune.report.sweep_plot import draw_sweep

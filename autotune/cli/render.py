@@ -19,9 +19,9 @@ from rich.table import Table
 from autotune.api import Progress as ProgressCallback
 from autotune.batching import BatchChoice, SweepResult
 from autotune.io.machine_yaml import resolve_machine
-from autotune.ir.layer import Network
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
 from autotune.result import LayerResult, TuneResult
 from autotune.sim.result import SimResult

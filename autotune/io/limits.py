@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.io.errors import InputError
-from autotune.ir.layer import Layer, LayerError, Network
+from autotune.ir.layer import Layer, LayerError
 from autotune.ir.machine import Machine
+from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -138,6 +139,22 @@ def check_layer(layer: Layer) -> None:
         value = getattr(layer, field)
         if value > limit:
             raise LayerError(layer.name, field, too_large(what, value, limit, name))
+
+
+def check_volume(shape: tuple[int, int, int], path: str | Path | None) -> None:
+    """``InputError`` (field ``in``) for a tensor of shape ``(h, w, c)`` with a dimension over
+    its limit: checked on every tensor of a graph before anything is built from it."""
+    for value, (what, limit, name) in zip(
+        shape,
+        (
+            ("height", MAX_SPATIAL, "MAX_SPATIAL"),
+            ("width", MAX_SPATIAL, "MAX_SPATIAL"),
+            ("channels", MAX_CHANNELS, "MAX_CHANNELS"),
+        ),
+        strict=True,
+    ):
+        if value > limit:
+            raise InputError(path, too_large(what, value, limit, name), field="in")
 
 
 def check_count(count: int, path: str | Path | None, field: str = "layers") -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from autotune.io.bounded_yaml import load_yaml
 from autotune.io.errors import InputError, first_validation_error
@@ -28,10 +28,17 @@ from autotune.io.limits import (
     check_count,
     check_layer,
     check_name,
+    check_volume,
     read_text_bounded,
 )
 from autotune.io.onnx_import import load_onnx
-from autotune.ir.layer import Layer, LayerError, Network
+from autotune.ir.graph import OP_KINDS, Graph, GraphError, Operator, Shape, make_operator
+from autotune.ir.layer import LayerError
+from autotune.ir.network import Network
+
+#: The name of the network input tensor in ``inputs``.
+INPUT = "input"
+OP_KINDS_LITERAL = Literal[OP_KINDS]  # type: ignore[valid-type]
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -52,23 +59,44 @@ def _pair(value: Any, minimum: int) -> Any:
 
 
 class LayerSpec(BaseModel):
-    """One layer as written in the file."""
+    """One operator as written in the file (fields as in its ONNX counterpart)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     name: str = Field(min_length=1, description="unique layer name")
-    kind: Literal["conv", "fc"] = Field(description="conv or fc (fully connected)")
-    in_: list[PositiveInt] = Field(
-        alias="in", min_length=3, max_length=3, description="input volume [height, width, channels]"
+    kind: Literal[OP_KINDS_LITERAL] = Field(description="operator kind")  # type: ignore[valid-type]
+    inputs: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="tensors read: layer names or 'input'; default: the previous layer's output",
     )
-    out_channels: PositiveInt
-    kernel: Any = Field(default=None, description="int or [h, w]; conv only")
-    stride: Any = Field(default=1, validate_default=True, description="int or [h, w]; conv only")
-    padding: Any = Field(
-        default=0, validate_default=True, description="int or [h, w] zeros on each side; conv only"
+    in_: list[PositiveInt] | None = Field(
+        default=None,
+        alias="in",
+        min_length=3,
+        max_length=3,
+        description="input volume [height, width, channels]: the network input's for the "
+        "first layer, else checked against the producer's output",
     )
-    groups: PositiveInt = Field(default=1, description="grouped conv; groups = channels: depthwise")
+    out: list[PositiveInt] | None = Field(
+        default=None, min_length=3, max_length=3, description="output volume, checked"
+    )
+    out_channels: PositiveInt | None = None
+    kernel: Any = Field(default=None, description="int or [h, w]; conv and pools")
+    stride: Any = Field(default=None, description="int or [h, w]; conv and pools")
+    padding: Any = Field(default=None, description="int or [h, w] on each side; conv and pools")
+    dilation: Any = Field(default=None, description="int or [h, w]; conv")
+    groups: PositiveInt | None = Field(
+        default=None, description="grouped conv; groups = channels: depthwise"
+    )
+    ceil_mode: StrictBool | None = None
+    count_include_pad: StrictBool | None = None
+    scale: PositiveInt | None = Field(default=None, description="upsample factor")
+    alpha: float | None = Field(default=None, description="leaky_relu slope")
+    min: float | None = Field(default=None, description="clip lower bound")
+    max: float | None = Field(default=None, description="clip upper bound")
+    epsilon: float | None = Field(default=None, gt=0, description="batchnorm epsilon")
 
-    @field_validator("kernel", "stride")
+    @field_validator("kernel", "stride", "dilation")
     @classmethod
     def _positive_pair(cls, value: Any) -> Any:
         return None if value is None else _pair(value, 1)
@@ -76,7 +104,7 @@ class LayerSpec(BaseModel):
     @field_validator("padding")
     @classmethod
     def _padding_pair(cls, value: Any) -> Any:
-        return _pair(value, 0)
+        return None if value is None else _pair(value, 0)
 
 
 class NetworkSpec(BaseModel):
@@ -87,64 +115,139 @@ class NetworkSpec(BaseModel):
     layers: list[LayerSpec] = Field(min_length=1)
 
 
-def build_layer(spec: LayerSpec, path: str) -> Layer:
-    """Normalise one validated layer spec into a ``Layer`` (shape errors name the field)."""
-    h, w, c = spec.in_
+#: ``Layer`` field names -> the file's.
+_FIELD_NAMES = {
+    "kernel_h": "kernel",
+    "kernel_w": "kernel",
+    "pad_h": "padding",
+    "pad_w": "padding",
+    "stride_h": "stride",
+    "stride_w": "stride",
+    "c_in": "in",
+    "c_out": "out_channels",
+    "h_in": "in",
+    "w_in": "in",
+}
+#: The fields each kind may have (besides name, kind, inputs, in, out).
+_FIELDS: dict[str, frozenset[str]] = {
+    "conv": frozenset({"out_channels", "kernel", "stride", "padding", "dilation", "groups"}),
+    "fc": frozenset({"out_channels"}),
+    "maxpool": frozenset({"kernel", "stride", "padding", "ceil_mode"}),
+    "avgpool": frozenset({"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}),
+    "upsample": frozenset({"scale"}),
+    "leaky_relu": frozenset({"alpha"}),
+    "clip": frozenset({"min", "max"}),
+    "batchnorm": frozenset({"epsilon"}),
+}
+_COMMON = frozenset({"name", "kind", "inputs", "in_", "out"})
+#: Kinds a file written before graphs had; a file with only these and no ``inputs`` is a
+#: list of independent layers where a layer whose ``in`` is not its predecessor's output
+#: reads an input of its own.
+_FLAT_KINDS = frozenset({"conv", "fc"})
+
+
+def _graph(spec: NetworkSpec, path: str) -> Graph:
+    """The operators of the file, their inputs resolved and shapes inferred and checked."""
+    flat = all(layer.inputs is None and layer.kind in _FLAT_KINDS for layer in spec.layers)
+    inputs: list[tuple[str, Shape]] = []
+    shapes: dict[str, Shape] = {}
+    ops: list[Operator] = []
+    previous: str | None = None
+    for layer in spec.layers:
+        name = layer.name
+        for key in sorted(layer.model_fields_set - _COMMON - _FIELDS.get(layer.kind, frozenset())):
+            shown = "in" if key == "in_" else key
+            raise InputError(path, f"not allowed for a {layer.kind} layer", layer=name, field=shown)
+        if name == INPUT:
+            raise InputError(path, f"{INPUT!r} names the network input", layer=name, field="name")
+        declared = None if layer.in_ is None else (layer.in_[0], layer.in_[1], layer.in_[2])
+        if declared is not None:
+            _check_volume(declared, path, name, "in")
+        if layer.inputs is not None:
+            sources = list(layer.inputs)
+        elif previous is None or (flat and declared is not None and declared != shapes[previous]):
+            if declared is None:
+                raise InputError(
+                    path, "required for the first layer: the network input", layer=name, field="in"
+                )
+            tensor = INPUT if not inputs else f"{name}.in"
+            inputs.append((tensor, declared))
+            shapes[tensor] = declared
+            sources = [tensor]
+        else:
+            sources = [previous]
+        for tensor in sources:
+            if tensor not in shapes:
+                later = any(other.name == tensor for other in spec.layers)
+                why = "is defined later (the layers must be in order, without cycles)"
+                raise InputError(
+                    path,
+                    f"input {tensor!r} {why if later else 'is not a layer of this network'}",
+                    layer=name,
+                    field="inputs",
+                )
+        if declared is not None and len(sources) == 1 and shapes[sources[0]] != declared:
+            raise InputError(
+                path,
+                f"declared {list(declared)} but {sources[0]!r} gives {list(shapes[sources[0]])}",
+                layer=name,
+                field="in",
+            )
+        try:
+            op = make_operator(
+                name,
+                layer.kind,
+                sources,
+                shapes,
+                out_channels=layer.out_channels,
+                kernel=layer.kernel,
+                stride=layer.stride,
+                padding=layer.padding,
+                dilation=layer.dilation,
+                groups=layer.groups or 1,
+                ceil_mode=bool(layer.ceil_mode),
+                count_include_pad=bool(layer.count_include_pad),
+                scale=layer.scale,
+                alpha=0.01 if layer.alpha is None else layer.alpha,
+                low=0.0 if layer.min is None else layer.min,
+                high=6.0 if layer.max is None else layer.max,
+                epsilon=1e-5 if layer.epsilon is None else layer.epsilon,
+                shape=layer.out,
+            )
+        except GraphError as exc:
+            raise _input_error(path, exc) from None
+        if name in shapes:
+            raise InputError(path, "duplicate layer name", layer=name, field="name")
+        if op.kind != "flatten":  # a view: its producer's volume was checked
+            field = "out_channels" if op.kind in ("conv", "fc") else "out"
+            _check_volume(op.shape, path, name, field)
+        ops.append(op)
+        shapes[name] = op.shape
+        previous = name
     try:
-        if spec.kind == "fc":
-            for key in ("kernel", "groups"):
-                if key in spec.model_fields_set:
-                    raise InputError(
-                        path,
-                        "not allowed for an fc layer (its kernel is the whole input)",
-                        layer=spec.name,
-                        field=key,
-                    )
-            for key in ("stride", "padding"):
-                if key in spec.model_fields_set:
-                    raise InputError(
-                        path, "not allowed for an fc layer", layer=spec.name, field=key
-                    )
-            layer = Layer.fc(spec.name, h, w, c, spec.out_channels)
-            check_layer(layer)
-            return layer
-        if spec.kernel is None:
-            raise InputError(path, "required for a conv layer", layer=spec.name, field="kernel")
-        layer = Layer(
-            spec.name,
-            "conv",
-            h,
-            w,
-            c,
-            spec.out_channels,
-            kernel_h=spec.kernel[0],
-            kernel_w=spec.kernel[1],
-            stride_h=spec.stride[0],
-            stride_w=spec.stride[1],
-            pad_h=spec.padding[0],
-            pad_w=spec.padding[1],
-            groups=spec.groups,
-        )
-        check_layer(layer)
-        return layer
-    except LayerError as exc:
-        field = {
-            "kernel_h": "kernel",
-            "kernel_w": "kernel",
-            "pad_h": "padding",
-            "pad_w": "padding",
-            "stride_h": "stride",
-            "stride_w": "stride",
-            "c_in": "in",
-            "c_out": "out_channels",
-            "h_in": "in",
-            "w_in": "in",
-        }.get(exc.field, exc.field)
-        raise InputError(path, exc.reason, layer=spec.name, field=field) from None
+        return Graph(spec.network, tuple(inputs), tuple(ops))
+    except GraphError as exc:
+        raise _input_error(path, exc) from None
+
+
+def _check_volume(shape: Shape, path: str, layer: str, field: str) -> None:
+    try:
+        check_volume(shape, path)
+    except InputError as exc:
+        raise InputError(path, exc.reason, layer=layer, field=field) from None
+
+
+def _input_error(path: str, exc: GraphError) -> InputError:
+    reason = exc.reason
+    if exc.producer is not None and exc.producer not in reason:
+        reason += f" (input from {exc.producer!r})"
+    field = {"kernel_h": "kernel", "kernel_w": "kernel", "pad_h": "padding", "pad_w": "padding"}
+    return InputError(path, reason, layer=exc.op, field=field.get(exc.field, exc.field))
 
 
 def parse_network(raw: Any, path: str) -> Network:
-    """Validate an already-parsed YAML document and build the ``Network``."""
+    """Validate an already-parsed YAML document and build the ``Network`` (its graph, lowered
+    to the layers the tuner maps)."""
     if not isinstance(raw, dict):
         raise InputError(
             path, "expected a mapping with keys 'network', 'batch', 'precision', 'layers'"
@@ -175,10 +278,18 @@ def parse_network(raw: Any, path: str) -> Network:
         if layer.name in seen:
             raise InputError(path, "duplicate layer name", layer=layer.name, field="name")
         seen.add(layer.name)
-    layers = tuple(build_layer(layer, path) for layer in spec.layers)
-    return Network(
-        name=spec.network, layers=layers, batch=spec.batch, precision=spec.precision, source=path
-    )
+    graph = _graph(spec, path)
+    try:
+        network = Network.of_graph(graph, spec.batch, spec.precision, source=path)
+    except GraphError as exc:
+        raise _input_error(path, exc) from None
+    for lowered in network.layers:
+        try:
+            check_layer(lowered)
+        except LayerError as exc:
+            field = _FIELD_NAMES.get(exc.field, exc.field)
+            raise InputError(path, exc.reason, layer=exc.layer, field=field) from None
+    return network
 
 
 def load_network(path: str | Path) -> Network:

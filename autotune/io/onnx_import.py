@@ -37,7 +37,8 @@ from autotune.io.limits import (
     read_bounded,
     too_large,
 )
-from autotune.ir.layer import Layer, LayerError, Network
+from autotune.ir.layer import Layer, LayerError
+from autotune.ir.network import Network
 
 Dims = tuple[int | str | None, ...]  # int: known, str: symbolic, None: unknown
 

@@ -26,8 +26,9 @@ from autotune.io.limits import (
     read_text_bounded,
 )
 from autotune.io.machine_yaml import machine_from_description
-from autotune.ir.layer import Layer, LayerError, LayerKind, Network
+from autotune.ir.layer import Layer, LayerError, LayerKind
 from autotune.ir.mapping import Buffers, Mapping, Tile
+from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
 
 SCHEMA_VERSION = 1

@@ -411,30 +411,3 @@ class LayerError(ValueError):
         self.layer = layer
         self.field = field_name
         self.reason = message
-
-
-@dataclass(frozen=True)
-class Network:
-    """A named sequence of layers with the batch and precision they are run at.
-
-    ``skipped`` lists the imported operations that are not layers (ONNX: ``"Relu relu1"``,
-    op type and node name), in graph order.
-    """
-
-    name: str
-    layers: tuple[Layer, ...]
-    batch: int = 1
-    precision: str = "fp32"
-    source: str | None = field(default=None, compare=False)
-    skipped: tuple[str, ...] = field(default=(), compare=False)
-
-    @property
-    def macs(self) -> int:
-        """MACs of the whole network for the whole batch."""
-        return self.batch * sum(layer.macs for layer in self.layers)
-
-    def layer(self, name: str) -> Layer:
-        for layer in self.layers:
-            if layer.name == name:
-                return layer
-        raise KeyError(f"no layer named {name!r} in network {self.name!r}")

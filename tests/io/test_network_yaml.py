@@ -98,7 +98,7 @@ HEAD = "network: n\nlayers:\n  - "
             HEAD + "{name: a, kind: pool, in: [8, 8, 3], out_channels: 4}\n",
             "a",
             "kind",
-            "'conv' or 'fc'",
+            "'maxpool'",
         ),
         (
             HEAD + "{name: a, kind: conv, in: [8, 8, 3], out_channels: 4, kernel: 3, groups: 2}\n",

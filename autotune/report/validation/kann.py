@@ -30,8 +30,9 @@ from pathlib import Path
 
 from autotune.api import tune
 from autotune.io.network_yaml import load_network
-from autotune.ir.layer import Layer, Network
+from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
+from autotune.ir.network import Network
 from autotune.search.space import kann_channel, kann_spatial
 from autotune.sim.simulate import simulate
 from autotune.tiling import MappingError

@@ -28,8 +28,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from autotune.api import tune
-from autotune.ir.layer import Layer, Network
+from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
+from autotune.ir.network import Network
 
 #: seed 004, Table III: (N_i, N_o) -> measured double-precision GFlop/s of one core group.
 TABLE_III = {(128, 128): 350.0, (128, 256): 375.0, (256, 256): 410.0, (128, 384): 392.0}

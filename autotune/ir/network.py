@@ -1,0 +1,56 @@
+"""A network: the layers to tune, with the graph they come from (when there is one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autotune.ir.graph import Graph
+from autotune.ir.layer import Layer
+from autotune.ir.lowering import Lowering, lower
+
+
+@dataclass(frozen=True)
+class Network:
+    """A named sequence of layers with the batch and precision they are run at.
+
+    ``graph``: the operators the layers were lowered from (``autotune.ir.lowering``), and
+    ``lowering`` what became of each one (folded, fused, a view, a concat slice, a layer);
+    None for a network known only by its layers (a schedule file read back). ``skipped``
+    lists imported operations that are not layers (the conv/fc-only ONNX reader).
+    """
+
+    name: str
+    layers: tuple[Layer, ...]
+    batch: int = 1
+    precision: str = "fp32"
+    source: str | None = field(default=None, compare=False)
+    skipped: tuple[str, ...] = field(default=(), compare=False)
+    graph: Graph | None = field(default=None, compare=False)
+    lowering: Lowering | None = field(default=None, compare=False)
+
+    @classmethod
+    def of_graph(
+        cls, graph: Graph, batch: int = 1, precision: str = "fp32", source: str | None = None
+    ) -> Network:
+        """The network of ``graph``'s lowered layers (raises ``GraphError``)."""
+        lowering = lower(graph)
+        return cls(
+            graph.name,
+            lowering.layers,
+            batch,
+            precision,
+            source=source,
+            graph=graph,
+            lowering=lowering,
+        )
+
+    @property
+    def macs(self) -> int:
+        """MACs of the whole network for the whole batch."""
+        return self.batch * sum(layer.macs for layer in self.layers)
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"no layer named {name!r} in network {self.name!r}")
