@@ -1,0 +1,203 @@
+"""The graph IR and its lowering: shapes, DAG checks, folding, fusion, zero-copy concat."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.ir.graph import Graph, GraphError, make_operator
+from autotune.ir.lowering import lower
+from autotune.ir.network import Network
+
+Spec = tuple[str, str, list[str], dict[str, object]]
+
+
+def build(specs: list[Spec], shape: tuple[int, int, int] = (16, 16, 8)) -> Graph:
+    shapes = {"input": shape}
+    ops = []
+    for name, kind, inputs, fields in specs:
+        op = make_operator(name, kind, inputs, shapes, **fields)  # type: ignore[arg-type]
+        shapes[name] = op.shape
+        ops.append(op)
+    return Graph("g", (("input", shape),), tuple(ops))
+
+
+def residual_block() -> list[Spec]:
+    return [
+        ("c1", "conv", ["input"], dict(out_channels=8, kernel=3, padding=1)),
+        ("bn1", "batchnorm", ["c1"], {}),
+        ("r1", "relu", ["bn1"], {}),
+        ("c2", "conv", ["r1"], dict(out_channels=8, kernel=3, padding=1)),
+        ("bn2", "batchnorm", ["c2"], {}),
+        ("add", "add", ["bn2", "r1"], {}),
+        ("r2", "relu", ["add"], {}),
+    ]
+
+
+def test_shapes_are_inferred():
+    g = build(
+        [
+            ("c", "conv", ["input"], dict(out_channels=4, kernel=3, stride=2, padding=1)),
+            ("p", "maxpool", ["c"], dict(kernel=3, stride=2, ceil_mode=True)),
+            ("u", "upsample", ["p"], dict(scale=2)),
+            ("g", "global_avgpool", ["u"], {}),
+            ("f", "flatten", ["g"], {}),
+            ("fc", "fc", ["f"], dict(out_channels=10)),
+        ]
+    )
+    assert [op.shape for op in g.ops] == [
+        (8, 8, 4),
+        (4, 4, 4),  # ceil((8 - 3) / 2) + 1
+        (8, 8, 4),
+        (1, 1, 4),
+        (1, 1, 4),
+        (1, 1, 10),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("specs", "field", "words"),
+    [
+        ([("a", "add", ["input", "nope"], {})], "inputs", "'nope'"),
+        ([("c", "conv", ["input"], dict(out_channels=4))], "kernel", "required"),
+        (
+            [
+                ("c", "conv", ["input"], dict(out_channels=4, kernel=3)),
+                ("a", "add", ["c", "input"], {}),
+            ],
+            "inputs",
+            "differ in shape",
+        ),
+        ([("p", "maxpool", ["input"], dict(kernel=40))], "kernel", "exceeds"),
+        ([("u", "upsample", ["input"], {})], "scale", "required"),
+        ([("r", "relu", ["input", "input"], {})], "inputs", "one input"),
+    ],
+)
+def test_bad_operators_name_the_layer_and_field(specs, field, words):
+    with pytest.raises(GraphError) as info:
+        build(specs)
+    assert info.value.field == field and words in str(info.value)
+
+
+def test_a_mismatch_names_the_producer():
+    with pytest.raises(GraphError) as info:
+        build(
+            [
+                ("c", "conv", ["input"], dict(out_channels=4, kernel=3)),
+                ("d", "conv", ["input"], dict(out_channels=4, kernel=1)),
+                ("cat", "concat", ["c", "d"], {}),
+            ]
+        )
+    assert info.value.producer == "d" and "'cat'" in str(info.value)
+
+
+def test_cycles_and_unknown_inputs_are_refused():
+    a = make_operator("a", "relu", ["b"], {"b": (4, 4, 4)})
+    b = make_operator("b", "relu", ["a"], {"a": (4, 4, 4)})
+    with pytest.raises(GraphError, match="defined later"):
+        Graph("g", (("input", (4, 4, 4)),), (a, b))
+    with pytest.raises(GraphError, match="not a layer"):
+        Graph("g", (("input", (4, 4, 4)),), (a,))
+
+
+def test_residual_block_folds_and_fuses_into_two_convs():
+    low = lower(build(residual_block()))
+    assert [s.name for s in low.steps] == ["c1", "c2"]
+    fates = {f.op: (f.kind, f.into) for f in low.fates}
+    assert fates == {
+        "c1": ("layer", "c1"),
+        "bn1": ("folded", "c1"),
+        "r1": ("fused", "c1"),
+        "c2": ("layer", "c2"),
+        "bn2": ("folded", "c2"),
+        "add": ("fused", "c2"),
+        "r2": ("fused", "c2"),
+    }
+    c1, c2 = low.steps
+    assert c1.layer.epilogue.bias and c1.layer.epilogue.activation is not None
+    assert c2.layer.epilogue.residual and c2.residual is not None
+    assert c2.residual.buffer == "r1" and c2.output.buffer == "r2"
+    assert c2.absorbed == ("bn2", "add", "r2")
+
+
+def test_an_add_whose_operands_are_both_read_elsewhere_stays_a_layer():
+    specs = [
+        *residual_block()[:4],
+        ("add", "add", ["c2", "r1"], {}),
+        ("other", "relu", ["c2"], {}),
+    ]
+    low = lower(build(specs))
+    assert [s.layer.kind for s in low.steps] == ["conv", "conv", "add", "activation"]
+    add = low.step("add")
+    assert add.layer.c_in == 16 and add.layer.c_out == 8 and add.layer.operands == 2
+    assert [r.buffer for r in add.inputs] == ["c2", "r1"]
+
+
+def test_batchnorm_after_an_activation_stands_alone():
+    specs = [
+        ("c", "conv", ["input"], dict(out_channels=8, kernel=1)),
+        ("r", "relu", ["c"], {}),
+        ("bn", "batchnorm", ["r"], {}),
+    ]
+    low = lower(build(specs))
+    assert [(s.name, s.layer.kind) for s in low.steps] == [("c", "conv"), ("bn", "conv")]
+    bn = low.step("bn").layer
+    assert bn.groups == 8 and bn.epilogue.bias and bn.kernel_h == 1
+
+
+def test_concat_is_zero_copy_and_nested_concats_are_slices():
+    specs: list[Spec] = [
+        ("a", "conv", ["input"], dict(out_channels=4, kernel=1)),
+        ("b", "conv", ["input"], dict(out_channels=6, kernel=1)),
+        ("inner", "concat", ["a", "b"], {}),
+        ("c", "maxpool", ["input"], dict(kernel=3, padding=1)),
+        ("outer", "concat", ["c", "inner"], {}),
+        ("d", "conv", ["outer"], dict(out_channels=2, kernel=1)),
+    ]
+    low = lower(build(specs))
+    out = {s.name: (s.output.buffer, s.output.offset) for s in low.steps}
+    assert out["c"] == ("outer", 0)
+    assert out["a"] == ("outer", 8) and out["b"] == ("outer", 12)
+    assert low.step("d").inputs[0].buffer == "outer"
+    assert [b.name for b in low.buffers] == ["input", "d", "outer"]
+
+
+def test_a_network_input_in_a_concat_is_copied():
+    specs: list[Spec] = [
+        ("a", "conv", ["input"], dict(out_channels=4, kernel=1)),
+        ("cat", "concat", ["input", "a"], {}),
+    ]
+    low = lower(build(specs))
+    copy = low.steps[0] if low.steps[0].layer.kind == "upsample" else low.steps[1]
+    assert copy.layer.kind == "upsample" and copy.layer.upscale == 1
+    assert (copy.output.buffer, copy.output.offset) == ("cat", 0)
+    assert (low.step("a").output.buffer, low.step("a").output.offset) == ("cat", 8)
+    assert copy.op == ""
+
+
+def test_flatten_is_a_view_and_fc_reads_the_stored_volume():
+    specs: list[Spec] = [
+        ("c", "conv", ["input"], dict(out_channels=4, kernel=1)),
+        ("f", "flatten", ["c"], {}),
+        ("fc", "fc", ["f"], dict(out_channels=10)),
+        ("s", "softmax", ["fc"], {}),
+    ]
+    low = lower(build(specs))
+    fc = low.step("fc")
+    assert fc.inputs[0].buffer == "c" and fc.inputs[0].view == (1, 1, 16 * 16 * 4)
+    assert (fc.layer.h_in, fc.layer.w_in, fc.layer.c_in) == (16, 16, 4)
+    assert fc.layer.kernel_h == 16
+    assert {f.op: f.kind for f in low.fates}["f"] == "view"
+    assert low.step("s").layer.kind == "softmax"
+
+
+def test_network_macs_match_the_graph_count():
+    g = build(residual_block())
+    net = Network.of_graph(g)
+    assert net.macs == g.macs == 2 * 16 * 16 * 8 * 8 * 9
+
+
+def test_dilated_conv_is_refused_by_name():
+    g = build([("c", "conv", ["input"], dict(out_channels=4, kernel=3, dilation=2, padding=2))])
+    with pytest.raises(GraphError, match="dilat") as info:
+        lower(g)
+    assert info.value.op == "c"
