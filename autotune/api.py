@@ -172,6 +172,8 @@ def tune_network(
         machine,
         layers,
         totals_of(layers, machine, precision, batch),
+        network.graph,
+        network.lowering,
     )
 
 

@@ -14,6 +14,10 @@ What is checked, and how:
   machine that equals the preset it names (a machine of another name is taken as given and
   every figure is re-derived on it), the totals recomputed from the layers, and, when the
   network is given, the same layers in the same order with the same shapes;
+* the graph, when the file has one: its operators rebuilt (every shape rule re-checked) and
+  lowered again, the stored fates, buffers and steps equal to the result, and the lowered
+  layers equal to the file's layers (names, order, shapes): so a compiler reading where a
+  tensor lives reads what the tuner derived;
 * each layer: the kind agrees with the shape; the mapping applies to the layer and the
   machine, every field of it is a value the search could choose (the search space's), its
   buffers are the bytes the mapping declares and they fit L1; every predicted
@@ -38,10 +42,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from autotune.chiplets import analyze, refinement_target, simulate
-from autotune.export import layer_record, mapping_of, read_schedule, search_report
+from autotune.export import graph_of, layer_record, mapping_of, read_schedule, search_report
+from autotune.io.errors import InputError
+from autotune.io.graph_json import graph_record
 from autotune.io.machine_yaml import load_preset, preset_names
 from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_record
+from autotune.ir.graph import Graph, GraphError
 from autotune.ir.layer import Layer, LayerError
+from autotune.ir.lowering import lower
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
@@ -107,6 +115,8 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
     """
     schedule, machine = read_schedule(path)
     findings = _file_findings(schedule, machine, network)
+    graph, graph_findings = _graph_findings(schedule, path)
+    findings += graph_findings
     if any(f.field.startswith("machine") for f in findings):
         # every figure depends on the machine: re-deriving them on a forged one proves nothing
         return ScheduleAudit(str(path), findings, None)
@@ -121,7 +131,7 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
         by_name.setdefault(rec.name, None if rebuilt is None else (rebuilt.layer, rebuilt.mapping))
     if len(layers) != len(schedule.layers) or not layers:
         return ScheduleAudit(str(path), findings, None)
-    result = TuneResult.of_schedule(schedule, machine, layers)
+    result = TuneResult.of_schedule(schedule, machine, layers, graph)
     findings += _totals_findings(schedule, result)
     return ScheduleAudit(str(path), findings, result)
 
@@ -158,6 +168,47 @@ def _file_findings(
     if network is not None:
         found += _network_findings(schedule, network)
     return found
+
+
+def _graph_findings(schedule: ScheduleFile, path: str | Path) -> tuple[Graph | None, list[Finding]]:
+    """The file's graph rebuilt, and where its stored lowering or its layers differ from
+    lowering it again (nothing without a graph)."""
+    if schedule.graph is None:
+        return None, []
+    try:
+        graph = graph_of(schedule, path)
+    except InputError as exc:
+        return None, [Finding(exc.layer, exc.field or "graph", exc.reason)]
+    assert graph is not None
+    try:
+        lowering = lower(graph)
+    except GraphError as exc:
+        return None, [Finding(exc.op, f"graph.{exc.field}", exc.reason)]
+    found = []
+    differ = _differences(_dump(schedule.graph), _dump(graph_record(graph, lowering)), "graph")
+    if differ:
+        found.append(
+            Finding(
+                None,
+                differ[0],
+                f"differs from lowering the file's operators again ({len(differ)} field(s))",
+            )
+        )
+    names = [rec.name for rec in schedule.layers]
+    lowered = [layer.name for layer in lowering.layers]
+    if names != lowered:
+        found.append(
+            Finding(None, "layers", f"are not the graph's lowered layers {lowered[:4]}...")
+        )
+        return None, found
+    for rec, layer in zip(schedule.layers, lowering.layers, strict=True):
+        try:
+            stored = layer_from_record(rec)
+        except LayerError:
+            continue  # reported with the layer
+        if stored.shape_key() != layer.shape_key():
+            found.append(Finding(rec.name, "shape", "differs from the graph's lowered layer"))
+    return (graph if not found else None), found
 
 
 def _network_findings(schedule: ScheduleFile, network: Network) -> list[Finding]:

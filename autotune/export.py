@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.chiplets import refinement_target
+from autotune.io.graph_json import graph_from_record
 from autotune.io.machine_yaml import machine_from_description
 from autotune.io.schedule_json import (
     LayerRecord,
@@ -26,6 +27,7 @@ from autotune.io.schedule_json import (
     shape_record,
 )
 from autotune.io.schedule_json import load as load_schedule_file
+from autotune.ir.graph import Graph
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Buffers, Mapping
@@ -106,6 +108,13 @@ def read_schedule(path: str | Path) -> tuple[ScheduleFile, Machine]:
     is malformed)."""
     schedule = load_schedule_file(path)
     return schedule, machine_from_description(schedule.machine, str(path))
+
+
+def graph_of(schedule: ScheduleFile, path: str | Path) -> Graph | None:
+    """The graph a schedule file records (rebuilt and checked), or None without one."""
+    if schedule.graph is None:
+        return None
+    return graph_from_record(schedule.graph, path, schedule.network)
 
 
 def search_report(record: SearchRecord) -> SearchReport:

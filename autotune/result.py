@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autotune.chiplets import analyze
-from autotune.export import layer_record, mapping_of, read_schedule, search_report
+from autotune.export import graph_of, layer_record, mapping_of, read_schedule, search_report
+from autotune.io.graph_json import graph_record
 from autotune.io.schedule_json import (
     ScheduleFile,
     ToolRecord,
@@ -20,7 +21,9 @@ from autotune.io.schedule_json import (
     layer_from_record,
     save,
 )
+from autotune.ir.graph import Graph
 from autotune.ir.layer import Layer
+from autotune.ir.lowering import Lowering, lower
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.model.analysis import Analysis
@@ -73,6 +76,8 @@ class TuneResult:
     machine: Machine
     layers: list[LayerResult]
     totals: Totals
+    graph: Graph | None = None
+    lowering: Lowering | None = None
 
     @property
     def failed_layers(self) -> list[str]:
@@ -104,6 +109,9 @@ class TuneResult:
                 for r in self.layers
             ],
             totals=TotalsRecord(**asdict(self.totals)),
+            graph=None
+            if self.graph is None or self.lowering is None
+            else graph_record(self.graph, self.lowering),
         )
 
     def to_json(self) -> str:
@@ -129,14 +137,20 @@ class TuneResult:
                     layer, mapping, predicted, search_report(rec.search), trials=rec.search.trials
                 )
             )
-        return cls.of_schedule(schedule, machine, layers)
+        return cls.of_schedule(schedule, machine, layers, graph_of(schedule, path))
 
     @classmethod
     def of_schedule(
-        cls, schedule: ScheduleFile, machine: Machine, layers: list[LayerResult]
+        cls,
+        schedule: ScheduleFile,
+        machine: Machine,
+        layers: list[LayerResult],
+        graph: Graph | None = None,
     ) -> TuneResult:
         """A result with a schedule file's header (network, batch, precision, objective, seed)
-        and ``layers`` rebuilt from it; the totals are recomputed from the layers."""
+        and ``layers`` rebuilt from it; the totals are recomputed from the layers. ``graph``:
+        the file's graph, rebuilt (``graph_of``); its lowering is derived again."""
+        lowering = None if graph is None else lower(graph)
         return cls(
             schedule.network,
             schedule.batch,
@@ -146,6 +160,8 @@ class TuneResult:
             machine,
             layers,
             totals_of(layers, machine, schedule.precision, schedule.batch),
+            graph,
+            lowering,
         )
 
 

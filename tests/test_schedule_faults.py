@@ -112,7 +112,8 @@ def _apply(doc: dict[str, Any], path: str, new: Any) -> dict[str, Any]:
 
 
 #: Optional claims: a file that leaves one out claims less, and says nothing false.
-OPTIONAL_CLAIM = re.compile(r"^layers\[\d+\]\.(simulated|search\.shared_with)$")
+#: The graph section is one: without it the file says nothing about the operators.
+OPTIONAL_CLAIM = re.compile(r"^(graph|layers\[\d+\]\.(simulated|search\.shared_with))$")
 
 
 def _normal(path: Path) -> dict[str, Any]:

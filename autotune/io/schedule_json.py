@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 
 from autotune.files import write_atomic
 from autotune.io.errors import InputError, first_validation_error
+from autotune.io.graph_json import GraphRecord
 from autotune.io.limits import (
     MAX_SCHEDULE_BYTES,
     check_batch,
@@ -187,6 +188,15 @@ class ScheduleFile(_Model):
     seed: int
     layers: list[LayerRecord]
     totals: TotalsRecord
+    graph: GraphRecord | None = Field(
+        default=None,
+        description="the network's operators, what became of each, and where every "
+        "layer reads and writes (absent for a network known only by its layers)",
+    )
+
+    _omit_absent = model_serializer(mode="wrap")(
+        lambda self, handler: _omit_none(handler(self), ("graph",))
+    )
 
 
 # -- conversions ---------------------------------------------------------------------------

@@ -343,6 +343,8 @@ class Graph:
             read = {t for op in self.ops for t in op.inputs}
             outs = tuple(op.name for op in self.ops if op.name not in read)
             object.__setattr__(self, "outputs", outs)
+        if len(set(self.outputs)) != len(self.outputs):
+            raise GraphError(self.name, "outputs", "a tensor is listed twice")
         for tensor in self.outputs:
             if tensor not in defined:
                 raise GraphError(tensor, "outputs", "not a tensor of this network")
