@@ -1,4 +1,7 @@
-"""ONNX import (the ``onnx`` extra): Conv, Gemm and MatMul nodes become layers.
+"""ONNX import (the ``onnx`` extra): ``load_onnx`` keeps the Conv, Gemm and MatMul nodes as
+layers; ``load_onnx_graph`` keeps the whole graph as ``autotune.ir.graph`` operators.
+
+``load_onnx``:
 
 - ``Conv`` (2-D, NCHW) becomes a conv layer: kernel from the weight's shape, ``group``,
   ``strides``, ``pads`` (``[top, left, bottom, right]``, equal on both sides of each axis) or
@@ -12,6 +15,34 @@
   listed in ``Network.skipped`` as ``"op_type name"``; nodes that only compute constants
   (``Constant``, a cast of a weight) are not listed.
 
+``load_onnx_graph`` maps every node to an operator, consumes it, or refuses it (the op
+table is ``_HANDLERS``; each handler says what it accepts):
+
+- ``Conv`` -> conv (group, dilations; symmetric pads or auto_pad);
+- ``Gemm``, ``MatMul`` with a constant B -> fc (Gemm: transB, alpha, beta, C; MatMul: an
+  ``N×K`` A); an ``Add`` of a constant right after a Conv/Gemm/MatMul -> its bias;
+- ``Add``, ``Sum`` of activations -> add; ``BatchNormalization`` -> batchnorm (unfolded, also
+  with training_mode=1);
+- ``Relu``, ``Sigmoid``, ``HardSwish``, ``LeakyRelu`` -> relu, sigmoid, hardswish,
+  leaky_relu; ``Clip`` (bounds as inputs or attributes) -> relu6 for [0, 6], relu for
+  [0, inf), else clip; ``Mul(x, Sigmoid(x))`` -> silu, ``Mul(x, HardSigmoid(x))`` ->
+  hardswish (the gate is part of that operator);
+- ``MaxPool``, ``AveragePool`` -> maxpool, avgpool; ``GlobalAveragePool``, ``ReduceMean``
+  over H and W -> global_avgpool;
+- ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze`` -> flatten from ``N×C×H×W`` to
+  ``N×K``, or a pass-through when each image keeps its (h, w, c);
+- ``Concat`` on axis 1 -> concat; ``Resize``/``Upsample`` nearest by an integer factor ->
+  upsample; ``Softmax`` over the channels -> softmax;
+- consumed: ``Identity``, ``Dropout``, ``Cast`` to the same type (pass-throughs);
+  ``Constant`` and nodes on constants only (evaluated where an operator needs the value);
+  ``Shape``, ``Size`` and nodes on them (shape computations);
+- anything else is refused: ``unsupported ONNX op 'Einsum'``.
+
+Asymmetric padding is refused except for pooling, where extra padding at the bottom or right
+that only adds the windows ceil mode adds is taken as ceil mode (``_pool_padding``). Shapes
+are per image as ``Graph`` has them; each operator's is checked against ONNX's inferred
+shape. Symbolic batch: shape computations are evaluated at the import's batch (1).
+
 Shapes come from the initializers and ``onnx.shape_inference``. The batch is the first graph
 input's dim 0 when it is a number (else 1); the precision is fp64 when that input is double,
 else fp32. Layer names are the node names (``op_type_index`` for unnamed nodes, made unique).
@@ -22,14 +53,23 @@ dimensions as it is built).
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from autotune.io.errors import InputError
 from autotune.io.limits import (
+    MAX_CHANNELS,
     MAX_ONNX_BYTES,
     MAX_ONNX_NODES,
+    MAX_SPATIAL,
     check_batch,
     check_count,
     check_layer,
@@ -37,7 +77,8 @@ from autotune.io.limits import (
     read_bounded,
     too_large,
 )
-from autotune.ir.layer import Layer, LayerError
+from autotune.ir.graph import Graph, GraphError, Operator, Pair, Shape, make_operator
+from autotune.ir.layer import Layer, LayerError, out_size
 from autotune.ir.network import Network
 
 Dims = tuple[int | str | None, ...]  # int: known, str: symbolic, None: unknown
@@ -91,6 +132,14 @@ def _first_line(message: object) -> str:
 
 def _read(onnx: Any, path: Path) -> Any:
     """Parse, check and shape-infer the model; every failure is an ``InputError``."""
+    model, _ = _parse(onnx, path)
+    _check(onnx, path, str(path))  # by path: finds external data next to the file
+    return _infer(onnx, model, path)
+
+
+def _parse(onnx: Any, path: Path) -> tuple[Any, int]:
+    """The model (external data not loaded) and the file's size, within the input limits:
+    the file size before parsing, the node count before the checker."""
     data = read_bounded(path, MAX_ONNX_BYTES, "ONNX file", "MAX_ONNX_BYTES")
     try:
         model = onnx.load_model_from_string(data)
@@ -100,10 +149,18 @@ def _read(onnx: Any, path: Path) -> Any:
     if nodes > MAX_ONNX_NODES:
         message = too_large("number of nodes", nodes, MAX_ONNX_NODES, "MAX_ONNX_NODES")
         raise InputError(path, message, field="graph")
+    return model, len(data)
+
+
+def _check(onnx: Any, path: Path, model: Any) -> None:
+    """The ONNX checker on ``model`` (a path, or a model whose data is all in memory)."""
     try:
-        onnx.checker.check_model(str(path))  # by path: finds external data next to the file
+        onnx.checker.check_model(model)
     except Exception as exc:  # ValidationError, or the checker failing on odd input
         raise InputError(path, f"not a valid ONNX model: {_first_line(exc)}") from None
+
+
+def _infer(onnx: Any, model: Any, path: Path) -> Any:
     try:
         return onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as exc:
@@ -126,6 +183,23 @@ def _known(dims: Dims) -> bool:
 def _ints(dims: Dims) -> tuple[int, ...]:
     """``dims`` once ``_known`` has said they are all integers."""
     return tuple(d for d in dims if isinstance(d, int))
+
+
+def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
+    """A node's attributes as Python values (strings decoded)."""
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
+
+
+def _batch_and_precision(onnx: Any, inputs: list[Any]) -> tuple[int, str]:
+    """The first input's dim 0 when it is a number (else 1); fp64 for a double input."""
+    if not inputs:
+        return 1, "fp32"
+    first = inputs[0]
+    dims = _dims(first.type) or ()
+    batch = dims[0] if dims and isinstance(dims[0], int) and dims[0] > 0 else 1
+    double = first.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE
+    return batch, "fp64" if double else "fp32"
 
 
 class _GraphReader:
@@ -205,19 +279,13 @@ class _GraphReader:
                     self.shapes[node.output[0]] = tuple(attr.t.dims)
 
     def _batch_and_precision(self) -> tuple[int, str]:
-        inputs = [vi for vi in self.graph.input if vi.name not in self.consts]
-        if not inputs:
-            return 1, "fp32"
-        first = inputs[0]
-        dims = _dims(first.type) or ()
-        batch = dims[0] if dims and isinstance(dims[0], int) and dims[0] > 0 else 1
-        double = first.type.tensor_type.elem_type == self.onnx.TensorProto.DOUBLE
-        return batch, "fp64" if double else "fp32"
+        return _batch_and_precision(
+            self.onnx, [vi for vi in self.graph.input if vi.name not in self.consts]
+        )
 
     # -- nodes ----------------------------------------------------------------------------
     def _attrs(self, node: Any) -> dict[str, Any]:
-        values = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
-        return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
+        return _attributes(self.onnx, node)
 
     def _shape(self, tensor: str, name: str, field: str) -> Dims:
         dims = self.shapes.get(tensor)
@@ -378,3 +446,1204 @@ class _GraphReader:
                 c, h, w = _ints(dims[1:])
                 return h, w, c
         return 1, 1, k
+
+
+# =============================================================================================
+# load_onnx_graph: the whole graph, every node an operator, consumed, or refused
+# =============================================================================================
+
+#: Ops whose output is computed from tensor shapes only (their input's values are not read).
+_SHAPE_OPS = frozenset({"Shape", "Size"})
+#: Resize coordinate modes and rounding that repeat each pixel s×s times for an integer
+#: factor s (the source coordinate lands strictly inside pixel ⌊x/s⌋, or floors onto it).
+_EXACT_NEAREST = frozenset(
+    {
+        ("asymmetric", "floor"),
+        ("tf_half_pixel_for_nn", "floor"),
+        *(
+            (mode, rounding)
+            for mode in ("half_pixel", "pytorch_half_pixel", "half_pixel_symmetric")
+            for rounding in ("round_prefer_floor", "round_prefer_ceil")
+        ),
+    }
+)
+#: ``GraphError`` fields (``make_operator``'s terms) -> the ONNX attribute or input they are.
+_GRAPH_FIELDS = {
+    "kernel": "kernel_shape",
+    "padding": "pads",
+    "stride": "strides",
+    "dilation": "dilations",
+    "groups": "group",
+    "out_channels": "W",
+    "scale": "scales",
+    "low": "min",
+    "high": "max",
+    "out": "shape",
+}
+#: The ONNX input an operator's output size comes from, for a refusal over the input limits.
+_OUT_FIELDS = {"conv": "W", "fc": "B", "upsample": "scales", "concat": "inputs"}
+#: BatchNormalization's parameter inputs: (weights key, ONNX input name), from input 1 on.
+_BN_PARAMS = (("scale", "scale"), ("bias", "B"), ("mean", "input_mean"), ("var", "input_var"))
+
+Array = npt.NDArray[Any]
+
+
+class ImportedNode(NamedTuple):
+    """What became of one ONNX node, so that every node is accounted for.
+
+    ``operator`` is the graph operator the node is, or is part of: its own name for a node
+    mapped one to one; the SiLU's (HardSwish's) for a ``Sigmoid`` (``HardSigmoid``) fused
+    with its ``Mul``; the Conv's or fc's for an ``Add`` of their bias. ``None`` when the node
+    was consumed: constants and what is computed from them only (weight casts, transposes),
+    shape computations, and the pass-throughs (``Identity``, ``Dropout``, a ``Cast`` to the
+    same type, a reshape that keeps each image's shape) whose output is their input.
+    """
+
+    name: str
+    op_type: str
+    operator: str | None
+
+
+@dataclass(frozen=True)
+class OnnxGraph:
+    """An ONNX model as a ``Graph`` of operators with the parameters the file holds.
+
+    ``weights[operator][key]`` (dtype as stored): conv ``weight`` (c_out, c_in/groups, kh,
+    kw) and ``bias`` (c_out,); fc ``weight`` (c_out, c_in) -- a ``Gemm``'s B after
+    ``transB`` and times ``alpha``, a ``MatMul``'s B transposed -- and ``bias`` (c_out,) from
+    ``Gemm``'s C (times ``beta``) or an ``Add`` that follows; batchnorm ``scale``, ``bias``,
+    ``mean``, ``var`` (c,). Nothing is folded (batch norm stays an operator).
+    ``nodes``: what became of each ONNX node, in topological order.
+    """
+
+    graph: Graph
+    batch: int
+    precision: str
+    weights: dict[str, dict[str, Array]] = field(compare=False, repr=False)
+    nodes: tuple[ImportedNode, ...] = ()
+    source: str | None = None
+
+
+def load_onnx_graph(path: str | Path) -> OnnxGraph:
+    """Load an ONNX model as a ``Graph`` with its weights: every node becomes an operator, is
+    consumed (constants, shape computations, pass-throughs), or is refused.
+
+    Supported patterns (the PyTorch legacy and dynamo exporters' ResNet, MobileNetV2 and
+    YOLOv3): ``Conv`` (groups, dilations, symmetric pads), ``Gemm``, ``MatMul`` with a
+    constant weight (+ an ``Add`` of its bias), ``BatchNormalization``, ``Relu``, ``Clip``,
+    ``LeakyRelu``, ``Sigmoid``, ``HardSwish``, x·Sigmoid(x), x·HardSigmoid(x), ``MaxPool``,
+    ``AveragePool``, ``GlobalAveragePool``, ``ReduceMean`` over H and W, ``Add``, ``Sum``,
+    ``Concat`` over channels, ``Resize``/``Upsample`` nearest by an integer factor,
+    ``Flatten``/``Reshape``/``Squeeze``/``Unsqueeze`` to ``[N, K]``, ``Softmax`` over channels.
+
+    Unlike ``load_onnx`` the file's node order need not be topological (the nodes are sorted
+    first; a cycle is refused), and weights in an external data file are read (within
+    ``MAX_ONNX_BYTES`` together with the file). Raises ``InputError``: one line naming the
+    file, the node (as the layer) and the attribute or input at fault, or the op type for an
+    unsupported op (``unsupported ONNX op 'Einsum'``).
+
+    Example:
+        >>> model = load_onnx_graph("resnet50.onnx")              # doctest: +SKIP
+        >>> model.graph.macs, model.weights["conv1"]["weight"].shape  # doctest: +SKIP
+        (4089184256, (64, 3, 7, 7))
+    """
+    path = Path(path)
+    try:
+        import onnx
+    except ImportError:
+        raise InputError(path, EXTRA_HINT) from None
+    model, size = _parse(onnx, path)
+    _load_external_data(onnx, model, path, size)
+    _sort_nodes(model, path)
+    _check(onnx, path, model)  # in memory: the order is now topological, the data loaded
+    model = _infer(onnx, model, path)
+    return _GraphImporter(onnx, model, str(path)).build(default_name=path.stem)
+
+
+def _all_tensors(graph: Any) -> Iterator[Any]:
+    """Every TensorProto of ``graph`` and its subgraphs (where external data may be named)."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)
+
+
+def _load_external_data(onnx: Any, model: Any, path: Path, file_bytes: int) -> None:
+    """Read the weights stored beside the file into ``model``, refusing more than
+    ``MAX_ONNX_BYTES`` with the file itself before reading any (the weights become arrays)."""
+    from onnx import external_data_helper as ext
+
+    tensors = [t for t in _all_tensors(model.graph) if ext.uses_external_data(t)]
+    if not tensors:
+        return
+    total = file_bytes
+    for tensor in tensors:
+        info = ext.ExternalDataInfo(tensor)
+        size = info.length or 0
+        if not size:  # the rest of the file from the offset
+            try:
+                size = (path.parent / info.location).stat().st_size - (info.offset or 0)
+            except OSError:
+                size = 0  # the loader below names the missing file
+        total += max(size, 0)
+    if total > MAX_ONNX_BYTES:
+        what = "ONNX model size with its external data"
+        raise InputError(path, too_large(what, total, MAX_ONNX_BYTES, "MAX_ONNX_BYTES", " bytes"))
+    try:
+        ext.load_external_data_for_model(model, str(path.parent))
+    except Exception as exc:  # a missing file, a location outside the directory, bad bounds
+        raise InputError(path, f"not a valid ONNX model: {_first_line(exc)}") from None
+
+
+def _sort_nodes(model: Any, path: Path) -> None:
+    """Put the nodes in topological order, keeping the file's order where it already is one
+    (ONNX requires it, but a hand-edited file may not have it); refuse a cycle."""
+    nodes = list(model.graph.node)
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    needs = [{producer[t] for t in node.input if t in producer} for node in nodes]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, deps in enumerate(needs):
+        for j in deps:
+            users[j].append(i)
+    waiting = [len(deps) for deps in needs]
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    if len(order) < len(nodes):
+        # Every node left waits for another one left: walking back from any reaches a cycle.
+        done = set(order)
+        i = min(set(range(len(nodes))) - done)
+        walked: set[int] = set()
+        while i not in walked:
+            walked.add(i)
+            late = next(t for t in nodes[i].input if t in producer and producer[t] not in done)
+            i = producer[late]
+        node = nodes[i]
+        late = next(t for t in node.input if t in producer and producer[t] not in done)
+        raise InputError(
+            path,
+            f"the graph has a cycle: input {late!r} depends on this node's own output",
+            layer=node.name or f"{node.op_type}_{i}",
+            field="input",
+        )
+    if order != list(range(len(nodes))):
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes[i] for i in order)
+
+
+def _per_image(dims: Dims | None) -> Shape | None:
+    """``(h, w, c)`` of an ``N×C×H×W`` or ``N×K`` tensor (``(1, 1, K)``), when known."""
+    if dims is None or len(dims) not in (2, 4) or not _known(dims[1:]):
+        return None
+    if len(dims) == 2:
+        (k,) = _ints(dims[1:])
+        return (1, 1, k)
+    c, h, w = _ints(dims[1:])
+    return (h, w, c)
+
+
+class _GraphImporter:
+    """One pass over a sorted, checked and shape-inferred model.
+
+    ONNX tensors fall in three sets: activations (``tensor``: ONNX name -> the graph tensor,
+    an operator's or input's name, with ``rank`` 2 or 4), constants (``const``: initializers
+    and what is computed from constants only) and shape computations (``shape_only``: from
+    ``Shape``/``Size`` of activations and constants). Constant values are evaluated lazily
+    with ONNX's reference evaluator, only where an operator needs them (weights, axes,
+    scales, clip bounds).
+    """
+
+    def __init__(self, onnx: Any, model: Any, path: str) -> None:
+        self.onnx = onnx
+        self.path = path
+        g = self.g = model.graph
+        self.opset = max(
+            (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1
+        )
+        self.dims: dict[str, Dims | None] = {}
+        self.elem: dict[str, int] = {}
+        for vi in (*g.input, *g.value_info, *g.output):
+            self.dims[vi.name] = _dims(vi.type)
+            if vi.type.HasField("tensor_type"):
+                self.elem[vi.name] = vi.type.tensor_type.elem_type
+        if len(g.sparse_initializer):
+            name = g.sparse_initializer[0].values.name
+            raise self.fail("sparse initializers are not supported", name, "sparse_initializer")
+        self.initializers = {t.name: t for t in g.initializer}
+        for t in g.initializer:
+            self.dims[t.name] = tuple(t.dims)
+            self.elem[t.name] = t.data_type
+        self.nodes = list(g.node)
+        self.producer = {out: i for i, node in enumerate(self.nodes) for out in node.output if out}
+        self.readers: dict[str, list[int]] = defaultdict(list)
+        for i, node in enumerate(self.nodes):
+            for t in node.input:
+                if t:
+                    self.readers[t].append(i)
+        self.outputs = [vi.name for vi in g.output]
+        self.inputs = [vi for vi in g.input if vi.name not in self.initializers]
+        self.batch, self.precision = _batch_and_precision(onnx, self.inputs)
+        first = self.dims.get(self.inputs[0].name) if self.inputs else None
+        # the first input's symbolic batch: shape computations are evaluated at ``batch``
+        self.batch_symbol = first[0] if first and isinstance(first[0], str) else None
+        self.names = self._unique_names()
+        self.const: set[str] = set(self.initializers)
+        self.shape_only: set[str] = set()
+        self.values: dict[str, Array | None] = {}
+        self.tensor: dict[str, str] = {}
+        self.rank: dict[str, int] = {}
+        self.shapes: dict[str, Shape] = {}
+        self.ops: list[Operator] = []
+        self.by_name: dict[str, Operator] = {}
+        self.weights: dict[str, dict[str, Array]] = {}
+        # Mul node -> (kind, x, gate node) for x·Sigmoid(x) and x·HardSigmoid(x); gate nodes
+        # read only by such Muls -> the first of them (they are part of its operator).
+        self.fused: dict[int, tuple[str, str, int]] = {}
+        self.absorbed: dict[int, int] = {}
+        self.index = 0
+
+    def _unique_names(self) -> list[str]:
+        """Node names (``op_type_index`` when unnamed), unique among themselves and the
+        graph inputs (operators and inputs share the graph's tensor names)."""
+        used = {vi.name for vi in self.inputs}
+        names = []
+        for index, node in enumerate(self.nodes):
+            check_name(node.name, self.path, layer=f"node #{index}")
+            base = node.name or f"{node.op_type}_{index}"
+            name, k = base, 2
+            while name in used:
+                name, k = f"{base}_{k}", k + 1
+            used.add(name)
+            names.append(name)
+        return names
+
+    def fail(self, message: str, layer: str | None = None, field: str | None = None) -> InputError:
+        return InputError(self.path, message, layer=layer, field=field)
+
+    # -- the graph ------------------------------------------------------------------------
+    def build(self, default_name: str) -> OnnxGraph:
+        name = self.g.name or default_name
+        check_name(name, self.path, field="network")
+        inputs = tuple(self._graph_input(vi) for vi in self.inputs)
+        self._find_fusions()
+        fates: list[str | None] = []
+        for index, node in enumerate(self.nodes):
+            self.index = index
+            fates.append(self._node(node, self.names[index]))
+        for gate, mul in self.absorbed.items():
+            fates[gate] = fates[mul]
+        if not self.ops:
+            raise self.fail("no operator: the graph computes nothing from its inputs")
+        check_count(len(self.ops), self.path, field="graph")
+        outputs: list[str] = []
+        for tensor in self.outputs:  # constants and dropped auxiliary outputs are no tensors
+            mapped = self.tensor.get(tensor)
+            if mapped is not None and mapped not in outputs:
+                outputs.append(mapped)
+        try:
+            graph = Graph(name, inputs, tuple(self.ops), tuple(outputs))
+        except GraphError as exc:
+            raise self._graph_error(exc) from None
+        check_batch(self.batch, self.path, field="input")
+        nodes = tuple(
+            ImportedNode(name, node.op_type, fate)
+            for name, node, fate in zip(self.names, self.nodes, fates, strict=True)
+        )
+        return OnnxGraph(graph, self.batch, self.precision, self.weights, nodes, self.path)
+
+    def _graph_input(self, vi: Any) -> tuple[str, Shape]:
+        check_name(vi.name, self.path, layer=f"input {len(self.tensor)}", field="input")
+        dims = self.dims.get(vi.name)
+        if dims is None or len(dims) not in (2, 4):
+            got = "unknown" if dims is None else f"{list(dims)}"
+            raise self.fail(f"input shape {got} is not [N, C, H, W] or [N, K]", vi.name, "shape")
+        shape = _per_image(dims)
+        if shape is None or min(shape) < 1:
+            raise self.fail(
+                f"input shape {list(dims)} has unknown channels, height or width "
+                f"(export the model with a fixed input size)",
+                vi.name,
+                "shape",
+            )
+        self._check_extent(shape, vi.name, "shape", channels=True)
+        self.tensor[vi.name] = vi.name
+        self.rank[vi.name] = len(dims)
+        self.shapes[vi.name] = shape
+        return vi.name, shape
+
+    def _find_fusions(self) -> None:
+        """Mul(x, Sigmoid(x)) is a SiLU, Mul(x, HardSigmoid(x)) with PyTorch's 1/6 and 1/2 a
+        HardSwish; the gate is part of that operator when nothing else reads it."""
+        for i, node in enumerate(self.nodes):
+            if node.op_type != "Mul" or len(node.input) != 2:
+                continue
+            a, b = node.input
+            for x, gate in ((a, b), (b, a)):
+                p = self.producer.get(gate)
+                if p is None or list(self.nodes[p].input[:1]) != [x]:
+                    continue
+                kind = self._gate_kind(self.nodes[p])
+                if kind is not None:
+                    self.fused[i] = (kind, x, p)
+                    break
+        for mul, (_, _, gate) in sorted(self.fused.items()):
+            out = self.nodes[gate].output[0]
+            readers = self.readers[out]
+            if gate not in self.absorbed and out not in self.outputs:
+                if all(r in self.fused and self.fused[r][2] == gate for r in readers):
+                    self.absorbed[gate] = mul
+
+    def _gate_kind(self, node: Any) -> str | None:
+        if node.op_type == "Sigmoid":
+            return "silu"
+        if node.op_type == "HardSigmoid":
+            attrs = _attributes(self.onnx, node)
+            alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
+            if math.isclose(alpha, 1 / 6, rel_tol=1e-6) and math.isclose(beta, 0.5):
+                return "hardswish"
+        return None
+
+    def _node(self, node: Any, name: str) -> str | None:
+        """The operator ``node`` becomes (its name), or ``None`` when it is consumed."""
+        op_type = node.op_type
+        if node.domain not in ("", "ai.onnx"):
+            raise self.fail(f"unsupported ONNX op '{node.domain}.{op_type}'", name, op_type)
+        inputs = [t for t in node.input if t]
+        if op_type == "Constant" or (inputs and all(t in self.const for t in inputs)):
+            self.const.update(t for t in node.output if t)
+            return None
+        if op_type in _SHAPE_OPS or (
+            inputs and all(t in self.const or t in self.shape_only for t in inputs)
+        ):
+            self.shape_only.update(t for t in node.output if t)
+            return None
+        if self.index in self.absorbed:
+            return None  # the Mul that reads it names the operator (``build``)
+        handler = _HANDLERS.get(op_type)
+        if handler is None:
+            raise self.fail(f"unsupported ONNX op {op_type!r}", name, op_type)
+        for extra in node.output[1:]:  # indices, masks, running statistics
+            if extra and self.readers.get(extra):
+                raise self.fail(
+                    f"output {extra!r} is read by another node: only the first output of "
+                    f"{op_type} is supported",
+                    name,
+                    "outputs",
+                )
+        return handler(self, node, name)
+
+    # -- inputs, constants, results --------------------------------------------------------
+    def _act(self, node: Any, i: int, name: str, field: str) -> str:
+        """The graph tensor of input ``i``, which must be an activation."""
+        t = node.input[i] if i < len(node.input) else ""
+        if t in self.tensor:
+            return self.tensor[t]
+        if not t:
+            raise self.fail("missing input", name, field)
+        what = "a constant" if t in self.const else "computed from tensor shapes"
+        raise self.fail(f"input {t!r} is {what}, not an activation", name, field)
+
+    def _rank(self, node: Any, i: int = 0) -> int:
+        return self.rank[node.input[i]]
+
+    def _need_rank(self, node: Any, name: str, field: str, ranks: tuple[int, ...]) -> int:
+        rank = self._rank(node)
+        if rank not in ranks:
+            want = " or ".join({2: "N×K", 4: "N×C×H×W"}[r] for r in ranks)
+            raise self.fail(f"{node.op_type} over a rank-{rank} input: needs {want}", name, field)
+        return rank
+
+    def _param(self, node: Any, i: int, name: str, field: str) -> Array | None:
+        """The value of constant input ``i`` (``None`` when absent)."""
+        t = node.input[i] if i < len(node.input) else ""
+        if not t:
+            return None
+        if t in self.const:
+            value = self._value(t)
+            if value is None:  # a Shape of a constant shape inference did not record
+                raise self.fail(f"cannot evaluate constant input {t!r}", name, field)
+            return value
+        raise self.fail(
+            f"input {t!r} must be a constant (an initializer or computed from them), "
+            f"not computed from activations",
+            name,
+            field,
+        )
+
+    def _required(self, node: Any, i: int, name: str, field: str) -> Array:
+        value = self._param(node, i, name, field)
+        if value is None:
+            raise self.fail("missing input", name, field)
+        return value
+
+    def _value(self, tensor: str) -> Array | None:
+        """The value of a constant or shape-computed tensor (``None`` when it depends on a
+        dimension shape inference left unknown), evaluating what it needs once, in order."""
+        if tensor in self.values:
+            return self.values[tensor]
+        if tensor in self.initializers:
+            from onnx import numpy_helper
+
+            value = numpy_helper.to_array(self.initializers[tensor])
+            self.values[tensor] = value
+            return value
+        todo: set[int] = set()
+        stack, seen = [tensor], {tensor}
+        while stack:  # no recursion: a chain of constant nodes may be long
+            t = stack.pop()
+            if t in self.values or t in self.initializers or t not in self.producer:
+                continue
+            i = self.producer[t]
+            if i in todo:
+                continue
+            todo.add(i)
+            node = self.nodes[i]
+            if self._reads_dims(node):
+                continue  # reads its input's dimensions, not its values
+            for u in node.input:
+                if u and u not in seen:
+                    seen.add(u)
+                    stack.append(u)
+        for i in sorted(todo):
+            self._evaluate(i)
+        return self.values.get(tensor)
+
+    def _reads_dims(self, node: Any) -> bool:
+        """A Shape or Size of an activation: its value is its input's (inferred) dims."""
+        return node.op_type in _SHAPE_OPS and node.input[0] not in self.const
+
+    def _evaluate(self, i: int) -> None:
+        node, name = self.nodes[i], self.names[i]
+        outputs = [t for t in node.output if t]
+        if self._reads_dims(node):
+            dims = self.dims.get(node.input[0])
+            if dims is not None and self.batch_symbol is not None:
+                dims = tuple(self.batch if d == self.batch_symbol else d for d in dims)
+            known = dims is not None and _known(dims)
+            value = None
+            if known and dims is not None:
+                if node.op_type == "Size":
+                    value = np.array(math.prod(_ints(dims)), np.int64)
+                else:
+                    attrs = _attributes(self.onnx, node)
+                    value = np.array(_ints(dims), np.int64)[
+                        attrs.get("start", 0) : attrs.get("end")
+                    ]
+            self.values[outputs[0]] = value
+            return
+        feeds: dict[str, Array] = {}
+        for u in node.input:
+            if u:
+                value = self._value(u) if u in self.initializers else self.values.get(u)
+                if value is None:
+                    self.values.update(dict.fromkeys(outputs))
+                    return
+                feeds[u] = value
+        from onnx.reference import ReferenceEvaluator
+
+        for t in outputs:
+            dims = self.dims.get(t)
+            if dims is not None and _known(dims):
+                elem = self.elem.get(t)
+                itemsize = self.onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize if elem else 8
+                size = math.prod(_ints(dims)) * itemsize
+                if size > MAX_ONNX_BYTES:
+                    what = "computed constant size"
+                    message = too_large(what, size, MAX_ONNX_BYTES, "MAX_ONNX_BYTES", " bytes")
+                    raise self.fail(message, name, node.op_type)
+        try:
+            evaluator = ReferenceEvaluator(node, opsets={"": self.opset})
+            results = evaluator.run(None, feeds)
+        except Exception as exc:
+            raise self.fail(
+                f"cannot evaluate this computation on constants: {_first_line(exc)}",
+                name,
+                node.op_type,
+            ) from None
+        for t, result in zip(node.output, results, strict=False):
+            if t:
+                self.values[t] = np.asarray(result)
+
+    def _emit(
+        self,
+        node: Any,
+        name: str,
+        kind: str,
+        inputs: list[str],
+        *,
+        rank: int,
+        weights: dict[str, Array] | None = None,
+        **fields: Any,
+    ) -> str:
+        """Make the operator (its shape checked against ONNX's inferred one), define the
+        node's first output as its tensor."""
+        dims = self.dims.get(node.output[0])
+        expected = _per_image(dims) if dims is not None and len(dims) == rank else None
+        try:
+            op = make_operator(name, kind, inputs, self.shapes, shape=expected, **fields)
+        except GraphError as exc:
+            raise self._graph_error(exc) from None
+        self._check_extent(op.shape, name, _OUT_FIELDS.get(kind, "X"), channels=kind != "flatten")
+        for what, pair, attr in (
+            ("kernel", op.kernel, "kernel_shape"),
+            ("stride", op.stride, "strides"),
+        ):
+            if max(pair) > MAX_SPATIAL:
+                message = too_large(what, max(pair), MAX_SPATIAL, "MAX_SPATIAL")
+                raise self.fail(message, name, attr)
+        self.ops.append(op)
+        self.by_name[name] = op
+        self.shapes[name] = op.shape
+        self.tensor[node.output[0]] = name
+        self.rank[node.output[0]] = rank
+        if weights:
+            self.weights[name] = weights
+        return name
+
+    def _alias(self, node: Any, source: str, rank: int | None = None) -> None:
+        """The node's output is its input ``source`` (an ONNX activation), maybe re-ranked."""
+        self.tensor[node.output[0]] = self.tensor[source]
+        self.rank[node.output[0]] = self.rank[source] if rank is None else rank
+
+    def _check_extent(self, shape: Shape, layer: str, field: str, channels: bool) -> None:
+        h, w, c = shape
+        bounds = [
+            ("height", h, MAX_SPATIAL, "MAX_SPATIAL"),
+            ("width", w, MAX_SPATIAL, "MAX_SPATIAL"),
+        ]
+        if channels:
+            bounds.append(("channels", c, MAX_CHANNELS, "MAX_CHANNELS"))
+        for what, value, limit, constant in bounds:
+            if value > limit:
+                raise self.fail(too_large(what, value, limit, constant), layer, field)
+
+    def _graph_error(self, exc: GraphError) -> InputError:
+        return self.fail(exc.reason, exc.op, _GRAPH_FIELDS.get(exc.field, exc.field))
+
+    def _pair(self, attrs: dict[str, Any], key: str, name: str) -> Pair:
+        value = list(attrs.get(key, [1, 1]))
+        if len(value) != 2 or min(value) < 1:
+            raise self.fail(f"expected [h, w] of positive integers, got {value}", name, key)
+        return int(value[0]), int(value[1])
+
+    def _pads(
+        self, attrs: dict[str, Any], name: str, size: Pair, extent: Pair, stride: Pair
+    ) -> tuple[int, int, int, int]:
+        """``[top, left, bottom, right]`` from ``pads`` or ``auto_pad``."""
+        auto = attrs.get("auto_pad", "NOTSET")
+        if auto == "VALID":
+            return 0, 0, 0, 0
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            begin, end = [], []
+            for n, k, s in zip(size, extent, stride, strict=True):
+                total = max((math.ceil(n / s) - 1) * s + k - n, 0)
+                small, large = total // 2, total - total // 2
+                begin.append(small if auto == "SAME_UPPER" else large)
+                end.append(large if auto == "SAME_UPPER" else small)
+            return begin[0], begin[1], end[0], end[1]
+        if auto != "NOTSET":
+            raise self.fail(f"unknown auto_pad {auto!r}", name, "auto_pad")
+        pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
+        if len(pads) != 4 or min(pads) < 0:
+            raise self.fail(f"expected [top, left, bottom, right] >= 0, got {pads}", name, "pads")
+        return pads[0], pads[1], pads[2], pads[3]
+
+    # -- node handlers (``_HANDLERS``) ------------------------------------------------------
+    def conv(self, node: Any, name: str) -> str:
+        x = self._act(node, 0, name, "X")
+        self._need_rank(node, name, "X", (4,))
+        w = self._required(node, 1, name, "W")
+        if w.ndim != 4:
+            raise self.fail(f"weight shape {list(w.shape)} is not c_out×c_in×kh×kw", name, "W")
+        c_out, per_group, kh, kw = (int(d) for d in w.shape)
+        attrs = _attributes(self.onnx, node)
+        groups = int(attrs.get("group", 1))
+        if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != [kh, kw]:
+            raise self.fail(
+                f"{list(attrs['kernel_shape'])} differs from the weight's {[kh, kw]}",
+                name,
+                "kernel_shape",
+            )
+        h, wd, c = self.shapes[x]
+        if groups < 1 or c != per_group * groups:
+            raise self.fail(
+                f"weight shape {list(w.shape)} with group {groups} does not fit {c} input channels",
+                name,
+                "W",
+            )
+        stride = self._pair(attrs, "strides", name)
+        dilation = self._pair(attrs, "dilations", name)
+        extent = ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1)
+        pads = self._pads(attrs, name, (h, wd), extent, stride)
+        if pads[0] != pads[2] or pads[1] != pads[3]:
+            where = "auto_pad" if "auto_pad" in attrs else "pads"
+            raise self.fail(
+                f"asymmetric padding {list(pads)} ([top, left, bottom, right]) is not "
+                f"supported: each axis must be padded equally on both sides",
+                name,
+                where,
+            )
+        weights = {"weight": w}
+        bias = self._param(node, 2, name, "B")
+        if bias is not None:
+            if bias.shape != (c_out,):
+                raise self.fail(f"bias shape {list(bias.shape)} is not [{c_out}]", name, "B")
+            weights["bias"] = bias
+        return self._emit(
+            node,
+            name,
+            "conv",
+            [x],
+            rank=4,
+            weights=weights,
+            out_channels=c_out,
+            kernel=(kh, kw),
+            stride=stride,
+            padding=pads[:2],
+            dilation=dilation,
+            groups=groups,
+        )
+
+    def _fc_input(self, node: Any, name: str) -> tuple[str, int]:
+        """The fc's input tensor (an ``N×K`` activation) and K."""
+        if node.input[1] in self.tensor:
+            raise self.fail(
+                f"a {node.op_type} of two activations (attention) is not supported: "
+                f"the second operand must be a constant weight",
+                name,
+                "B",
+            )
+        a = self._act(node, 0, name, "A")
+        rank = self._rank(node)
+        if rank != 2:
+            raise self.fail(
+                f"a {node.op_type} over a rank-{rank} input multiplies along its last axis: "
+                f"only [N, K] × [K, M] (an fc) is supported",
+                name,
+                "A",
+            )
+        return a, self.shapes[a][2]
+
+    def gemm(self, node: Any, name: str) -> str:
+        a, k = self._fc_input(node, name)
+        attrs = _attributes(self.onnx, node)
+        if attrs.get("transA", 0):
+            raise self.fail("a transposed input (transA) is not an fc", name, "transA")
+        b = self._required(node, 1, name, "B")
+        if b.ndim != 2:
+            raise self.fail(f"weight shape {list(b.shape)} is not 2-D", name, "B")
+        w = b if attrs.get("transB", 0) else b.T
+        if w.shape[1] != k:
+            raise self.fail(f"weight shape {list(b.shape)} does not fit {k} inputs", name, "B")
+        n = int(w.shape[0])
+        alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+        if alpha != 1.0:
+            w = (w * alpha).astype(b.dtype)
+        weights = {"weight": np.ascontiguousarray(w)}
+        c = self._param(node, 2, name, "C")
+        if c is not None:
+            if _broadcast(c.shape, (1, n)) != (1, n):
+                raise self.fail(
+                    f"bias shape {list(c.shape)} differs per image: [{n}], [1, {n}] or a "
+                    f"scalar is an fc's bias",
+                    name,
+                    "C",
+                )
+            bias = np.broadcast_to(c, (1, n)).reshape(n)
+            weights["bias"] = (bias * beta).astype(c.dtype) if beta != 1.0 else bias.copy()
+        return self._emit(node, name, "fc", [a], rank=2, weights=weights, out_channels=n)
+
+    def matmul(self, node: Any, name: str) -> str:
+        a, k = self._fc_input(node, name)
+        b = self._required(node, 1, name, "B")
+        if b.ndim != 2 or b.shape[0] != k:
+            raise self.fail(f"weight shape {list(b.shape)} does not fit {k} inputs", name, "B")
+        weights = {"weight": np.ascontiguousarray(b.T)}
+        n = int(b.shape[1])
+        return self._emit(node, name, "fc", [a], rank=2, weights=weights, out_channels=n)
+
+    def add(self, node: Any, name: str) -> str | None:
+        a, b = node.input[0], node.input[1]
+        if a in self.tensor and b in self.tensor:
+            return self._sum(node, name)
+        act, const = (a, b) if a in self.tensor else (b, a)
+        if act in self.tensor and const in self.const:
+            op = self._bias_target(act)
+            if op is not None:
+                value = self._required(node, list(node.input).index(const), name, "B")
+                n = op.out_channels
+                target = (1, n) if op.kind == "fc" else (1, n, 1, 1)
+                if _broadcast(value.shape, target) == target:
+                    self.weights[op.name]["bias"] = np.broadcast_to(value, target).reshape(n).copy()
+                    self._alias(node, act)
+                    return op.name
+        raise self.fail(
+            "an Add of a constant is supported only as the bias of the Conv, Gemm or MatMul "
+            "before it (the only reader of its output, without a bias of its own)",
+            name,
+            "B",
+        )
+
+    def _bias_target(self, act: str) -> Operator | None:
+        """The Conv or fc whose output ``act`` is, when an Add of a constant may be its bias."""
+        p = self.producer.get(act)
+        if p is None or self.nodes[p].output[0] != act or self.tensor[act] != self.names[p]:
+            return None
+        op = self.by_name[self.names[p]]
+        if op.kind not in ("conv", "fc") or "bias" in self.weights[op.name]:
+            return None
+        if self.readers[act] != [self.index] or act in self.outputs:
+            return None
+        return op
+
+    def _sum(self, node: Any, name: str) -> str | None:
+        tensors = [self._act(node, i, name, "inputs") for i in range(len(node.input))]
+        ranks = {self._rank(node, i) for i in range(len(node.input))}
+        if len(ranks) > 1:
+            raise self.fail(
+                f"operands of ranks {sorted(ranks)}: broadcasting is not supported", name, "inputs"
+            )
+        if len(tensors) == 1:
+            self._alias(node, node.input[0])
+            return None
+        return self._emit(node, name, "add", tensors, rank=ranks.pop())
+
+    def mul(self, node: Any, name: str) -> str:
+        pattern = self.fused.get(self.index)
+        if pattern is None:
+            raise self.fail(
+                "a Mul is supported only as x·Sigmoid(x) (SiLU) or x·HardSigmoid(x) "
+                "(HardSwish, alpha 1/6, beta 1/2)",
+                name,
+                "Mul",
+            )
+        kind, x, _ = pattern
+        if x not in self.tensor:
+            raise self.fail(f"input {x!r} is not an activation", name, "A")
+        return self._emit(node, name, kind, [self.tensor[x]], rank=self.rank[x])
+
+    def activation(self, node: Any, name: str) -> str:
+        kind = {"Relu": "relu", "Sigmoid": "sigmoid", "HardSwish": "hardswish"}[node.op_type]
+        return self._emit(node, name, kind, [self._act(node, 0, name, "X")], rank=self._rank(node))
+
+    def leaky_relu(self, node: Any, name: str) -> str:
+        alpha = float(_attributes(self.onnx, node).get("alpha", 0.01))
+        x = self._act(node, 0, name, "X")
+        return self._emit(node, name, "leaky_relu", [x], rank=self._rank(node), alpha=alpha)
+
+    def clip(self, node: Any, name: str) -> str:
+        x = self._act(node, 0, name, "X")
+        bounds = []
+        for i, key, default in ((1, "min", -math.inf), (2, "max", math.inf)):
+            if self.opset < 11:
+                bounds.append(float(_attributes(self.onnx, node).get(key, default)))
+                continue
+            value = self._param(node, i, name, key)
+            if value is None:
+                bounds.append(default)
+            elif value.size != 1:
+                raise self.fail(f"expected a scalar, got shape {list(value.shape)}", name, key)
+            else:
+                bounds.append(float(value.reshape(())))
+        low, high = bounds
+        rank = self._rank(node)
+        if low == 0 and high == 6:
+            return self._emit(node, name, "relu6", [x], rank=rank)
+        if low == 0 and high == math.inf:
+            return self._emit(node, name, "relu", [x], rank=rank)
+        return self._emit(node, name, "clip", [x], rank=rank, low=low, high=high)
+
+    def softmax(self, node: Any, name: str) -> str:
+        x = self._act(node, 0, name, "input")
+        rank = self._need_rank(node, name, "input", (2, 4))
+        axis = int(_attributes(self.onnx, node).get("axis", 1 if self.opset < 13 else -1))
+        h, w, _ = self.shapes[x]
+        # before opset 13 the axis splits the tensor in two, the softmax runs over the rest
+        channels = axis % rank == 1 and (rank == 2 or self.opset >= 13 or h == w == 1)
+        if not -rank <= axis < rank or not channels:
+            raise self.fail(
+                f"a softmax over axis {axis} of a rank-{rank} tensor (opset {self.opset}): "
+                f"only over the channels is supported",
+                name,
+                "axis",
+            )
+        return self._emit(node, name, "softmax", [x], rank=rank)
+
+    def batchnorm(self, node: Any, name: str) -> str:
+        x = self._act(node, 0, name, "X")
+        rank = self._need_rank(node, name, "X", (2, 4))
+        attrs = _attributes(self.onnx, node)
+        if attrs.get("spatial", 1) != 1:
+            raise self.fail(
+                "per-activation statistics (spatial=0) are not supported", name, "spatial"
+            )
+        c = self.shapes[x][2]
+        weights = {}
+        for i, (key, field_name) in enumerate(_BN_PARAMS, start=1):
+            value = self._required(node, i, name, field_name)
+            if value.shape != (c,):
+                raise self.fail(f"shape {list(value.shape)} is not [{c}]", name, field_name)
+            weights[key] = value
+        epsilon = float(attrs.get("epsilon", 1e-5))
+        return self._emit(node, name, "batchnorm", [x], rank=rank, weights=weights, epsilon=epsilon)
+
+    def pool(self, node: Any, name: str) -> str:
+        kind = "maxpool" if node.op_type == "MaxPool" else "avgpool"
+        x = self._act(node, 0, name, "X")
+        self._need_rank(node, name, "X", (4,))
+        attrs = _attributes(self.onnx, node)
+        kernel = [int(k) for k in attrs.get("kernel_shape", [])]
+        if len(kernel) != 2:
+            raise self.fail(f"expected [h, w], got {kernel}", name, "kernel_shape")
+        stride = self._pair(attrs, "strides", name)
+        if self._pair(attrs, "dilations", name) != (1, 1):
+            raise self.fail("dilated pooling is not supported", name, "dilations")
+        ceil = bool(attrs.get("ceil_mode", 0))
+        include = kind == "avgpool" and bool(attrs.get("count_include_pad", 0))
+        h, w, _ = self.shapes[x]
+        pads = self._pads(attrs, name, (h, w), (kernel[0], kernel[1]), stride)
+        padding, ceil = self._pool_padding(
+            node, name, attrs, pads, (kernel[0], kernel[1]), stride, ceil, include
+        )
+        return self._emit(
+            node,
+            name,
+            kind,
+            [x],
+            rank=4,
+            kernel=kernel,
+            stride=stride,
+            padding=padding,
+            ceil_mode=ceil,
+            count_include_pad=include,
+        )
+
+    def _pool_padding(
+        self,
+        node: Any,
+        name: str,
+        attrs: dict[str, Any],
+        pads: tuple[int, int, int, int],
+        kernel: Pair,
+        stride: Pair,
+        ceil: bool,
+        include: bool,
+    ) -> tuple[Pair, bool]:
+        """Symmetric padding and ceil mode equal to ``pads``: extra padding at the bottom or
+        right only adds windows that ceil mode adds too (the windows start at the same
+        places; what they cover beyond the input is -inf, or not counted, either way)."""
+        top, left, bottom, right = pads
+        if (top, left) == (bottom, right):
+            return (top, left), ceil
+        h, w, _ = self.shapes[self.tensor[node.input[0]]]
+        dims = self.dims.get(node.output[0])
+        if dims is not None and len(dims) == 4 and _known(dims[2:]):
+            want = _ints(dims[2:])
+        else:
+            want = tuple(
+                out_size(n + end - begin, k, s, begin, ceil, 1)
+                for n, k, s, begin, end in zip(
+                    (h, w), kernel, stride, (top, left), (bottom, right), strict=True
+                )
+            )
+        if bottom >= top and right >= left and not include:
+            for mode in (ceil, True):
+                got = tuple(
+                    out_size(n, k, s, p, mode, 1)
+                    for n, k, s, p in zip((h, w), kernel, stride, (top, left), strict=True)
+                )
+                if got == want:
+                    return (top, left), mode
+        raise self.fail(
+            f"asymmetric padding {list(pads)} ([top, left, bottom, right]) is not supported: "
+            f"pooling takes it only where it equals padding {[top, left]} on both sides with "
+            f"or without ceil mode (and count_include_pad=0)",
+            name,
+            "auto_pad" if "auto_pad" in attrs else "pads",
+        )
+
+    def global_avgpool(self, node: Any, name: str) -> str:
+        x = self._act(node, 0, name, "X")
+        self._need_rank(node, name, "X", (4,))
+        return self._emit(node, name, "global_avgpool", [x], rank=4)
+
+    def reduce_mean(self, node: Any, name: str) -> str | None:
+        x = self._act(node, 0, name, "data")
+        rank = self._rank(node)
+        attrs = _attributes(self.onnx, node)
+        if self.opset >= 18:
+            value = self._param(node, 1, name, "axes")
+            axes = None if value is None or value.size == 0 else [int(a) for a in value.reshape(-1)]
+        else:
+            axes = attrs.get("axes")
+        if axes is None and self.opset >= 18 and attrs.get("noop_with_empty_axes", 0):
+            self._alias(node, node.input[0])
+            return None
+        if axes is None:
+            raise self.fail("a mean over all axes (the batch too) is not supported", name, "axes")
+        if rank != 4 or sorted(a % rank for a in axes) != [2, 3] or min(axes) < -rank:
+            raise self.fail(
+                f"a mean over axes {list(axes)} of a rank-{rank} tensor: only over the height "
+                f"and width ([2, 3], global average pooling) is supported",
+                name,
+                "axes",
+            )
+        keep = bool(attrs.get("keepdims", 1))
+        return self._emit(node, name, "global_avgpool", [x], rank=4 if keep else 2)
+
+    def flatten(self, node: Any, name: str) -> str | None:
+        x = self._act(node, 0, name, "input")
+        rank = self._rank(node)
+        axis = int(_attributes(self.onnx, node).get("axis", 1))
+        if not -rank <= axis <= rank or axis % rank != 1:
+            raise self.fail(
+                f"a flatten at axis {axis} of a rank-{rank} tensor: only axis 1 (each image "
+                f"to a vector) is supported",
+                name,
+                "axis",
+            )
+        if rank == 2:
+            self._alias(node, node.input[0])
+            return None
+        return self._emit(node, name, "flatten", [x], rank=2)
+
+    def reshape(self, node: Any, name: str) -> str | None:
+        """Reshape, Squeeze, Unsqueeze: a flatten of each image to ``[N, C·H·W]``, or a view
+        that keeps each image's (h, w, c) (``[N, C]`` <-> ``[N, C, 1, 1]``)."""
+        x = self._act(node, 0, name, "data")
+        rank = self._rank(node)
+        shape = self.shapes[x]
+        words = math.prod(shape)
+        before = self.dims.get(node.input[0])
+        after = self.dims.get(node.output[0])
+        if after is None and before is not None and node.op_type != "Reshape":
+            after = self._squeezed(node, name, before)
+        after = _complete(after, before, words)
+        self.dims[node.output[0]] = after
+        if after is not None and len(after) == 2 and rank == 4:
+            batch = before[0] if before else None
+            if after[1] == words or (batch is not None and after[0] == batch):
+                return self._emit(node, name, "flatten", [x], rank=2)
+        if after is not None and len(after) in (2, 4) and _per_image(after) == shape:
+            self._alias(node, node.input[0], rank=len(after))
+            return None
+        shown = "an unknown shape" if after is None else str(list(after))
+        raise self.fail(
+            f"{node.op_type} of a tensor of {rank} dimensions with (h, w, c) = {list(shape)} to "
+            f"{shown}: only a flatten to [N, C·H·W] or a reshape that keeps each image's "
+            f"height, width and channels is supported",
+            name,
+            "shape" if node.op_type == "Reshape" else "axes",
+        )
+
+    def _squeezed(self, node: Any, name: str, before: Dims) -> Dims | None:
+        """The output dims of a Squeeze or Unsqueeze over ``before`` (where shape inference
+        gave none: its input had an unknown dimension), from the constant axes."""
+        if self.opset >= 13:
+            value = self._param(node, 1, name, "axes")
+            axes = None if value is None else [int(a) for a in value.reshape(-1)]
+        else:
+            axes = _attributes(self.onnx, node).get("axes")
+        if axes is None:
+            return None  # Squeeze of every 1: it may drop a batch of 1, refused by the caller
+        dims = list(before)
+        if node.op_type == "Squeeze":
+            drop = {a % len(dims) for a in axes}
+            return tuple(d for i, d in enumerate(dims) if i not in drop)
+        rank = len(dims) + len(axes)
+        for axis in sorted(a % rank for a in axes):
+            dims.insert(axis, 1)
+        return tuple(dims)
+
+    def concat(self, node: Any, name: str) -> str | None:
+        tensors = [self._act(node, i, name, "inputs") for i in range(len(node.input))]
+        ranks = {self._rank(node, i) for i in range(len(node.input))}
+        rank = max(ranks)
+        axis = int(_attributes(self.onnx, node).get("axis", 1))
+        if len(ranks) > 1 or not -rank <= axis < rank or axis % rank != 1:
+            raise self.fail(
+                f"a concat along axis {axis} of rank-{sorted(ranks)} tensors: only along the "
+                f"channels (axis 1) is supported",
+                name,
+                "axis",
+            )
+        if len(tensors) == 1:
+            self._alias(node, node.input[0])
+            return None
+        return self._emit(node, name, "concat", tensors, rank=rank)
+
+    def resize(self, node: Any, name: str) -> str | None:
+        """Resize and Upsample: nearest-neighbour by one integer factor for height and width
+        (from ``scales``, ``sizes`` or the inferred output shape), with a coordinate mode
+        that repeats each pixel (``_EXACT_NEAREST``)."""
+        x = self._act(node, 0, name, "X")
+        self._need_rank(node, name, "X", (4,))
+        attrs = _attributes(self.onnx, node)
+        mode = attrs.get("mode", "nearest")
+        if mode != "nearest":
+            raise self.fail(
+                f"mode {mode!r}: only nearest-neighbour upsampling by an integer factor is "
+                f"supported",
+                name,
+                "mode",
+            )
+        if node.op_type == "Resize" and self.opset >= 11:
+            coords = attrs.get("coordinate_transformation_mode", "half_pixel")
+            rounding = attrs.get("nearest_mode", "round_prefer_floor")
+            if (coords, rounding) not in _EXACT_NEAREST:
+                raise self.fail(
+                    f"{coords} with nearest_mode {rounding} does not repeat each pixel: not an "
+                    f"upsample",
+                    name,
+                    "coordinate_transformation_mode",
+                )
+            scales_at, sizes_at = 2, 3
+        else:  # Resize-10 and Upsample: asymmetric coordinates, rounded down
+            scales_at, sizes_at = 1, 0
+        scale = self._resize_factor(node, name, attrs, scales_at, sizes_at)
+        if scale == 1:
+            self._alias(node, node.input[0])
+            return None
+        return self._emit(node, name, "upsample", [x], rank=4, scale=scale)
+
+    def _resize_factor(
+        self, node: Any, name: str, attrs: dict[str, Any], scales_at: int, sizes_at: int
+    ) -> int:
+        h, w, c = self.shapes[self.tensor[node.input[0]]]
+        axes = [int(a) % 4 for a in attrs.get("axes", [0, 1, 2, 3])]
+        candidates: list[tuple[str, list[float]]] = []
+        if "scales" in attrs:  # Upsample-7
+            candidates.append(("scales", [float(s) for s in attrs["scales"]]))
+        for at, key in ((scales_at, "scales"), (sizes_at, "sizes")):
+            t = node.input[at] if at and at < len(node.input) else ""
+            if not t:
+                continue
+            if t in self.tensor:
+                raise self.fail(f"input {t!r} must be a constant", name, key)
+            value = self._value(t)
+            if value is not None and value.size:
+                full = [1.0] * 4 if key == "scales" else [1.0, float(c), float(h), float(w)]
+                for axis, v in zip(axes, value.reshape(-1).tolist(), strict=False):
+                    full[axis] = float(v)
+                if key == "sizes":
+                    full = [1.0, full[1] / c, full[2] / h, full[3] / w]
+                candidates.append((key, full))
+        dims = self.dims.get(node.output[0])
+        if dims is not None and len(dims) == 4 and _known(dims[1:]):
+            oc, oh, ow = _ints(dims[1:])
+            candidates.append(("scales", [1.0, oc / c, oh / h, ow / w]))
+        if not candidates:
+            raise self.fail(
+                "the upsampling factor is unknown (no constant scales or sizes, and shape "
+                "inference gives no output shape)",
+                name,
+                "scales",
+            )
+        key, factors = candidates[0]
+        _, fc, fh, fw = factors
+        if fc != 1 or fh != fw or fh < 1 or not fh.is_integer():
+            raise self.fail(
+                f"factors {[round(f, 6) for f in factors]} per axis (N, C, H, W): only one "
+                f"integer factor for height and width is supported",
+                name,
+                key,
+            )
+        return int(fh)
+
+    def identity(self, node: Any, name: str) -> None:
+        self._act(node, 0, name, "input")
+        if node.op_type == "Dropout":
+            mode = self._param(node, 2, name, "training_mode")
+            if mode is not None and bool(mode.reshape(-1)[0]):
+                raise self.fail(
+                    "dropout in training mode is not an inference graph", name, "training_mode"
+                )
+        self._alias(node, node.input[0])
+        return None
+
+    def cast(self, node: Any, name: str) -> None:
+        self._act(node, 0, name, "input")
+        to = int(_attributes(self.onnx, node).get("to", 0))
+        source = self.elem.get(node.input[0])
+        if source != to:
+            names = self.onnx.TensorProto.DataType
+            shown = names.Name(source) if source else "an unknown type"
+            raise self.fail(
+                f"a Cast of an activation from {shown} to {names.Name(to)} is not supported",
+                name,
+                "to",
+            )
+        self._alias(node, node.input[0])
+        return None
+
+
+def _complete(after: Dims | None, before: Dims | None, words: int) -> Dims | None:
+    """``after`` with its one unknown per-image dimension solved from the element count, when
+    its dim 0 is the batch of ``before`` (shape inference leaves ``-1`` unknown next to a
+    symbolic batch: ``[N, unk__0]`` for ``x.view(x.size(0), -1)``)."""
+    if after is None or before is None or not before or after[:1] != before[:1]:
+        return after
+    if after[0] is None:
+        return after
+    unknown = [i for i, d in enumerate(after[1:], start=1) if not isinstance(d, int)]
+    known = math.prod(_ints(after[1:]))
+    if len(unknown) != 1 or known == 0 or words % known:
+        return after
+    return tuple(words // known if i == unknown[0] else d for i, d in enumerate(after))
+
+
+def _broadcast(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``np.broadcast_shapes(shape, target)``, or ``None`` when they do not broadcast."""
+    try:
+        return tuple(np.broadcast_shapes(shape, target))
+    except ValueError:
+        return None
+
+
+_Handler = Callable[[_GraphImporter, Any, str], "str | None"]
+#: ONNX op type -> the handler that maps it (to an operator, or consumed as an alias).
+_HANDLERS: dict[str, _Handler] = {
+    "Conv": _GraphImporter.conv,
+    "Gemm": _GraphImporter.gemm,
+    "MatMul": _GraphImporter.matmul,
+    "Add": _GraphImporter.add,
+    "Sum": _GraphImporter._sum,
+    "Mul": _GraphImporter.mul,
+    "Relu": _GraphImporter.activation,
+    "Sigmoid": _GraphImporter.activation,
+    "HardSwish": _GraphImporter.activation,
+    "LeakyRelu": _GraphImporter.leaky_relu,
+    "Clip": _GraphImporter.clip,
+    "Softmax": _GraphImporter.softmax,
+    "BatchNormalization": _GraphImporter.batchnorm,
+    "MaxPool": _GraphImporter.pool,
+    "AveragePool": _GraphImporter.pool,
+    "GlobalAveragePool": _GraphImporter.global_avgpool,
+    "ReduceMean": _GraphImporter.reduce_mean,
+    "Flatten": _GraphImporter.flatten,
+    "Reshape": _GraphImporter.reshape,
+    "Squeeze": _GraphImporter.reshape,
+    "Unsqueeze": _GraphImporter.reshape,
+    "Concat": _GraphImporter.concat,
+    "Resize": _GraphImporter.resize,
+    "Upsample": _GraphImporter.resize,
+    "Identity": _GraphImporter.identity,
+    "Dropout": _GraphImporter.identity,
+    "Cast": _GraphImporter.cast,
+}
