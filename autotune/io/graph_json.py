@@ -37,6 +37,7 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "low": 0.0,
     "high": 6.0,
     "epsilon": 1e-5,
+    "bias": False,
 }
 
 
@@ -68,6 +69,7 @@ class OperatorRecord(_Record):
     low: float | None = None
     high: float | None = None
     epsilon: float | None = None
+    bias: bool | None = None
 
     _omit_absent = model_serializer(mode="wrap")(
         lambda self, handler: {k: v for k, v in handler(self).items() if v is not None}

@@ -31,7 +31,7 @@ from autotune.io.limits import (
     check_volume,
     read_text_bounded,
 )
-from autotune.io.onnx_import import load_onnx
+from autotune.io.onnx_import import load_onnx_graph
 from autotune.ir.graph import OP_KINDS, Graph, GraphError, Operator, Shape, make_operator
 from autotune.ir.layer import LayerError
 from autotune.ir.network import Network
@@ -95,6 +95,7 @@ class LayerSpec(BaseModel):
     min: float | None = Field(default=None, description="clip lower bound")
     max: float | None = Field(default=None, description="clip upper bound")
     epsilon: float | None = Field(default=None, gt=0, description="batchnorm epsilon")
+    bias: StrictBool | None = Field(default=None, description="conv or fc adds a bias")
 
     @field_validator("kernel", "stride", "dilation")
     @classmethod
@@ -130,8 +131,10 @@ _FIELD_NAMES = {
 }
 #: The fields each kind may have (besides name, kind, inputs, in, out).
 _FIELDS: dict[str, frozenset[str]] = {
-    "conv": frozenset({"out_channels", "kernel", "stride", "padding", "dilation", "groups"}),
-    "fc": frozenset({"out_channels"}),
+    "conv": frozenset(
+        {"out_channels", "kernel", "stride", "padding", "dilation", "groups", "bias"}
+    ),
+    "fc": frozenset({"out_channels", "bias"}),
     "maxpool": frozenset({"kernel", "stride", "padding", "ceil_mode"}),
     "avgpool": frozenset({"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}),
     "upsample": frozenset({"scale"}),
@@ -212,6 +215,7 @@ def _graph(spec: NetworkSpec, path: str) -> Graph:
                 low=0.0 if layer.min is None else layer.min,
                 high=6.0 if layer.max is None else layer.max,
                 epsilon=1e-5 if layer.epsilon is None else layer.epsilon,
+                bias=bool(layer.bias),
                 shape=layer.out,
             )
         except GraphError as exc:
@@ -279,8 +283,14 @@ def parse_network(raw: Any, path: str) -> Network:
             raise InputError(path, "duplicate layer name", layer=layer.name, field="name")
         seen.add(layer.name)
     graph = _graph(spec, path)
+    return network_of(graph, spec.batch, spec.precision, path)
+
+
+def network_of(graph: Graph, batch: int, precision: str, path: str) -> Network:
+    """The network of a graph read from ``path``: lowered, every layer within the limits
+    (``InputError`` naming the layer and field otherwise)."""
     try:
-        network = Network.of_graph(graph, spec.batch, spec.precision, source=path)
+        network = Network.of_graph(graph, batch, precision, source=path)
     except GraphError as exc:
         raise _input_error(path, exc) from None
     for lowered in network.layers:
@@ -293,7 +303,8 @@ def parse_network(raw: Any, path: str) -> Network:
 
 
 def load_network(path: str | Path) -> Network:
-    """Load and validate a ``network.yaml``, or import an ``.onnx`` model (``load_onnx``).
+    """Load and validate a ``network.yaml``, or import an ``.onnx`` model with its whole graph
+    (``load_onnx_graph``); either way the graph is lowered to the layers to tune.
 
     Raises ``InputError`` (a ``ValueError``) whose message is one line naming the file, the
     layer and the field.
@@ -305,7 +316,8 @@ def load_network(path: str | Path) -> Network:
     """
     path = Path(path)
     if path.suffix.lower() == ".onnx":
-        return load_onnx(path)
+        imported = load_onnx_graph(path)
+        return network_of(imported.graph, imported.batch, imported.precision, str(path))
     text = read_text_bounded(path, MAX_YAML_BYTES, "network file", "MAX_YAML_BYTES")
     raw = load_yaml(text, path, {("layers",): (MAX_LAYERS, "MAX_LAYERS")})
     return parse_network(raw, str(path))

@@ -57,7 +57,7 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -757,7 +757,13 @@ class _GraphImporter:
             if mapped is not None and mapped not in outputs:
                 outputs.append(mapped)
         try:
-            graph = Graph(name, inputs, tuple(self.ops), tuple(outputs))
+            # a conv or fc with a bias (its own, or an Add of a constant after it) adds it in
+            # its epilogue
+            ops = tuple(
+                replace(op, bias=True) if "bias" in self.weights.get(op.name, {}) else op
+                for op in self.ops
+            )
+            graph = Graph(name, inputs, ops, tuple(outputs))
         except GraphError as exc:
             raise self._graph_error(exc) from None
         check_batch(self.batch, self.path, field="input")

@@ -96,7 +96,8 @@ class Operator:
     ``padding`` (zeros on each side, ``(h, w)``), ``dilation``, ``groups`` (conv);
     ``kernel``, ``stride``, ``padding``, ``ceil_mode``, ``count_include_pad`` (pools);
     ``scale`` (upsample); ``alpha`` (leaky relu); ``low``/``high`` (clip; relu6 is 0..6);
-    ``epsilon`` (batch norm, whose statistics are weights). ``shape`` is the output, per image.
+    ``epsilon`` (batch norm, whose statistics are weights); ``bias`` (a conv or fc adds a
+    per-channel bias). ``shape`` is the output, per image.
     """
 
     name: str
@@ -116,6 +117,7 @@ class Operator:
     low: float = 0.0
     high: float = 6.0
     epsilon: float = 1e-5
+    bias: bool = False
 
     @property
     def weight_words(self) -> int:
@@ -174,6 +176,7 @@ def make_operator(
     low: float = 0.0,
     high: float = 6.0,
     epsilon: float = 1e-5,
+    bias: bool = False,
     shape: Iterable[int] | None = None,
 ) -> Operator:
     """The operator with its output shape inferred from ``input_shapes`` (tensor name ->
@@ -300,6 +303,7 @@ def make_operator(
         low=low,
         high=high,
         epsilon=epsilon,
+        bias=bias and kind in ("conv", "fc"),
         in_shape=in_shape,
     )
 

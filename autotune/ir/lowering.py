@@ -5,7 +5,8 @@ eltwise adds into it and removes concat copies; so does this pass, and it says w
 with every operator (``Fate``):
 
 - ``folded``: a batch norm whose input is a conv or fc read by nothing else, and whose
-  epilogue is still empty, becomes that layer's bias (its scale goes into the weights).
+  epilogue has no residual nor activation yet, becomes that layer's bias (its scale goes
+  into the weights, its shift and the conv's own bias into the bias).
 - ``fused``: an activation, or a two-operand add, becomes part of its producer's epilogue
   when the producer's output is read by nothing else (and is not a network output), in the
   epilogue's order (bias, residual, activation). An add fuses into the producer of its
@@ -157,7 +158,7 @@ def lower(graph: Graph) -> Lowering:
         return consumers.get(tensor) == (reader,) and tensor not in outputs
 
     def new_step(op: Operator, kind: str, operands: tuple[str, ...]) -> None:
-        draft = _Draft(op, kind, operands, op.name, len(drafts))
+        draft = _Draft(op, kind, operands, op.name, len(drafts), bias=op.bias)
         drafts.append(draft)
         producer[op.name] = draft
         order[op.name] = draft.index
@@ -181,7 +182,8 @@ def lower(graph: Graph) -> Lowering:
             if (
                 head is not None
                 and head.kind in ("conv", "fc")
-                and head.epilogue_empty
+                and head.residual is None
+                and head.activation is None
                 and alone(src, op.name)
             ):
                 head.bias = True
