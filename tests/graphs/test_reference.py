@@ -1,0 +1,42 @@
+"""The independent whole-network reference against onnxruntime on imported models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.graphs.reference import run_reference
+from autotune.io.onnx_import import load_onnx_graph
+from tests.io.test_onnx_graph import (
+    dynamo_resnet,
+    legacy_resnet,
+    mobilenetv2,
+    pooling_and_activations,
+    yolov3,
+)
+
+ort = pytest.importorskip("onnxruntime")
+
+MODELS = {
+    "legacy_resnet": lambda tmp: legacy_resnet(tmp, batch=2),
+    "dynamo_resnet": dynamo_resnet,
+    "mobilenetv2": mobilenetv2,
+    "yolov3": yolov3,
+    "pooling_and_activations": pooling_and_activations,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_reference_equals_onnxruntime(tmp_path, name):
+    path = MODELS[name](tmp_path)
+    imported = load_onnx_graph(path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for arg in session.get_inputs():
+        dims = [d if isinstance(d, int) else imported.batch for d in arg.shape]
+        feeds[arg.name] = rng.standard_normal(dims).astype(np.float32)
+    expected = session.run(None, feeds)
+    got = run_reference(imported.graph, feeds, imported.weights)
+    for tensor, want in zip(imported.graph.outputs, expected, strict=True):
+        np.testing.assert_allclose(got[tensor].reshape(want.shape), want, rtol=1e-4, atol=1e-4)
