@@ -489,6 +489,12 @@ def task_grid(
             )
     if mapping.batch_tile > batch:
         raise MappingError(f"batch_tile {mapping.batch_tile} exceeds the batch of {batch}")
+    if layer.kind == "softmax" and (mapping.delta_o != layer.c_out or tile.in_c != layer.c_in):
+        # Every output channel of a pixel divides by the sum over all its input channels.
+        raise MappingError(
+            f"a softmax needs all channels of a pixel in one task and one step: "
+            f"delta_o = {layer.c_out} and tile.in_c = {layer.c_in}"
+        )
     stacks = output_stacks(layer, mapping.delta_o)
     if mapping.algorithm != "input_parallel" and tile.in_c > int(stacks.in_size.max()):
         raise MappingError(
@@ -511,8 +517,9 @@ def task_grid(
 
 
 #: The L1 buffers of a cluster, in allocation order: input tiles, filter tiles, output stack,
-#: Alg. 3's forwarding buffer.
-OPERANDS = ("input", "filter", "output", "share")
+#: Alg. 3's forwarding buffer, the residual operand of an epilogue (a tile of the output's
+#: size, read before the store; buffered as deep as the output).
+OPERANDS = ("input", "filter", "output", "share", "residual")
 
 
 @dataclass(frozen=True)
@@ -526,11 +533,20 @@ class DeclaredBuffers:
     allocated_bytes: dict[str, int]
 
 
+def filter_pixels(layer: Layer) -> int:
+    """Filter words per input slice and output channel: the kernel's pixels, 0 for the
+    kinds without weights (they load no filters and have no filter buffer)."""
+    return layer.kernel_h * layer.kernel_w if layer.weight_words else 0
+
+
 def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
-    """Words of the largest tile of each operand: what a buffer of depth 1 must hold."""
+    """Words of the largest tile of each operand: what a buffer of depth 1 must hold. The
+    residual operand's tile is the output tile (``input_parallel``: the phase's stack, which
+    the reduction's root reads before its store)."""
     layer, tile = grid.layer, grid.mapping.tile
     images = int(grid.batch_tiles.max())
     out_stack = int(grid.stacks.out_size.max())
+    residual = int(layer.epilogue.residual)
     if grid.algorithm == "input_parallel":
         slices, pixels = int(grid.in_steps.max()), layer.h_in * layer.w_in
         return dict(
@@ -538,15 +554,18 @@ def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
             filter=slices * pixels,
             output=out_stack * images,
             share=0,
+            residual=residual * out_stack * images,
         )
     rows_in, cols_in = int(grid.rows.in_size.max()), int(grid.cols.in_size.max())
     rows_out, cols_out = int(grid.rows.out_size.max()), int(grid.cols.out_size.max())
     band = images * tile.in_c * rows_in * cols_in
+    output = out_stack * rows_out * cols_out * images
     return dict(
         input=band,
-        filter=min(tile.in_c, layer.cin_per_group) * layer.kernel_h * layer.kernel_w,
-        output=out_stack * rows_out * cols_out * images,
+        filter=min(tile.in_c, layer.cin_per_group) * filter_pixels(layer),
+        output=output,
         share=band if grid.algorithm == "output_stack_shared" else 0,
+        residual=residual * output,
     )
 
 
@@ -554,13 +573,24 @@ def declared_buffers(grid: TaskGrid, word_bytes: int, bank_bytes: int) -> Declar
     """The L1 buffers as ``Buffers`` documents them: a buffer without explicit bytes gets
     ``depth`` tiles; one with explicit bytes gets those (whether they hold ``depth`` tiles is
     for the simulator and the executor to check). The forwarding buffer of Alg. 3 holds one
-    input tile. Each buffer starts on an L1 bank word, so sizes round up to the bank width;
-    an operand without tiles gets nothing."""
+    input tile; the residual buffer (no ``Buffers`` field: it follows the output) holds
+    ``output_depth`` residual tiles. Each buffer starts on an L1 bank word, so sizes round up
+    to the bank width; an operand without tiles gets nothing."""
     b = grid.mapping.buffers
     tiles = {op: n * word_bytes for op, n in largest_tile_words(grid).items()}
-    depth = dict(input=b.input_depth, filter=b.filter_depth, output=b.output_depth, share=1)
+    depth = dict(
+        input=b.input_depth,
+        filter=b.filter_depth,
+        output=b.output_depth,
+        share=1,
+        residual=b.output_depth,
+    )
     given = dict(
-        input=b.input_bytes, filter=b.filter_bytes, output=b.output_bytes, share=b.share_bytes
+        input=b.input_bytes,
+        filter=b.filter_bytes,
+        output=b.output_bytes,
+        share=b.share_bytes,
+        residual=None,
     )
     allocated = {}
     for op in OPERANDS:

@@ -1,10 +1,18 @@
-"""Hypothesis strategies for layers and mappings (shared by the property tests)."""
+"""Hypothesis strategies for layers and mappings (shared by the property tests).
+
+``layers()`` draws convolutions and fully-connected layers without an epilogue (what the
+executor of ``autotune.verification`` runs); ``every_layer()`` adds epilogues and every other
+layer kind, for the stages that cost them (model, search, simulator).
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import strategies as st
 
 from autotune import Buffers, Layer, Mapping, Tile
+from autotune.ir.layer import ACTIVATION_OPS, Activation, Epilogue
 from autotune.search.space import algorithms_for, delta_o_values
 
 
@@ -49,6 +57,73 @@ def layers() -> st.SearchStrategy[Layer]:
     return st.one_of(conv_layers(), fc_layers())
 
 
+def activations() -> st.SearchStrategy[Activation]:
+    return st.sampled_from(sorted(ACTIVATION_OPS)).map(Activation)
+
+
+@st.composite
+def epilogues(draw, bias: bool = True, activation: bool = False) -> Epilogue:
+    """An epilogue (``bias``: may have one; ``activation``: must have one)."""
+    act = draw(activations()) if activation else draw(st.none() | activations())
+    return Epilogue(bias=bias and draw(st.booleans()), residual=draw(st.booleans()), activation=act)
+
+
+def with_epilogues(layer_strategy: st.SearchStrategy[Layer]) -> st.SearchStrategy[Layer]:
+    """Layers of ``layer_strategy`` with a drawn epilogue."""
+    return st.tuples(layer_strategy, epilogues()).map(lambda le: replace(le[0], epilogue=le[1]))
+
+
+@st.composite
+def kind_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
+    """A layer of a kind other than conv and fc (``ir.layer``), with a drawn epilogue."""
+    kind = draw(st.sampled_from(["maxpool", "avgpool", "add", "activation", "upsample", "softmax"]))
+    c = draw(st.integers(1, max_c))
+    epilogue = draw(epilogues(bias=False, activation=kind == "activation"))
+    if kind in ("maxpool", "avgpool"):
+        if draw(st.integers(0, 4)) == 0:  # a global pool: the kernel covers the input
+            h, w = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+            return Layer("pool", kind, h, w, c, c, h, w, groups=c, epilogue=epilogue)
+        kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+        ph, pw = draw(st.integers(0, (kh - 1) // 2)), draw(st.integers(0, (kw - 1) // 2))
+        h = draw(st.integers(max(1, kh - 2 * ph), max_hw))
+        w = draw(st.integers(max(1, kw - 2 * pw), max_hw))
+        return Layer(
+            "pool",
+            kind,
+            h,
+            w,
+            c,
+            c,
+            kh,
+            kw,
+            draw(st.integers(1, 3)),
+            draw(st.integers(1, 3)),
+            ph,
+            pw,
+            groups=c,
+            ceil_mode=draw(st.booleans()),
+            count_include_pad=draw(st.booleans()),
+            epilogue=epilogue,
+        )
+    h, w = draw(st.integers(1, max_hw)), draw(st.integers(1, max_hw))
+    if kind == "add":
+        n = draw(st.integers(2, 3))
+        return Layer("add", kind, h, w, n * c, c, groups=c, epilogue=epilogue)
+    if kind == "upsample":
+        scale = draw(st.integers(2, 3))
+        h, w = -(-h // scale), -(-w // scale)
+        return Layer("up", kind, h, w, c, c, groups=c, upscale=scale, epilogue=epilogue)
+    if kind == "softmax":
+        return Layer("softmax", kind, h, w, c, c, epilogue=epilogue)
+    return Layer("act", kind, h, w, c, c, groups=c, epilogue=epilogue)
+
+
+def every_layer(max_hw: int = 40, max_c: int = 96) -> st.SearchStrategy[Layer]:
+    """Layers of every kind: conv and fc with and without an epilogue, and the others."""
+    weighted = st.one_of(conv_layers(max_hw, max_c), fc_layers(max(max_c, 8) * 3))
+    return st.one_of(weighted, with_epilogues(weighted), kind_layers(max_hw, max_c))
+
+
 @st.composite
 def mappings(draw, layer: Layer, batch: int) -> Mapping:
     algorithm = draw(st.sampled_from(algorithms_for(layer)))
@@ -65,7 +140,10 @@ def mappings(draw, layer: Layer, batch: int) -> Mapping:
     tile = Tile(
         out_h=draw(st.none() | st.integers(1, layer.h_out)),
         out_w=draw(st.none() | st.integers(1, layer.w_out)),
-        in_c=draw(st.integers(1, min(max_in_c, layer.c_in))),
+        # a softmax steps through all its channels at once (``tiling``)
+        in_c=layer.c_in
+        if layer.kind == "softmax"
+        else draw(st.integers(1, min(max_in_c, layer.c_in))),
     )
     share_group = 1
     if algorithm == "output_stack_shared":
@@ -82,16 +160,18 @@ def mappings(draw, layer: Layer, batch: int) -> Mapping:
 
 @st.composite
 def mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
-    layer = draw(layers())
+    """A layer of any kind, a mapping that applies to it, a batch and a precision."""
+    layer = draw(every_layer())
     batch = draw(st.integers(1, 4))
     mapping = draw(mappings(layer, batch))
     return layer, mapping, batch, draw(st.sampled_from(["fp32", "fp64"]))
 
 
 @st.composite
-def multicast_mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
-    """Output-stack mappings with DMA multicast (MPPA3-like machines compute fp16)."""
-    layer = draw(layers())
+def multicast_mapped_layers(draw, every_kind: bool = False) -> tuple[Layer, Mapping, int, str]:
+    """Output-stack mappings with DMA multicast (MPPA3-like machines compute fp16), of conv
+    and fc layers (``every_kind``: of every kind, with epilogues)."""
+    layer = draw(every_layer() if every_kind else layers())
     batch = draw(st.integers(1, 4))
     mapping = draw(mappings(layer, batch))
     mapping = Mapping(

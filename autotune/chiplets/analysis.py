@@ -24,9 +24,9 @@ finish no later (the simulator checks each part). The remote reads also load the
 HBM; at 64 GB/s per link against 256 GB/s per HBM this is neglected. No d2d energy is
 charged (the seeds give no figure).
 
-Totals over the package: MACs of the whole layer, off-chip (HBM) and inter-cluster words
-summed over all parts (each distinct part shape analysed once), the compute and memory
-floors against the whole package's peak and HBM bandwidth.
+Totals over the package: MACs and FPU operations of the whole layer, off-chip (HBM) and
+inter-cluster words summed over all parts (each distinct part shape analysed once), the
+compute and memory floors against the whole package's peak and HBM bandwidth.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def analyze_package(
     first = analyses[0]
     links = link_bytes(parts)
     extra = d2d_cycles(max(links.values(), default=0), machine)
-    macs = batch * layer.macs
-    compute_ideal = macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
+    macs, ops = batch * layer.macs, batch * layer.ops
+    compute_ideal = ops / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
     # Every part's main-memory occupancy (with its DMA efficiency) over all chiplets' HBMs.
     memory_ideal = sum(a.memory_cycles for a in analyses) / machine.chiplets
     cycles = first.cycles + extra
@@ -113,11 +113,13 @@ def analyze_package(
         report_algorithm=mapping.report_algorithm_for(layer.c_out),
         batch=batch,
         macs=macs,
+        ops=ops,
         tasks=sum(a.tasks for a in analyses),
         offchip_load_words=sum(a.offchip_load_words for a in analyses),
         offchip_store_words=sum(a.offchip_store_words for a in analyses),
         input_load_words=sum(a.input_load_words for a in analyses),
         filter_load_words=sum(a.filter_load_words for a in analyses),
+        residual_load_words=sum(a.residual_load_words for a in analyses),
         intercluster_words=sum(a.intercluster_words for a in analyses),
         cycles=cycles,
         compute_cycles=compute_ideal,

@@ -72,8 +72,8 @@ def simulate_package(
     """``simulate`` on a package: the figures of the whole split layer.
 
     ``cycles``: when the last chiplet finishes (stage-in + its part); ``breakdown``: that
-    chiplet's, with the stage-in as ``d2d``; bytes, MACs, tasks and events: sums over all
-    parts. ``trace=True`` records chiplet 0's timeline.
+    chiplet's, with the stage-in as ``d2d``; bytes, MACs, operations, tasks and events: sums
+    over all parts. ``trace=True`` records chiplet 0's timeline.
     """
     chiplet = machine.chiplet()
     parts = split_parts(
@@ -102,6 +102,7 @@ def simulate_package(
         cycles=end,
         breakdown=replace(last.breakdown, d2d=float(math.ceil(stage - 1e-9))),
         macs=sum(r.macs for r in results),
+        ops=sum(r.ops for r in results),
         tasks=sum(r.tasks for r in results),
         clusters=machine.total_clusters,
         peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),

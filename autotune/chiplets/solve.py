@@ -29,6 +29,7 @@ from autotune.search.solve import (
     SearchReport,
 )
 from autotune.search.solve import solve_layer as solve_chiplet
+from autotune.tiling import MappingError
 
 
 def solve_layer(
@@ -51,7 +52,10 @@ def solve_layer(
     wall, candidates, smallest = 0.0, 0, None
     statuses: set[str] = set()
     for order, split in enumerate(SPLITS):
-        part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
+        try:
+            part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
+        except MappingError:
+            continue  # the split does not apply to the layer (e.g. a softmax's channels)
         key = (part.layer.shape_key(), part.batch)
         if key not in solved:
             try:

@@ -14,6 +14,17 @@ chiplet or be divided among them (``Mapping.chiplet_split``):
 ``images``           balanced blocks of the batch's images (batch 1: one part, P-1 chiplets
                      idle).
 
+Layer kinds (``ir.layer``): the depthwise kinds (pools, add, activation, upsample) divide
+their output channels by whole groups like a depthwise convolution (an add's group is its
+``n`` interleaved operand channels). A softmax cannot divide its channels (every output
+reads all of its pixel's channels): ``output_channels`` is refused. An upsample's bands are
+balanced bands of *input* rows (output rows ``[a·u, b·u)`` read exactly input rows
+``[a, b)``, which the chiplet holds: nothing crosses). A pool's spatial band holds its
+padding rows as explicit zeros, which is exact only where a zero is what the padding stands
+for: a max pool (zero is not neutral for a max), an average that excludes padding, or a last
+window that overhangs the padded input (ceil mode) refuse ``spatial`` when a band would
+read such rows.
+
 Balanced: ``n`` items over ``P`` chiplets give the first ``n mod P`` parts ``ceil(n/P)`` items
 and the rest ``floor(n/P)``; empty parts are dropped. Part 0 is therefore the largest, and
 it is the sub-layer the search solves and the cost model charges (``autotune.chiplets.analysis``).
@@ -126,6 +137,11 @@ def split_parts(
             parts.append(replace(whole, chiplet=i, batch=images[1] - images[0], images=images))
         return tuple(parts)
     if split == "output_channels":
+        if layer.kind == "softmax":
+            raise MappingError(
+                f"layer {layer.name!r}: a softmax reads all channels of a pixel: "
+                f"its output channels cannot be split among chiplets"
+            )
         g_in, g_out = layer.cin_per_group, layer.cout_per_group
         if layer.groups > 1:
             # whole groups; each chiplet holds its own groups' input channels
@@ -163,6 +179,11 @@ def split_parts(
                 )
             )
         return tuple(parts)
+    if layer.upscale != 1:
+        return _upsample_bands(layer, whole, chiplets)
+    refused = _padding_not_zero(layer)
+    if refused is not None:
+        raise MappingError(f"layer {layer.name!r}: no spatial split: {refused}")
     # spatial: bands of output rows, the padding rows explicit in each band's input
     bands = balanced(layer.h_out, chiplets)
     s, k, p = layer.stride_h, layer.kernel_h, layer.pad_h
@@ -185,6 +206,36 @@ def split_parts(
             )
         )
     return tuple(parts)
+
+
+def _padding_not_zero(layer: Layer) -> str | None:
+    """Why a band of ``layer`` cannot read its padding rows as explicit zeros (None: it can).
+    A convolution multiplies padding by weights and a sum with zeros is unchanged; a pool's
+    padding is skipped instead."""
+    if layer.kind not in ("maxpool", "avgpool"):
+        return None
+    if (layer.h_out - 1) * layer.stride_h + layer.kernel_h > layer.h_in + 2 * layer.pad_h:
+        return "its last window overhangs the padded input (ceil mode)"
+    if layer.pad_h and (layer.kind == "maxpool" or not layer.count_include_pad):
+        what = "a max" if layer.kind == "maxpool" else "an average that excludes padding"
+        return f"its padding rows are skipped by {what}, not zeros"
+    return None
+
+
+def _upsample_bands(layer: Layer, whole: ChipletPart, chiplets: int) -> tuple[ChipletPart, ...]:
+    """Bands of an upsample: balanced bands of input rows, each upscaled whole (an output
+    band starting inside a block of ``upscale`` rows would not be an upsample)."""
+    u = layer.upscale
+    return tuple(
+        replace(
+            whole,
+            chiplet=i,
+            layer=replace(layer, name=f"{layer.name}/rows{i}", h_in=b - a),
+            out_rows=(a * u, b * u),
+            in_rows=(a, b),
+        )
+        for i, (a, b) in enumerate(balanced(layer.h_in, chiplets))
+    )
 
 
 def link_bytes(parts: tuple[ChipletPart, ...]) -> dict[tuple[int, int], int]:

@@ -19,9 +19,12 @@ from autotune.tiling import TaskGrid, task_grid, used_input
 class Analysis:
     """Analytical cost of a mapped layer (whole batch, all clusters).
 
-    ``ccr`` is MACs per off-chip word counting loads and stores, as the report's Eq. 1/2 and 8
-    do; ``ccr_loads`` counts loads only, as Eq. 11 and 14 do ("the bulk of accesses ... are
-    the loads"). ``flop_per_byte`` is the roofline's operational intensity (2 flop per MAC).
+    ``macs`` are the layer's MACs (0 for the kinds without weights); ``ops`` its FPU
+    operations (``Layer.ops``: the MACs plus the epilogue's, or a pool's taps, an add's adds,
+    ...), what the compute floor and the energy count. ``ccr`` is MACs per off-chip word
+    counting loads and stores, as the report's Eq. 1/2 and 8 do; ``ccr_loads`` counts loads
+    only, as Eq. 11 and 14 do ("the bulk of accesses ... are the loads"). ``flop_per_byte``
+    is the roofline's operational intensity (``flops`` per off-chip byte).
     """
 
     layer: str
@@ -30,8 +33,9 @@ class Analysis:
     precision: str
     batch: int
     macs: int
+    ops: int
     tasks: int
-    task_macs_max: int
+    task_ops_max: int
     waves: int
     l1_bytes: int
     buffer_bytes: dict[str, int]
@@ -40,6 +44,7 @@ class Analysis:
     offchip_store_words: int
     input_load_words: int
     filter_load_words: int
+    residual_load_words: int
     intercluster_words: int
     word_bytes: int
     cycles: int
@@ -80,8 +85,14 @@ class Analysis:
         return self.macs / self.offchip_load_words
 
     @property
+    def flops(self) -> int:
+        """Floating-point operations: a MAC is two (multiply and add), every other FPU
+        operation one, so ``2 * macs + (ops - macs)``."""
+        return self.macs + self.ops
+
+    @property
     def flop_per_byte(self) -> float:
-        return 2 * self.macs / self.offchip_bytes
+        return self.flops / self.offchip_bytes
 
 
 def analyze(
@@ -119,8 +130,10 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
     k = consts(layer, machine, precision, wb, grid.batch)
     v = evaluate(NumpyOps(), grid_quantities(grid, machine, wb), k, buffer_override(grid))
     fp = footprint_from(v, grid, machine, wb)
-    macs = grid.batch * layer.macs
-    compute_ideal = macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
+    macs, ops = grid.batch * layer.macs, grid.batch * layer.ops
+    # The compute floor counts FPU operations (one MAC slot each, ``formulas``): a layer
+    # without weights is memory-bound, not free.
+    compute_ideal = ops / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
     # Main-memory occupancy: payload over the DMA efficiency of its runs (= bytes without
     # efficiency tables, to the bit: occupied is bytes x SCALE).
     memory_ideal = as_int(v["memory_occupancy_scaled"]) / SCALE / machine.hbm_bytes_per_cycle
@@ -133,16 +146,20 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
         precision=precision,
         batch=grid.batch,
         macs=macs,
+        ops=ops,
         tasks=grid.n_tasks,
-        task_macs_max=as_int(v["task_macs"]),
+        task_ops_max=as_int(v["task_ops"]),
         waves=as_int(v["waves"]),
         l1_bytes=fp.l1_bytes,
         buffer_bytes=dict(fp.allocated_bytes),
         buffer_tile_words=dict(fp.tile_words),
-        offchip_load_words=as_int(v["input_load_words"]) + as_int(v["filter_load_words"]),
+        offchip_load_words=as_int(v["input_load_words"])
+        + as_int(v["filter_load_words"])
+        + as_int(v["residual_load_words"]),
         offchip_store_words=as_int(v["store_words"]),
         input_load_words=as_int(v["input_load_words"]),
         filter_load_words=as_int(v["filter_load_words"]),
+        residual_load_words=as_int(v["residual_load_words"]),
         intercluster_words=as_int(v["intercluster_words"]),
         word_bytes=wb,
         cycles=cycles,

@@ -2,9 +2,10 @@
 
 The report's space complexities (Sec. 2.1.2, 2.2.2, 2.3.2, 3.1.2, 3.2.2) are the minimum
 words per cluster: one output stack, one input depth slice (or batch of slices), one filter
-slice, plus a forwarding buffer for Alg. 3. Here the same buffers are sized from the task
-structure, so spatial tiles, multi-slice steps and batch tiles change them. The sizes come
-from the cost formula (``formulas.evaluate``), the single definition of the model.
+slice, plus a forwarding buffer for Alg. 3. Here the same buffers (and one for an epilogue's
+residual operand) are sized from the task structure, so spatial tiles, multi-slice steps and
+batch tiles change them. The sizes come from the cost formula (``formulas.evaluate``), the
+single definition of the model.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ class Footprint:
 
 
 def buffer_override(grid: TaskGrid) -> dict[str, int | None]:
-    """The explicit bytes the mapping gives each buffer (None: ``depth`` tiles)."""
+    """The explicit bytes the mapping gives each buffer (None: ``depth`` tiles; the residual
+    buffer has no field of its own: it is always ``output_depth`` tiles)."""
     b = grid.mapping.buffers
     return {
         "input": b.input_bytes,
         "filter": b.filter_bytes,
         "output": b.output_bytes,
         "share": b.share_bytes,
+        "residual": None,
     }
 
 
@@ -46,7 +49,13 @@ def footprint_from(
 ) -> Footprint:
     """The ``Footprint`` from an evaluated formula (explicit buffers must hold depth tiles)."""
     b = grid.mapping.buffers
-    depth = {"input": b.input_depth, "filter": b.filter_depth, "output": b.output_depth, "share": 1}
+    depth = {
+        "input": b.input_depth,
+        "filter": b.filter_depth,
+        "output": b.output_depth,
+        "share": 1,
+        "residual": b.output_depth,
+    }
     words = {op: as_int(values[f"tile_words_{op}"]) for op in OPERANDS}
     allocated = {op: as_int(values[f"alloc_bytes_{op}"]) if words[op] else 0 for op in OPERANDS}
     given = buffer_override(grid)

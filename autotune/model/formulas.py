@@ -11,6 +11,17 @@ their overlap into task, phase and layer latency, off-chip traffic, memory floor
 Algorithms: 0 = ``output_stack`` (Alg. 1/2), 1 = ``output_stack_shared`` (Alg. 3),
 2 = ``input_parallel`` (Alg. 4/5).
 
+Layer kinds (``ir.layer``): the work of a task is its FPU operations, ``ops_per_output`` per
+output word (a conv's or fc's MACs, a pool's taps, an add's adds, ..., plus the epilogue's),
+at the cluster's MAC rate: ASSUMPTION (the seeds rate the FPUs in MACs only), an operation
+takes one MAC slot and a MAC's energy. The filter stream carries ``filter_words_per_output``
+words per output channel; the kinds without weights have none, and the formula is built
+without it (no filter tile, buffer, set-up or round trip). An epilogue with a residual
+operand reads, per task, a tile of the output's size before the store (``dma_cycles``): one
+more read stream and L1 buffer (as deep as the output's), and the residual once in the
+off-chip traffic. These are constants of the layer: for conv and fc layers without an
+epilogue the formula is exactly the report's.
+
 Latency (cycles), per phase (``input_parallel`` runs one phase per stack and batch tile,
 Alg. 5's outer loop; the others run one):
 
@@ -72,7 +83,7 @@ import numpy as np
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.model.ops import Ops, Table, Value
-from autotune.tiling import OPERANDS
+from autotune.tiling import OPERANDS, filter_pixels
 
 OUTPUT_STACK, SHARED, INPUT_PARALLEL = 0, 1, 2
 ALGORITHM_CODES = {
@@ -116,6 +127,8 @@ class Quantities:
     #: per 2D transfer, idle ends of the runs' last beats (``quantities.dma_overhead_cycles``)
     input_step_dma_overhead: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
+    #: SCALE / DMA read efficiency of the residual tile's runs (those of the output store)
+    residual_inverse_efficiency: Value
 
 
 #: The names of the per-mapping quantities the formula reads (see ``quantities.py``).
@@ -130,8 +143,12 @@ class Consts:
     in_channels: int
     out_channels: int
     in_pixels: int  # input pixels per depth slice
-    macs_per_output: int  # MACs per output word: cin_per_group * kernel_h * kernel_w
-    kernel_pixels: int  # kernel_h * kernel_w: filter words per slice and output channel
+    #: FPU operations per output word (``Layer.ops_per_output``): the MACs of a conv or fc
+    #: (cin_per_group * kernel_h * kernel_w), a pool's taps, ..., plus the epilogue's
+    ops_per_output: int
+    #: filter words one output channel reads over all its input slices (0 without weights)
+    filter_words_per_output: int
+    filter_pixels: int  # filter words per slice and output channel: kh * kw, 0 without weights
     weight_words: int
     output_words: int  # per image
     word_bytes: int
@@ -148,7 +165,7 @@ class Consts:
     reduction_latency_cycles: Table  # [active - 1] -> sum over levels of steps x latency
     reduction_steps: tuple[Table, ...]  # per level: [active - 1] -> reduction steps
     link_bytes_per_cycle_scaled: tuple[int, ...]  # per level: min(DMA port, uplink) x SCALE
-    mac_energy_fj: int = 0  # per MAC
+    op_energy_fj: int = 0  # per FPU operation (the machine's energy of a MAC)
     hbm_byte_energy_fj: int = 0  # per off-chip byte
     noc_byte_energy_fj: int = 0  # per inter-cluster byte
     #: The machine has DMA efficiency tables: main-memory time per byte depends on the runs
@@ -163,6 +180,15 @@ class Consts:
     can_multicast: bool = False  # the machine multicasts: the multicast = 1 branch is built
     port_cycles_per_byte_scaled: int = 0  # multicast: one cluster's DMA port
     shared_cycles_per_byte_scaled: int = 0  # multicast: the slowest of the HBM and the links
+    #: The epilogue reads a residual operand (one tile of the output's size per task)
+    has_residual: bool = False
+    epilogue_ops: int = 0  # FPU operations per output word of the epilogue
+
+    @property
+    def has_filters(self) -> bool:
+        """The layer has weights: without them no filter is loaded or buffered, and the
+        formula is built without the filter stream."""
+        return self.filter_words_per_output > 0
 
 
 def ceil_int64(values: Any) -> Table:
@@ -224,8 +250,9 @@ def consts(layer: Layer, machine: Machine, precision: str, word_bytes: int, batc
         in_channels=layer.c_in,
         out_channels=layer.c_out,
         in_pixels=layer.h_in * layer.w_in,
-        macs_per_output=layer.cin_per_group * layer.kernel_h * layer.kernel_w,
-        kernel_pixels=layer.kernel_h * layer.kernel_w,
+        ops_per_output=layer.ops_per_output,
+        filter_words_per_output=layer.filter_words_per_output,
+        filter_pixels=filter_pixels(layer),
         weight_words=layer.weight_words,
         output_words=layer.output_words,
         word_bytes=word_bytes,
@@ -243,7 +270,7 @@ def consts(layer: Layer, machine: Machine, precision: str, word_bytes: int, batc
         reduction_latency_cycles=latency_sum,
         reduction_steps=tuple(steps),
         link_bytes_per_cycle_scaled=tuple(links),
-        mac_energy_fj=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
+        op_energy_fj=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
         hbm_byte_energy_fj=int(round(energy.get("hbm_byte", 0.0) * 1000)),
         noc_byte_energy_fj=int(round(energy.get("noc_byte", 0.0) * 1000)),
         has_dma_efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
@@ -253,6 +280,8 @@ def consts(layer: Layer, machine: Machine, precision: str, word_bytes: int, batc
         can_multicast=machine.dma_multicast,
         port_cycles_per_byte_scaled=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
         shared_cycles_per_byte_scaled=shared_cycles_per_byte_scaled(machine),
+        has_residual=layer.epilogue.residual,
+        epilogue_ops=layer.epilogue.ops,
     )
 
 
@@ -286,22 +315,27 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
     report streams ``F[:, :, d_i, d_o]``) and the output stack; Alg. 3 adds a forwarding
     buffer of one input step (Sec. 2.3.2). ``input_parallel`` buffers an input step of whole
     slices, the step's filter words of one output channel and a private output stack per
-    image (Sec. 3.1.2).
+    image (Sec. 3.1.2). A layer without weights has no filter tile; an epilogue's residual
+    operand gets a tile of the output's size (read before the store).
     """
     alg = q.algorithm
-    conv_filter = q.step_filter_channels * k.kernel_pixels
+    conv_filter = q.step_filter_channels * k.filter_pixels
+    output = ops.choose(
+        alg,
+        [
+            tiles.conv_output,
+            tiles.conv_output,
+            ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
+        ],
+    )
     return {
         "input": ops.choose(alg, [tiles.conv_input, tiles.conv_input, tiles.fc_input]),
-        "filter": ops.choose(alg, [conv_filter, conv_filter, q.step_in_channels * k.in_pixels]),
-        "output": ops.choose(
-            alg,
-            [
-                tiles.conv_output,
-                tiles.conv_output,
-                ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
-            ],
-        ),
+        "filter": ops.choose(alg, [conv_filter, conv_filter, q.step_in_channels * k.in_pixels])
+        if k.has_filters
+        else 0,
+        "output": output,
         "share": ops.choose(alg, [0, tiles.conv_input, 0]),
+        "residual": output if k.has_residual else 0,
     }
 
 
@@ -328,22 +362,30 @@ def l1_buffers(
     alloc_override: dict[str, int | None] | None,
 ) -> L1Buffers:
     """Each buffer is ``depth`` tiles (the forwarding buffer of Alg. 3 is single, Sec. 2.3.2:
-    one input slice) or the explicit bytes of ``alloc_override`` (as the report's fixed
-    16 KiB buffers), rounded up to the bank; the footprint is their sum."""
+    one input slice; the residual buffer is as deep as the output's) or the explicit bytes of
+    ``alloc_override`` (as the report's fixed 16 KiB buffers), rounded up to the bank; the
+    footprint is their sum. An operand the layer does not have (no weights, no residual)
+    gets no buffer, whatever bytes were asked for it."""
     tile_words = buffer_tile_words(ops, q, k, tiles)
     depth = {
         "input": q.input_buffer_depth,
         "filter": q.filter_buffer_depth,
         "output": q.output_buffer_depth,
         "share": 1,
+        "residual": q.output_buffer_depth,
     }
+    absent = {"filter": not k.has_filters, "residual": not k.has_residual}
     need: dict[str, Value] = {}
     alloc: dict[str, Value] = {}
     for op in OPERANDS:
         given = None if alloc_override is None else alloc_override.get(op)
         need[op] = ops.mul(depth[op], tile_words[op]) * k.word_bytes
-        alloc[op] = bank_aligned(ops, need[op] if given is None else given, k.bank_bytes)
+        if absent.get(op, False):
+            alloc[op] = 0
+        else:
+            alloc[op] = bank_aligned(ops, need[op] if given is None else given, k.bank_bytes)
     total = alloc["input"] + alloc["filter"] + alloc["output"] + alloc["share"]
+    total = total + alloc["residual"]
     return L1Buffers(tile_words, need, alloc, total)
 
 
@@ -352,34 +394,44 @@ def l1_buffers(
 
 @dataclass(frozen=True)
 class TaskWork:
-    """MACs and words of the largest task."""
+    """FPU operations and words of the largest task."""
 
-    macs: Value
+    ops: Value  # FPU operations (MACs of a conv or fc, Layer.ops_per_output per output word)
     input_words: Value  # its whole input: every step's slices
     offchip_input_words: Value  # the part it loads itself (the rest its share group forwards)
     forwarded_words: Value  # Alg. 3: the part other members load and forward (Sec. 2.3)
     filter_words: Value
     store_words: Value  # 0 for input_parallel (its phase stores once, after the reduction)
+    residual_words: Value  # the residual tile it reads before its store (0 without one)
     steps: Value  # input steps of a convolution task (1 for input_parallel)
 
 
 def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
     """A convolution task computes an output stack of one spatial and batch tile over all the
-    input slices its stack reads, ``in_c`` per step (Alg. 1-3); an ``input_parallel`` task
-    multiplies ``in_c`` input slices into a private stack (Alg. 4/5). In a share group of
-    ``m`` tasks each loads ``1/m`` of the common input and forwards it (Sec. 2.3)."""
+    input slices its stack reads, ``in_c`` per step (Alg. 1-3): ``ops_per_output`` FPU
+    operations per output word (for a layer without weights, its taps, adds or function
+    instead of MACs), the epilogue included; an ``input_parallel`` task multiplies ``in_c``
+    input slices into a private stack (Alg. 4/5; the epilogue is applied by the reduction's
+    root, ``reduction_cycles``). In a share group of ``m`` tasks each loads ``1/m`` of the
+    common input and forwards it (Sec. 2.3). A layer without weights loads no filters; one
+    whose epilogue has a residual operand reads a tile of the output's size per task."""
     alg, images = q.algorithm, q.batch_tile_images_max
     stack, step = q.stack_out_channels_max, q.step_in_channels
-    conv_macs = tiles.conv_output * k.macs_per_output
+    conv_ops = tiles.conv_output * k.ops_per_output
     fc_macs = ops.mul(ops.mul(images, step), stack) * k.in_pixels
-    macs = ops.choose(alg, [conv_macs, conv_macs, fc_macs])
+    task_ops = ops.choose(alg, [conv_ops, conv_ops, fc_macs])
     conv_input = ops.mul(ops.mul(images, q.stack_in_channels_max), q.tile_in_pixels_max)
     members = ops.choose(alg, [1, ops.min(q.share_group, q.stacks), 1])
     input_words = ops.choose(alg, [conv_input, conv_input, tiles.fc_input])
     offchip = ops.choose(alg, [input_words, ops.cdiv(input_words, members), input_words])
-    conv_filter = stack * k.macs_per_output
-    filter_words = ops.choose(alg, [conv_filter, conv_filter, ops.mul(stack, step) * k.in_pixels])
+    conv_filter = stack * k.filter_words_per_output
+    filter_words = (
+        ops.choose(alg, [conv_filter, conv_filter, ops.mul(stack, step) * k.in_pixels])
+        if k.has_filters
+        else 0
+    )
     store_words = ops.choose(alg, [tiles.conv_output, tiles.conv_output, 0])
+    residual_words = store_words if k.has_residual else 0
     steps = ops.choose(
         alg,
         [
@@ -389,7 +441,14 @@ def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
         ],
     )
     return TaskWork(
-        macs, input_words, offchip, input_words - offchip, filter_words, store_words, steps
+        task_ops,
+        input_words,
+        offchip,
+        input_words - offchip,
+        filter_words,
+        store_words,
+        residual_words,
+        steps,
     )
 
 
@@ -592,6 +651,24 @@ def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
     return Stream(a.nbytes - b.nbytes, sub(a.occupied, b.occupied), sub(a.wave_bytes, b.wave_bytes))
 
 
+def plus(a: Stream, b: Stream) -> Stream:
+    """Streams ``a`` and ``b`` at once: they share the cluster's bandwidth."""
+
+    def add(x: Value, y: Value) -> Value:
+        return None if x is None else x + y
+
+    return Stream(a.nbytes + b.nbytes, add(a.occupied, b.occupied), add(a.wave_bytes, b.wave_bytes))
+
+
+def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
+    """Stream ``a`` if the 0/1 ``flag`` is set, else nothing."""
+
+    def times(x: Value) -> Value:
+        return None if x is None else ops.mul(flag, x)
+
+    return Stream(ops.mul(flag, a.nbytes), times(a.occupied), times(a.wave_bytes))
+
+
 def load_streams(
     ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, work: TaskWork, sched: Schedule
 ) -> Loads:
@@ -625,9 +702,14 @@ def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Load
     start-up ``L``; the law paces the tiles after them."""
     w = k.word_bytes
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
+    input_wait = round_trip_wait(
+        ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
+    )
+    if not k.has_filters:
+        return input_wait
     in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
     return ops.max(
-        round_trip_wait(ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input),
+        input_wait,
         round_trip_wait(ops, k, q.filter_buffer_depth, loads.rest_filter_bytes, in_flight_filter),
     )
 
@@ -652,56 +734,97 @@ def dma_cycles(
     work: TaskWork,
     sched: Schedule,
     rates: StreamRates,
+    residual: Stream | None,
 ) -> DmaCycles:
     """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
     (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer pays
     the set-up: each 2D transfer of an input step (``tiling.input_transfers``: one per slice
     and image for a band of partial rows), a filter tile per output channel and step, a
-    store; and a run shorter than a bus beat occupies the whole beat.
+    store, a residual read; and a run shorter than a bus beat occupies the whole beat.
 
     A buffer hides the loads of data "loaded once per inner loop iteration" (Sec. 2.1.2)
     behind the iteration before, so the first tile of each stream has nothing to hide behind:
     its transfer is the pipeline's prologue, paid before compute starts. A task of one or two
-    input steps is thus mostly prologue."""
+    input steps is thus mostly prologue.
+
+    The ``residual`` tile of an epilogue (None without one) is read once per task, before
+    its store. A double output buffer has a second residual slot, so the read is issued when
+    the stream starts and shares the cluster's bandwidth with it: the overlapped part lasts
+    at least its round trip. A single one reads it after compute (exposed, like a
+    single-buffered load, with its set-up)."""
     loads = load_streams(ops, q, k, l1, work, sched)
     little = little_cycles(ops, q, k, l1, loads)
-    filter_loads = ops.mul(work.steps, q.stack_out_channels_max)
+    filter_loads = ops.mul(work.steps, q.stack_out_channels_max) if k.has_filters else 0
+    stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
     step_overhead = ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead)
-    first_overhead = ops.mul(q.input_buffer_depth - 1, step_overhead) + ops.mul(
-        q.filter_buffer_depth - 1, k.dma_setup_cycles
-    )
-    overhead = (
-        ops.mul(work.steps, step_overhead)
-        + (filter_loads + ops.choose(q.algorithm, [1, 1, 0])) * k.dma_setup_cycles
-        - first_overhead
-    )
+    first_overhead = ops.mul(q.input_buffer_depth - 1, step_overhead)
+    if k.has_filters:
+        first_overhead = first_overhead + ops.mul(q.filter_buffer_depth - 1, k.dma_setup_cycles)
+    transfers = filter_loads + stores
+    rest, floor = loads.rest, little
+    exposed_residual: Value = 0
+    if residual is not None:
+        early = ops.mul(q.output_buffer_depth - 1, stores)  # 1: prefetched under the stream
+        late = stores - early  # 1: read after compute
+        rest = plus(rest, scaled(ops, early, residual))
+        transfers = transfers + early
+        residual_time = stream_cycles(ops, k, rates, residual) + k.latency_cycles
+        floor = ops.max(little, ops.mul(early, residual_time))
+        exposed_residual = ops.mul(late, residual_time + k.dma_setup_cycles)
+    overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
     overlapped = (
-        ops.max(stream_cycles(ops, k, rates, loads.rest), little)
+        ops.max(stream_cycles(ops, k, rates, rest), floor)
         + ops.cdiv(work.forwarded_words * k.word_bytes, k.dma_bytes_per_cycle)
         + overhead
     )
-    single_loads = ops.mul(2 - q.input_buffer_depth, work.steps) + ops.mul(
-        2 - q.filter_buffer_depth, filter_loads
+    single_loads = ops.mul(2 - q.input_buffer_depth, work.steps)
+    if k.has_filters:
+        single_loads = single_loads + ops.mul(2 - q.filter_buffer_depth, filter_loads)
+    exposed = (
+        stream_cycles(ops, k, rates, loads.single)
+        + single_loads * k.latency_cycles
+        + exposed_residual
     )
-    exposed = stream_cycles(ops, k, rates, loads.single) + single_loads * k.latency_cycles
     prologue = stream_cycles(ops, k, rates, loads.first) + first_overhead
     return DmaCycles(prologue, overlapped, exposed)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
-    """The largest task's MACs at the cluster's MAC rate times the FPU utilisation."""
-    return ops.cdiv(work.macs * SCALE, k.macs_per_cycle_scaled)
+    """The largest task's FPU operations at the cluster's MAC rate times the FPU utilisation.
+
+    ASSUMPTION (the seeds rate the FPUs in MACs only): every FPU operation, a compare, an
+    add or a move of a layer without weights as much as a multiply-add, takes one MAC slot
+    of an FPU."""
+    return ops.cdiv(work.ops * SCALE, k.macs_per_cycle_scaled)
+
+
+def private_stream(
+    ops: Ops, k: Consts, sched: Schedule, words: Value, inverse_efficiency: Value
+) -> Stream:
+    """``words`` of the largest task that no other task moves (its output, its residual
+    tile): a multicast wave moves ``active`` tasks' worth (never shared)."""
+    nbytes = words * k.word_bytes
+    occupied = ops.mul(nbytes, inverse_efficiency) if k.has_dma_efficiency else None
+    wave_bytes = ops.mul(nbytes, sched.active) if k.can_multicast else None
+    return Stream(nbytes, occupied, wave_bytes)
 
 
 def store_stream(ops: Ops, q: Quantities, k: Consts, work: TaskWork, sched: Schedule) -> Stream:
     """The largest task's output store; outputs are distinct, so a multicast wave stores
     ``active`` tasks' outputs (never shared)."""
-    nbytes = work.store_words * k.word_bytes
-    occupied = ops.mul(nbytes, q.output_inverse_efficiency) if k.has_dma_efficiency else None
-    wave_bytes = ops.mul(nbytes, sched.active) if k.can_multicast else None
-    return Stream(nbytes, occupied, wave_bytes)
+    return private_stream(ops, k, sched, work.store_words, q.output_inverse_efficiency)
+
+
+def residual_stream(
+    ops: Ops, q: Quantities, k: Consts, work: TaskWork, sched: Schedule
+) -> Stream | None:
+    """The largest task's read of its residual tile (the output tile's region of the
+    residual operand, read with the read efficiency of the output's runs); None without."""
+    if not k.has_residual:
+        return None
+    return private_stream(ops, k, sched, work.residual_words, q.residual_inverse_efficiency)
 
 
 # -- overlap: task, phase and layer latency ----------------------------------------------------
@@ -730,14 +853,26 @@ def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_sto
 
 def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
     """``input_parallel``: each phase ends with the tree reduction of the ``active`` private
-    stacks level by level and one store of the stack (Sec. 3.1.3); 0 for the others."""
-    stack_bytes = ops.mul(q.stack_out_channels_max, q.batch_tile_images_max) * k.word_bytes
+    stacks level by level and one store of the stack (Sec. 3.1.3); 0 for the others. The
+    root applies the epilogue to the reduced stack before storing it, after reading the
+    stack's residual operand (a set-up, the round trip and the transfer, as the store)."""
+    stack_words = ops.mul(q.stack_out_channels_max, q.batch_tile_images_max)
+    stack_bytes = stack_words * k.word_bytes
     index = sched.active - 1
     reduce = (
         ops.lookup(index, k.reduction_latency_cycles)
         + k.latency_cycles
         + ops.cdiv(stack_bytes, k.dma_bytes_per_cycle)
     )
+    if k.epilogue_ops:
+        reduce = reduce + ops.cdiv(stack_words * (k.epilogue_ops * SCALE), k.macs_per_cycle_scaled)
+    if k.has_residual:
+        reduce = (
+            reduce
+            + k.dma_setup_cycles
+            + k.latency_cycles
+            + ops.cdiv(stack_bytes, k.dma_bytes_per_cycle)
+        )
     for level_steps, link in zip(k.reduction_steps, k.link_bytes_per_cycle_scaled, strict=True):
         if int(np.max(level_steps)) > 0:
             reduce = reduce + ops.mul(
@@ -777,11 +912,15 @@ class Traffic:
 
     input_load_words: Value
     filter_load_words: Value
+    residual_load_words: int  # the epilogue's residual operand, read once
     store_words: int
     intercluster_words: Value
 
+    def load_words(self) -> Value:
+        return self.input_load_words + self.filter_load_words + self.residual_load_words
+
     def offchip_words(self) -> Value:
-        return self.input_load_words + self.filter_load_words + self.store_words
+        return self.load_words() + self.store_words
 
 
 def multicast_loads(
@@ -804,7 +943,8 @@ def offchip_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traf
     once per tile (Eq. 7); Alg. 3 reads the input once per share group and forwards it to the
     other members (Eq. 9, 10); Alg. 4/5 read the input once per stack and the filters once
     per batch tile, and reduce ``active - 1`` private stacks between clusters (Eq. 12/13).
-    Every output is stored once."""
+    A layer without weights loads no filters. Every output is stored once, and its residual
+    operand (if any) read once."""
     alg, pixels = q.algorithm, q.tile_in_pixels_sum
     one_pass = k.batch * k.in_channels  # words of one input pass, per pixel
     stack_input = ops.mul(q.stack_in_channels_sum, pixels) * k.batch
@@ -821,9 +961,13 @@ def offchip_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traf
             q.stacks * (one_pass * k.in_pixels),
         ],
     )
-    filter_load = ops.choose(
-        alg,
-        [stack_filter, sched.tiles * k.weight_words, q.batch_tiles * k.weight_words],
+    filter_load = (
+        ops.choose(
+            alg,
+            [stack_filter, sched.tiles * k.weight_words, q.batch_tiles * k.weight_words],
+        )
+        if k.has_filters
+        else 0
     )
     intercluster = ops.choose(
         alg,
@@ -833,7 +977,9 @@ def offchip_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traf
             (sched.active - 1) * (k.out_channels * k.batch),
         ],
     )
-    return Traffic(input_load, filter_load, k.batch * k.output_words, intercluster)
+    stores = k.batch * k.output_words
+    residual = stores if k.has_residual else 0
+    return Traffic(input_load, filter_load, residual, stores, intercluster)
 
 
 def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic) -> Value:
@@ -841,11 +987,14 @@ def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic
     operand's runs (seed 004 Table II); the traffic in bytes is unchanged by it."""
     if not k.has_dma_efficiency:
         return traffic.offchip_words() * k.word_bytes * SCALE
-    return (
+    occupied = (
         ops.mul(traffic.input_load_words, q.input_inverse_efficiency)
         + ops.mul(traffic.filter_load_words, q.filter_inverse_efficiency)
         + traffic.store_words * q.output_inverse_efficiency
-    ) * k.word_bytes
+    )
+    if traffic.residual_load_words:
+        occupied = occupied + traffic.residual_load_words * q.residual_inverse_efficiency
+    return occupied * k.word_bytes
 
 
 def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value) -> Value:
@@ -854,9 +1003,10 @@ def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value) -> Value:
 
 
 def energy_fj(k: Consts, traffic: Traffic) -> Value:
-    """Energy (fJ): MACs are fixed by the layer; mappings differ in the bytes they move."""
+    """Energy (fJ): the FPU operations are fixed by the layer (ASSUMPTION: each costs the
+    machine's energy of a MAC); mappings differ in the bytes they move."""
     return (
-        k.batch * k.output_words * k.macs_per_output * k.mac_energy_fj
+        k.batch * k.output_words * k.ops_per_output * k.op_energy_fj
         + traffic.offchip_words() * k.word_bytes * k.hbm_byte_energy_fj
         + traffic.intercluster_words * (k.word_bytes * k.noc_byte_energy_fj)
     )
@@ -885,7 +1035,7 @@ def evaluate(
     work = task_work(ops, q, k, tiles)
     sched = schedule(ops, q, k)
     rates = stream_rates(ops, q, k, sched)
-    dma = dma_cycles(ops, q, k, l1, work, sched, rates)
+    dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual_stream(ops, q, k, work, sched))
     compute = compute_cycles(ops, k, work)
     store = store_stream(ops, q, k, work, sched)
     task = task_cycles(ops, k, compute, dma, exposed_store_cycles(ops, q, k, store, rates))
@@ -899,7 +1049,7 @@ def evaluate(
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},
         **{f"alloc_bytes_{op}": l1.alloc_bytes[op] for op in OPERANDS},
         "l1": l1.l1_bytes,
-        "task_macs": work.macs,
+        "task_ops": work.ops,
         "slots": sched.slots,
         "waves": ops.mul(sched.phases, sched.waves),  # over all phases
         "phases": sched.phases,
@@ -912,6 +1062,7 @@ def evaluate(
         "reduction_cycles": ops.mul(sched.phases, reduction),  # over all phases
         "input_load_words": traffic.input_load_words,
         "filter_load_words": traffic.filter_load_words,
+        "residual_load_words": traffic.residual_load_words,
         "store_words": traffic.store_words,
         "intercluster_words": traffic.intercluster_words,
         "offchip_bytes": traffic.offchip_words() * k.word_bytes,

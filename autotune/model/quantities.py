@@ -126,25 +126,22 @@ def dma_overhead_cycles(
 
 
 def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
-    """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers, and the
-    DMA engine's overhead cycles of one image's input step (``dma_overhead_cycles``)."""
+    """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers and of the
+    residual read (the output's runs, read), and the DMA engine's overhead cycles of one
+    image's input step (``dma_overhead_cycles``)."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
+    output_words = output_run_words(
+        layer, int(rows.out_size.max()), int(cols.out_size.max()), int(grid.stacks.out_size.max())
+    )
     runs = {
         "input_inverse_efficiency": (
             input_run_words(layer, int(rows.in_size.max()), int(cols.in_size.max()), in_c),
             False,
         ),
         "filter_inverse_efficiency": (filter_run_words(layer, in_c), False),
-        "output_inverse_efficiency": (
-            output_run_words(
-                layer,
-                int(rows.out_size.max()),
-                int(cols.out_size.max()),
-                int(grid.stacks.out_size.max()),
-            ),
-            True,
-        ),
+        "output_inverse_efficiency": (output_words, True),
+        "residual_inverse_efficiency": (output_words, False),
     }
     q = {
         name: int(inverse_efficiency(machine, words * wb, write))

@@ -24,7 +24,7 @@ def draw_roofline(result, path: str | Path) -> None:
         a = r.predicted
         cycles = r.simulated.cycles if r.simulated is not None else a.cycles
         seconds = cycles / machine.clock_hz
-        points.append((r.layer.name, a.flop_per_byte, 2 * a.macs / seconds))
+        points.append((r.layer.name, a.flop_per_byte, a.flops / seconds))
     lo = min(p[1] for p in points) / 2
     hi = max(max(p[1] for p in points) * 2, 4 * peak / bandwidth)
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)

@@ -41,14 +41,29 @@ def chunk_sizes(n: int) -> list[int]:
 
 
 def delta_o_values(layer: Layer) -> list[int]:
-    """Stack sizes: within a group, or whole groups per stack (grouped convolutions)."""
+    """Stack sizes: within a group, or whole groups per stack (grouped convolutions and the
+    depthwise kinds); a softmax keeps all its channels in one stack (``tiling``)."""
+    if layer.kind == "softmax":
+        return [layer.c_out]
     values = set(chunk_sizes(layer.cout_per_group))
     if layer.groups > 1:
         values |= {layer.cout_per_group * k for k in chunk_sizes(layer.groups)}
     return sorted(values)
 
 
+def in_c_values(layer: Layer) -> list[int]:
+    """Input slices per step (per task for ``input_parallel``): powers of two up to the
+    input channels; a softmax reads all of a pixel's channels in one step (``tiling``)."""
+    if layer.kind == "softmax":
+        return [layer.c_in]
+    return [1 << i for i in range(MAX_IN_C_LOG2 + 1) if (1 << i) <= max(layer.c_in, 1)]
+
+
 def algorithms_for(layer: Layer) -> list[str]:
+    """The algorithms that apply to ``layer``. Every kind runs the output-stationary ones
+    (Alg. 1-3; Alg. 3 needs groups = 1); only an fc layer has ``input_parallel``: its
+    partial outputs are sums over input channels, which the tree reduction adds up, while a
+    pool's max, a softmax or an elementwise layer have no such partial sums."""
     algos = ["output_stack"]
     if layer.groups == 1:
         algos.append("output_stack_shared")
@@ -66,14 +81,15 @@ def fits(layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch
 
 
 def minimal_mapping(layer: Layer, batch: int = 1) -> Mapping:
-    """The mapping with the smallest L1 footprint: one output pixel of one channel per task,
-    one input slice per step, everything single-buffered. If this does not fit, nothing does.
+    """The mapping with the smallest L1 footprint: one output pixel of one channel per task
+    (a softmax: of all its channels), one input slice per step (a softmax: all of them),
+    everything single-buffered. If this does not fit, nothing does.
     """
     return Mapping(
         "output_stack",
-        delta_o=1,
+        delta_o=min(delta_o_values(layer)),
         batch_tile=1,
-        tile=Tile(out_h=1, out_w=1, in_c=1),
+        tile=Tile(out_h=1, out_w=1, in_c=min(in_c_values(layer))),
         buffers=Buffers(input_depth=1, filter_depth=1, output_depth=1),
     )
 
@@ -85,8 +101,9 @@ def hand_choice(layer: Layer, machine: Machine, precision: str, batch: int = 1) 
     ``delta_o`` that fits (Sec. 2.2.2); when not even ``delta_o = 1`` fits (input slices
     larger than the buffer), split the output rows into the fewest bands that fit.
     Fully-connected layers: Alg. 5 over the whole batch with the largest ``delta_o`` that
-    fits (Sec. 3.2.2), the batch tile halved until the input batch fits its buffer.
-    Raises ``MappingError`` if no such mapping fits.
+    fits (Sec. 3.2.2), the batch tile halved until the input batch fits its buffer. The
+    other kinds as convolutions (a layer without weights gets no filter buffer; a softmax
+    steps through all its channels at once). Raises ``MappingError`` if no such mapping fits.
     """
     report = dict(input_bytes=16 * KIB, filter_bytes=16 * KIB)
     deltas = delta_o_values(layer)
@@ -110,6 +127,7 @@ def hand_choice(layer: Layer, machine: Machine, precision: str, batch: int = 1) 
             tile = Tile(
                 out_h=None if rows == layer.h_out else rows,
                 out_w=None if cols == layer.w_out else cols,
+                in_c=min(in_c_values(layer)),
             )
             base = Mapping("output_stack", tile=tile, buffers=Buffers(**report))
             best = _largest_fitting(layer, base, deltas, machine, precision, batch)
@@ -210,7 +228,7 @@ def _largest_in_c(
         in_max = int(output_stacks(layer, base.delta_o).in_size.max())
     except MappingError:
         return None
-    in_cs = [1 << i for i in range(MAX_IN_C_LOG2, -1, -1) if (1 << i) <= min(in_max, layer.c_in)]
+    in_cs = sorted((c for c in in_c_values(layer) if c <= in_max), reverse=True)
     for buffers in (Buffers(), Buffers(input_depth=1, filter_depth=1, output_depth=1)):
         for in_c in in_cs:
             mapping = base.with_(tile=Tile(base.tile.out_h, base.tile.out_w, in_c), buffers=buffers)
@@ -243,6 +261,8 @@ def iter_report_mappings(layer: Layer, batch: int = 1) -> Iterator[Mapping]:
             continue
         for delta_o in delta_o_values(layer):
             params: dict[str, object] = {"delta_o": delta_o}
+            if layer.kind == "softmax":  # all channels in one step (``tiling``)
+                params["tile"] = Tile(in_c=layer.c_in)
             if n == 5:
                 params["batch_tile"] = batch
             yield Mapping.from_report(n, **params)
@@ -338,8 +358,7 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     deltas = delta_o_values(layer)
     spatial = spatial_values(layer)
     batch_tiles = chunk_sizes(batch)
-    max_in = max(layer.c_in, 1)
-    in_cs = [1 << i for i in range(MAX_IN_C_LOG2 + 1) if (1 << i) <= max_in]
+    in_cs = in_c_values(layer)
     share = (1,) + (machine.share_group_sizes() if "output_stack_shared" in algorithms else ())
     tables: dict[str, list[int]] = {}
 
@@ -434,6 +453,7 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "input_inverse_efficiency": ("input_run_words", ("spatial", "in_c"), False),
     "filter_inverse_efficiency": ("filter_run_words", ("in_c",), False),
     "output_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), True),
+    "residual_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), False),
     # Not an efficiency: the DMA engine's overhead of one image's input step (set-ups, idle
     # beat ends; ``quantities.dma_overhead_cycles``), from the same runs.
     "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),

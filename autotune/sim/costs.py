@@ -6,6 +6,13 @@ are loaded while the cores compute (or in turn with them, for single buffers); a
 the output tile. Fully-connected tasks (Alg. 4/5) load their input batch and then stream one
 filter tile per output channel.
 
+Layer kinds (``ir.layer``): the cores execute ``ops_per_output`` FPU operations per output
+word (a conv's MACs, a pool's taps, an add's adds, ..., plus the epilogue's) at the sustained
+MAC rate: ASSUMPTION, each operation takes one MAC slot of an FPU. The kinds without weights
+load no filters. An epilogue's residual operand is one more read per task: the region of
+its output tile, shaped like the store (runs, 2D transfers) but read; ``program`` places it
+before the store.
+
 The stream is costed in steady state, as ``S`` identical average steps (exact totals; the
 ragged last step is spread evenly), not step by step: its uncontended duration is the
 largest of these bounds, each the cycle time of one loop of the program's dependency graph:
@@ -71,13 +78,21 @@ class TaskCosts:
 
     compute: np.ndarray  # cycles of the cores at the sustained MAC rate
     macs: np.ndarray
+    ops: np.ndarray  # FPU operations (one MAC slot each)
     input: Transfers
     filter: Transfers
     output: Transfers  # stores (output_stack); zero for input_parallel tasks
+    residual: Transfers  # the epilogue's residual tile (output_stack); zero without one
 
 
 def _beats(nbytes: np.ndarray | int, width: int) -> np.ndarray:
     return -(-np.asarray(nbytes, dtype=np.int64) // width)
+
+
+def _none(like: np.ndarray) -> Transfers:
+    """No transfers (one empty tile per task, so that per-tile figures stay defined)."""
+    zero = np.zeros_like(like)
+    return Transfers(zero, zero, zero, np.ones_like(like), zero)
 
 
 def task_costs(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> TaskCosts:
@@ -119,9 +134,38 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
         images * in_ch * pix_in * wb, images * run_beats, count, steps, images * hbm_in
     )
 
+    filters = _filter_transfers(grid, machine, wb) if layer.weight_words else _none(images)
+
+    out_run, out_runs = output_runs(layer, rows_out, cols_out, out_ch)
+    pix_out = rows_out * cols_out
+    out_bytes = images * out_ch * pix_out * wb
+
+    def tile_transfers(write: bool) -> Transfers:
+        """The output tile's region moved once: the store, or the residual read."""
+        return Transfers(
+            out_bytes,
+            images * out_runs * _beats(out_run * wb, width),
+            output_transfers(layer, rows_out, cols_out, images, out_ch),
+            np.ones_like(images),
+            out_bytes / dma_efficiency(machine, out_run * wb, write=write),
+        )
+
+    outputs = tile_transfers(True)
+    residual = tile_transfers(False) if layer.epilogue.residual else _none(images)
+    words = images * out_ch * pix_out
+    ops = words * layer.ops_per_output
+    macs = words * (layer.macs // layer.output_words)  # 0 without weights
+    return TaskCosts(ops / rate, macs, ops, inputs, filters, outputs, residual)
+
+
+def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
+    """Output-stack tasks' filter slices: one tile ``F[:, :, d_i:d_i+in_c, d_o]`` per output
+    channel and step (one run each)."""
+    layer, width = grid.layer, machine.dma_bytes_per_cycle
+    out_ch = grid.task_out_channels
     k2 = layer.kernel_h * layer.kernel_w
     cpg = layer.cin_per_group
-    f_slices = min(in_c, cpg)
+    f_slices = min(grid.mapping.tile.in_c, cpg)
     per_out = -(-cpg // f_slices)  # filter tiles per output channel
     f_last = cpg - (per_out - 1) * f_slices
     f_run, f_run_last = filter_runs(layer, f_slices) * wb, filter_runs(layer, f_last) * wb
@@ -130,21 +174,7 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
         machine, f_run_last
     )
     n_f = out_ch * per_out
-    filters = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
-
-    out_run, out_runs = output_runs(layer, rows_out, cols_out, out_ch)
-    pix_out = rows_out * cols_out
-    out_bytes = images * out_ch * pix_out * wb
-    outputs = Transfers(
-        out_bytes,
-        images * out_runs * _beats(out_run * wb, width),
-        output_transfers(layer, rows_out, cols_out, images, out_ch),
-        np.ones_like(images),
-        out_bytes / dma_efficiency(machine, out_run * wb, write=True),
-    )
-
-    macs = images * out_ch * pix_out * cpg * k2
-    return TaskCosts(macs / rate, macs, inputs, filters, outputs)
+    return Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
 
 
 def _fc_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskCosts:
@@ -170,9 +200,9 @@ def _fc_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskCos
         out_ch,
         out_ch * f_run / dma_efficiency(machine, f_run),
     )
-    zero = np.zeros_like(images)
     macs = images * slices * pixels * out_ch
-    return TaskCosts(macs / rate, macs, inputs, filters, Transfers(zero, zero, zero, ones, zero))
+    # The epilogue (and its residual read) is the reduction root's (``program``).
+    return TaskCosts(macs / rate, macs, macs, inputs, filters, _none(images), _none(images))
 
 
 def stream_own(

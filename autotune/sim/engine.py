@@ -13,7 +13,8 @@ A program is a generator of instructions:
                    in proportion to their bytes (``network.max_min_rates``). A part without
                    bytes is a pure delay.
 ``StartTransfer``  starts a background transfer and continues: a store of a double-buffered
-                   output (kind "store"), or a prefetch of the next task's input ("load").
+                   output (kind "store"), or a read ahead ("load"): the next task's input
+                   (Alg. 4/5) or the task's residual tile (Alg. 1-3).
 ``WaitTransfer``   waits until the agent's background transfers of that kind are done.
 ``SetFlag`` / ``WaitFlag``  point-to-point synchronisation (the reduction tree of Alg. 4/5).
 

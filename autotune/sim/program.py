@@ -24,8 +24,14 @@ each cluster takes tasks ``k = cid, cid + C, ...`` of ``in_c`` input slices, loa
 batch (prefetched during the previous task when the input buffer is double) and streams one
 filter tile per output channel into its private partial output. Then the private outputs are
 summed by a binary tree over cluster ids (Sec. 3.1.3: pairs in an L1 quadrant first, then up
-the levels; 127 reads of D_O·B words for 128 clusters), the root stores the stack, and all
+the levels; 127 reads of D_O·B words for 128 clusters), the root applies the epilogue
+(reading the stack's residual operand first, if it has one) and stores the stack, and all
 clusters meet at a barrier (an atomic round trip to the top level of the tree).
+
+**Residual operands.** An output-stack task whose layer's epilogue adds a residual reads the
+residual tile (its output tile's region) before its store: with a double output buffer the
+read is issued when the stream starts and runs behind it (a background "load"; the
+residual buffer has a second slot), with a single one it follows the stream.
 
 Shortcuts, and why they hold:
 
@@ -145,12 +151,15 @@ class _Tasks:
 
     @property
     def background(self) -> set[str]:
-        """Parts that run behind the program: a double-buffered store, input prefetches."""
-        return {"prefetch"} | (set() if self.store_blocking else {"store"})
+        """Parts that run behind the program: a double-buffered store and the residual read
+        of its second slot, input prefetches."""
+        return {"prefetch"} | (set() if self.store_blocking else {"store", "residual"})
 
     def sequence(self, items: list[list[int] | _Chunk]) -> Iterator[Instr]:
         """An agent's items in order: per task its prologue, stream and store (a prefetch of
-        the next task's input starts with the stream), or a merged chunk as one Work."""
+        the next task's input starts with the stream), or a merged chunk as one Work. A
+        residual tile is read before the store: behind the stream when the output buffer is
+        double (a second residual slot), else after it."""
         for item in items:
             if isinstance(item, _Chunk):
                 yield item.work
@@ -160,7 +169,15 @@ class _Tasks:
                 yield WaitTransfer("load")  # the input prefetched by the last task
                 if self.arrays["prefetch"].bytes[item[0]] > 0:
                     yield StartTransfer("load", "prefetch", self.work("", "prefetch", item).parts)
+            residual = "residual" in self.arrays and self.arrays["residual"].bytes[item[0]] > 0
+            if residual and not self.store_blocking:
+                yield StartTransfer("load", "residual", self.work("", "residual", item).parts)
             yield self.work("compute", "stream", item)
+            if residual:
+                if self.store_blocking:
+                    yield self.work("residual", "residual", item)
+                else:
+                    yield WaitTransfer("load")
             if "store" in self.arrays:
                 yield from self.store(item)
 
@@ -388,8 +405,24 @@ def stack_runs(
         out.beats.astype(float),
         out.hbm.astype(float),
     )
+    parts = dict(load=pro, stream=st, store=store)
+    res = costs.residual
+    if grid.layer.epilogue.residual:
+        # The output tile's region of the residual operand: one read, costed as the store
+        # (set-ups, beats, round trip). Every task reads its own (never multicast).
+        parts["residual"] = _ProgramPart(
+            res.bytes.astype(float),
+            res.count * setup + res.beats + lat,
+            np.zeros(0),
+            zero,
+            res.bytes.astype(float),
+            zero,
+            zero,
+            res.beats.astype(float),
+            res.hbm.astype(float),
+        )
     group = slot // g
-    for part in (pro, st, store):
+    for part in parts.values():
         lock = np.zeros(int(group.max()) + 1)
         np.maximum.at(lock, group, part.own)
         part.own_agent = lock[group]
@@ -398,7 +431,7 @@ def stack_runs(
         width,
         cluster,
         peer,
-        dict(load=pro, stream=st, store=store),
+        parts,
         grid.mapping.buffers.output_depth == 1,
     )
 
@@ -406,9 +439,7 @@ def stack_runs(
     agent = group % n_agents
     rank = group // n_agents
     merged, chunk = _plan_items(agent, rank, n_agents, budget)
-    chunks = _chunks(
-        tasks, agent, chunk, merged, n_members.astype(float), ("load", "stream", "store")
-    )
+    chunks = _chunks(tasks, agent, chunk, merged, n_members.astype(float), tuple(parts))
     seqs = _sequences(agent, rank, member, merged, chunk, chunks, n_agents)
 
     def program(items: list[list[int] | _Chunk]) -> Iterator[Instr]:
@@ -514,6 +545,7 @@ def fc_runs(
         if key not in built:  # phases of one shape have equal tasks: build their run once
             run = int(output_runs(grid.layer, 1, 1, stack)[0]) * word_bytes
             occupancy = 1.0 / float(dma_efficiency(m, run, write=True))
+            epilogue = grid.layer.epilogue
             reduce = _Reduction(
                 net,
                 setup,
@@ -526,6 +558,8 @@ def fc_runs(
                 out_depth,
                 key[2],
                 occupancy,
+                stack * images * epilogue.ops / rate,
+                1.0 / float(dma_efficiency(m, run)) if epilogue.residual else None,
             )
             seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total, budget)
             built[key] = RunSpec(
@@ -578,6 +612,9 @@ class _Reduction:
     out_depth: int
     last: bool
     store_occupancy: float = 1.0  # HBM bytes per stored byte (DMA efficiency of its runs)
+    epilogue: float = 0.0  # cycles of the root's epilogue on the reduced stack
+    #: HBM bytes per byte of the root's residual read (None: the epilogue has no residual)
+    residual_occupancy: float | None = None
 
     def program(self, c: int) -> Iterator[Instr]:
         if c >= self.active:
@@ -600,11 +637,20 @@ class _Reduction:
                 )
             step, level = step * 2, level + 1
         if c == 0:
+            # The root applies the epilogue to the reduced stack (after reading its residual
+            # operand, a transfer shaped as the store) and stores it.
             own = (
                 self.setup
                 + self.images * (-(-self.stack_bytes // self.images // self.width))
                 + self.latency
             )
+            if self.residual_occupancy is not None:
+                route = self.net.route(0, load=1.0, hbm=self.residual_occupancy)
+                read = MemberShare(0, float(self.stack_bytes), route, 0.0, own)
+                yield Work("residual", own, (read,))
+            if self.epilogue > 0:
+                work = MemberShare(0, 0.0, None, self.epilogue, self.epilogue)
+                yield Work("epilogue", self.epilogue, (work,))
             route = self.net.route(0, store=1.0, hbm=self.store_occupancy)
             part = MemberShare(0, float(self.stack_bytes), route, 0.0, own)
             if self.out_depth == 1:

@@ -14,7 +14,8 @@ from autotune.files import atomic_path
 class Breakdown:
     """Where the cycles went, averaged over clusters; the five parts sum to the makespan.
 
-    ``compute``: the cores compute (MACs at the sustained rate, peak x FPU utilisation).
+    ``compute``: the cores compute (FPU operations at the sustained MAC rate, peak x FPU
+    utilisation; an operation takes one MAC slot).
     ``dma_wait``: stalled on DMA as an uncontended network would still stall them: round-trip
     latency, per-transfer setup, bus beats, loads a single buffer serialises, the final drain
     of background stores. ``contention``: stalled longer because ports, quadrant links or the
@@ -71,6 +72,7 @@ class SimResult:
     cycles: int
     breakdown: Breakdown
     macs: int
+    ops: int  # FPU operations (``Layer.ops``: MACs, a pool's taps, ..., the epilogue's)
     tasks: int
     clusters: int
     peak_macs_per_cycle: int
@@ -99,9 +101,9 @@ class SimResult:
 
     @property
     def fpu_utilization(self) -> float:
-        """MACs over what the machine's peak could do in the makespan (at most the machine's
-        sustained FPU utilisation)."""
-        return self.macs / (self.cycles * self.peak_macs_per_cycle)
+        """FPU operations over what the machine's peak could do in the makespan (at most the
+        machine's sustained FPU utilisation; MACs for a conv or fc without an epilogue)."""
+        return self.ops / (self.cycles * self.peak_macs_per_cycle)
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the timeline as Chrome Trace Event JSON (Perfetto, chrome://tracing).

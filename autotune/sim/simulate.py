@@ -8,13 +8,13 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
-from autotune.sim.costs import task_costs
+from autotune.sim.costs import TaskCosts, task_costs
 from autotune.sim.engine import Background, Engine, RunResult
 from autotune.sim.interconnect import Interconnect
 from autotune.sim.l1 import plan_l1
 from autotune.sim.program import fc_runs, stack_runs
 from autotune.sim.result import Breakdown, SimResult, Trace
-from autotune.tiling import task_grid
+from autotune.tiling import TaskGrid, task_grid
 
 
 def simulate(
@@ -77,10 +77,20 @@ def simulate(
         batch,
         grid.n_tasks,
         int(costs.macs.sum()),
+        _ops(grid, costs),
         machine,
         done,
         trace,
     )
+
+
+def _ops(grid: TaskGrid, costs: TaskCosts) -> int:
+    """FPU operations simulated: the tasks', and the epilogue the reduction roots of
+    ``input_parallel`` apply to their stacks (every output word once)."""
+    ops = int(costs.ops.sum())
+    if grid.algorithm == "input_parallel":
+        ops += grid.batch * grid.layer.c_out * grid.layer.epilogue.ops
+    return ops
 
 
 def _signature(carry: list[Background]) -> tuple:
@@ -119,6 +129,7 @@ def _result(
     batch: int,
     tasks: int,
     macs: int,
+    ops: int,
     machine: Machine,
     runs: list[RunResult],
     trace: bool,
@@ -145,6 +156,7 @@ def _result(
         cycles=int(np.ceil(end - 1e-6)),
         breakdown=breakdown,
         macs=macs,
+        ops=ops,
         tasks=tasks,
         clusters=machine.clusters,
         peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),

@@ -15,11 +15,13 @@ from autotune.search.exhaustive import search as exhaustive_search
 from autotune.search.ilp.model import count_candidates, solve
 from autotune.search.solve import InfeasibleError, solve_layer
 from autotune.search.space import search_space
-from tests.strategies import conv_layers, fc_layers
+from tests.kinds import BIAS_RESIDUAL_RELU, REALISTIC
+from tests.strategies import conv_layers, fc_layers, kind_layers, with_epilogues
 
 
 def small_layers():
-    # tiny, non-square, strided, grouped and fc layers, plus a few large ones
+    # tiny, non-square, strided, grouped and fc layers, plus a few large ones; epilogues and
+    # the kinds without weights
     return st.one_of(
         conv_layers(max_hw=24, max_c=48),
         fc_layers(max_c=256),
@@ -30,6 +32,8 @@ def small_layers():
                 Layer("wide", "conv", 13, 208, 8, 16, 3, 3, 2, 2, 1, 1),
             ]
         ),
+        with_epilogues(st.one_of(conv_layers(max_hw=16, max_c=32), fc_layers(max_c=128))),
+        kind_layers(max_hw=20, max_c=32),
     )
 
 
@@ -57,7 +61,12 @@ def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objec
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    layer=st.one_of(conv_layers(max_hw=20, max_c=40), fc_layers(max_c=200)),
+    layer=st.one_of(
+        conv_layers(max_hw=20, max_c=40),
+        fc_layers(max_c=200),
+        with_epilogues(conv_layers(max_hw=12, max_c=24)),
+        kind_layers(max_hw=16, max_c=24),
+    ),
     batch=st.sampled_from([1, 2, 3]),
     precision=st.sampled_from(["fp32", "fp64"]),
     objective=st.sampled_from(["latency", "latency", "traffic"]),
@@ -203,3 +212,26 @@ def test_ilp_optimum_equals_exhaustive_with_multicast(machine, layer, batch, obj
 def test_multicast_is_only_offered_where_the_machine_multicasts(manticore):
     layer = Layer("c", "conv", 14, 14, 32, 32, 3, 3, pad_h=1, pad_w=1)
     assert search_space(layer, manticore, 1).multicast == (False,)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        REALISTIC["maxpool"],
+        REALISTIC["softmax"],
+        dataclasses.replace(
+            Layer("c", "conv", 14, 14, 64, 64, 3, 3, pad_h=1, pad_w=1),
+            epilogue=BIAS_RESIDUAL_RELU,
+        ),
+        dataclasses.replace(Layer.fc("fc", 1, 1, 512, 256), epilogue=BIAS_RESIDUAL_RELU),
+    ],
+    ids=lambda layer: f"{layer.kind}{'+epilogue' if not layer.epilogue.is_identity else ''}",
+)
+def test_ilp_optimum_equals_exhaustive_for_realistic_kinds(manticore, layer):
+    space = search_space(layer, manticore, 2)
+    best = exhaustive_search(space, manticore, "fp32", "latency")
+    result = solve(space, manticore, "fp32", "latency")
+    assert result.status == "OPTIMAL" and result.index == best.index
+    assert result.values["cycles"] == best.values["cycles"]
+    a = analyze(layer, space.decode(best.index), manticore, "fp32", 2)
+    assert a.fits and a.cycles == best.values["cycles"] and a.ops == 2 * layer.ops

@@ -10,14 +10,16 @@ from autotune import Layer
 from autotune.chiplets import solve_layer
 from autotune.ir.options import TuneOptions
 from tests.package_machine import small_package
-from tests.strategies import conv_layers, fc_layers
+from tests.strategies import conv_layers, fc_layers, kind_layers
 
 PACKAGE = small_package()
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    layer=st.one_of(conv_layers(max_hw=12, max_c=16), fc_layers(max_c=48)),
+    layer=st.one_of(
+        conv_layers(max_hw=12, max_c=16), fc_layers(max_c=48), kind_layers(max_hw=12, max_c=16)
+    ),
     batch=st.sampled_from([1, 2, 3]),
     objective=st.sampled_from(["latency", "latency", "traffic"]),
 )

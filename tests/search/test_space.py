@@ -1,12 +1,22 @@
-"""Every conv/fc layer of the five example networks has a mapping that fits L1."""
+"""Every conv/fc layer of the five example networks, and a realistic layer of every other
+kind, has a mapping that fits L1."""
 
 from __future__ import annotations
 
 import pytest
 
 from autotune import analyze, load_network
-from autotune.search.space import chunk_sizes, delta_o_values, fits, hand_choice, minimal_mapping
+from autotune.search import exhaustive
+from autotune.search.space import (
+    chunk_sizes,
+    delta_o_values,
+    fits,
+    hand_choice,
+    minimal_mapping,
+    search_space,
+)
 from tests.conftest import EXAMPLES, NETWORKS
+from tests.kinds import REALISTIC
 
 
 def test_chunk_sizes_reach_every_chunk_count_with_the_smallest_chunks():
@@ -45,3 +55,24 @@ def test_large_slices_force_spatial_tiles(manticore):
     assert choice.tile.out_h is not None
     a = analyze(conv1, choice, manticore, "fp32")
     assert a.tasks > 1 and a.fits
+
+
+@pytest.mark.parametrize("kind", sorted(REALISTIC))
+def test_every_kind_has_fitting_candidates(manticore, kind):
+    """Realistic layers without weights: the search space offers only what applies to them
+    (output stacks; a softmax's channels in one stack and step) and some of it fits, as do
+    the reference mappings; the optimum is not compute-bound (their FPU operations are few
+    per word moved)."""
+    layer = REALISTIC[kind]
+    space = search_space(layer, manticore, 2)
+    assert "input_parallel" not in space.algorithms
+    if kind == "softmax":
+        assert space.delta_o == (layer.c_out,) and space.in_c == (layer.c_in,)
+    best = exhaustive.search(space, manticore, "fp32", "latency")
+    assert best is not None and best.feasible > 0
+    a = analyze(layer, space.decode(best.index), manticore, "fp32", 2)
+    assert a.fits and a.cycles == best.values["cycles"]
+    assert a.filter_load_words == 0 and a.compute_cycles < a.memory_cycles
+    assert a.bound != "compute"
+    assert fits(layer, minimal_mapping(layer), manticore, "fp32", 2)
+    assert analyze(layer, hand_choice(layer, manticore, "fp32", 2), manticore, "fp32", 2).fits

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 
 from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
+from tests.kinds import BIAS_RESIDUAL_RELU, REALISTIC
 from tests.sim.machines import with_bandwidth, with_fanout
 from tests.strategies import mapped_layers, multicast_mapped_layers
 
@@ -26,7 +27,7 @@ def _fitting(case, machine):
 def test_never_faster_than_the_machine_allows(manticore, case):
     layer, mapping, batch, precision = _fitting(case, manticore)
     r = simulate(layer, mapping, manticore, precision, batch)
-    assert r.cycles >= r.macs / manticore.peak_macs_per_cycle(precision)
+    assert r.cycles >= r.ops / manticore.peak_macs_per_cycle(precision)
     assert r.cycles >= r.hbm_bytes / manticore.hbm_bytes_per_cycle
 
 
@@ -114,6 +115,63 @@ def test_bandwidth_bound_streaming_case_agrees_with_the_model(manticore, layer, 
     assert r.cycles == pytest.approx(a.cycles, rel=0.05)
 
 
+def _stacks(delta_o: int, **fields) -> Mapping:
+    """Output stacks of ``delta_o`` channels, the store behind the next task."""
+    return Mapping("output_stack", delta_o=delta_o, buffers=Buffers(output_depth=2), **fields)
+
+
+#: Per kind: a layer, a mapping of many tasks, the batch, and whether main memory bounds it
+#: (HBM saturated). The kinds without weights move much and compute little; the
+#: softmax and the global pool are latency-bound (few words per task).
+AGREEMENT = {
+    "maxpool": (REALISTIC["maxpool"], _stacks(1), 2, True),
+    "avgpool": (REALISTIC["avgpool"], _stacks(8), 2, False),
+    "add": (REALISTIC["add"], _stacks(1), 2, True),
+    "activation": (REALISTIC["activation"], _stacks(1), 2, True),
+    "upsample": (REALISTIC["upsample"], _stacks(1), 2, True),
+    "softmax": (
+        Layer("seg", "softmax", 56, 56, 64, 64),
+        _stacks(64, tile=Tile(out_h=2, in_c=64)),
+        2,
+        False,
+    ),
+    "conv+epilogue": (
+        dataclasses.replace(Layer("c", "conv", 28, 28, 128, 128), epilogue=BIAS_RESIDUAL_RELU),
+        _stacks(1),
+        2,
+        True,
+    ),
+    "fc+epilogue": (
+        dataclasses.replace(Layer.fc("fc", 7, 7, 512, 1024), epilogue=BIAS_RESIDUAL_RELU),
+        Mapping(
+            "input_parallel",
+            delta_o=512,
+            batch_tile=4,
+            tile=Tile(in_c=4),
+            buffers=Buffers(output_depth=2),
+        ),
+        8,
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(AGREEMENT))
+def test_every_kind_agrees_with_the_model(manticore, kind):
+    """Model and simulator on each layer kind (and an epilogue's residual read, per task or
+    at the reduction's root), within the tolerance of the convolution cases above."""
+    layer, mapping, batch, memory_bound = AGREEMENT[kind]
+    a = analyze(layer, mapping, manticore, "fp32", batch)
+    r = simulate(layer, mapping, manticore, "fp32", batch)
+    assert a.fits
+    assert r.hbm_load_bytes == a.offchip_load_words * a.word_bytes
+    assert r.ops == a.ops and r.macs == a.macs
+    if memory_bound:
+        assert a.bound == "memory" and a.memory_cycles > 3 * a.compute_cycles
+        assert r.hbm_bytes_per_cycle > 0.9 * manticore.hbm_bytes_per_cycle
+    assert r.cycles == pytest.approx(a.cycles, rel=0.05)
+
+
 @pytest.mark.parametrize(
     "grow",
     [
@@ -154,7 +212,7 @@ def test_double_buffers_are_never_slower_than_single(manticore, case):
 
 
 @SETTINGS
-@given(multicast_mapped_layers())
+@given(multicast_mapped_layers(every_kind=True))
 def test_multicast_laws(case):
     """A multicast load is one main-memory read delivered to every receiver: the simulated
     off-chip bytes equal the model's to the byte, and the physical bounds still hold."""
@@ -166,6 +224,6 @@ def test_multicast_laws(case):
     assert r.hbm_load_bytes == a.offchip_load_words * a.word_bytes
     assert r.hbm_store_bytes == a.offchip_store_words * a.word_bytes
     assert r.intercluster_bytes == a.intercluster_bytes == 0
-    assert r.tasks == a.tasks and r.macs == a.macs
-    assert r.cycles >= r.macs / mppa3.peak_macs_per_cycle(precision)
+    assert r.tasks == a.tasks and r.macs == a.macs and r.ops == a.ops
+    assert r.cycles >= r.ops / mppa3.peak_macs_per_cycle(precision)
     assert r.cycles >= r.hbm_bytes / mppa3.hbm_bytes_per_cycle

@@ -34,7 +34,7 @@ def test_package_bytes_equal_the_model(case, split):
     assert r.hbm_bytes == a.offchip_bytes
     assert r.intercluster_bytes == a.intercluster_bytes
     assert r.d2d_bytes == a.d2d_bytes
-    assert r.macs == batch * layer.macs
+    assert r.macs == batch * layer.macs and r.ops == batch * layer.ops
     assert r.chiplet_split == split and r.chiplets == a.chiplets
     # the slowest chiplet: at least part 0 after its own stage-in
     parts = split_parts(layer, split, PACKAGE.chiplets, batch, a.word_bytes)

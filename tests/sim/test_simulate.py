@@ -45,7 +45,7 @@ def test_bytes_agree_with_the_cost_models_traffic(manticore, case):
     assert r.hbm_load_bytes == a.offchip_load_words * a.word_bytes
     assert r.hbm_store_bytes == a.offchip_store_words * a.word_bytes
     assert abs(r.intercluster_bytes - a.intercluster_bytes) <= 1
-    assert r.macs == a.macs and r.tasks == a.tasks
+    assert r.macs == a.macs and r.ops == a.ops and r.tasks == a.tasks
 
 
 @SETTINGS
@@ -70,11 +70,11 @@ def test_breakdown_accounts_for_every_cycle(manticore, case):
     parts = r.breakdown.as_dict()
     assert sum(parts.values()) == pytest.approx(r.cycles, rel=1e-6, abs=1)
     assert all(v >= -1e-6 * r.cycles for v in parts.values()), parts
-    mac_cycles = r.macs / (manticore.fpu_utilization * r.peak_macs_per_cycle)
+    op_cycles = r.ops / (manticore.fpu_utilization * r.peak_macs_per_cycle)
     if mapping.algorithm == "input_parallel":
-        assert parts["compute"] >= mac_cycles * (1 - 1e-9)  # plus the reduction's adds
+        assert parts["compute"] >= op_cycles * (1 - 1e-9)  # plus the reduction's adds
     else:
-        assert parts["compute"] == pytest.approx(mac_cycles, rel=1e-9)
+        assert parts["compute"] == pytest.approx(op_cycles, rel=1e-9)
     assert 0 < r.fpu_utilization <= manticore.fpu_utilization + 1e-12
 
 

@@ -157,14 +157,15 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
 
 def simulated_value(result: SimResult, machine: Machine, precision: str, objective: str) -> float:
     """The objective of a simulated run: cycles, off-chip bytes, or energy in pJ (the model's
-    per-event energies, ``Machine.energy_pj``, on the simulated counts)."""
+    per-event energies, ``Machine.energy_pj``, on the simulated counts; an FPU operation costs
+    a MAC's energy, as in ``model.formulas``)."""
     if objective == "latency":
         return float(result.cycles)
     if objective == "traffic":
         return float(result.hbm_bytes)
     energy = machine.energy_pj
     return (
-        result.macs * energy.get(f"mac_{precision}", 0.0)
+        result.ops * energy.get(f"mac_{precision}", 0.0)
         + result.hbm_bytes * energy.get("hbm_byte", 0.0)
         + result.intercluster_bytes * energy.get("noc_byte", 0.0)
     )
