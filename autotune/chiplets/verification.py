@@ -8,7 +8,9 @@ explicit as zeros) and of the filters (its output channels). The part outputs ar
 into the layer's output at the part's images, channels and rows, counting how many parts
 cover each output word: a word no part computes, or that two parts compute, is a schedule
 error, whatever the numbers. The assembled output is then compared with the independent
-reference of the whole layer, as ``verify`` does for one chiplet.
+reference of the whole layer, as ``verify`` does for one chiplet. A part reads the slices of
+the epilogue's operands that its output covers: the bias of its output channels, the residual
+of its images, channels and rows.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from autotune.verification.check import (
     UNIT_ROUNDOFF,
     Subject,
     Verification,
+    exact_and_scale,
     random_inputs,
     tolerance,
 )
 from autotune.verification.check import verify as verify_chiplet
 from autotune.verification.executor import DTYPES, ScheduleError, execute, expected_shapes
-from autotune.verification.reference import reference
 
 
 def verify(
@@ -79,7 +81,7 @@ def verify_package(
     chiplet = machine.chiplet()
     subject = Subject(layer.name, mapping.algorithm, precision, batch, tolerance(layer, precision))
     data = random_inputs(layer, batch, precision, seed)
-    x, w = data["input"], data["filter"]
+    x = data["input"]
     padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (0, 0)))
     output = np.zeros((batch, layer.c_out, layer.h_out, layer.w_out), dtype=DTYPES[precision])
     errors = _coverage_errors(layer, parts, batch)
@@ -88,14 +90,21 @@ def verify_package(
     macs = 0
     for part in parts:
         (i0, i1), (c0, c1), (r0, r1) = part.images, part.in_channels, part.in_rows
-        o0, o1 = part.out_channels
-        inputs = {"input": padded[i0:i1, c0:c1, r0:r1], "filter": w[o0:o1]}
+        (o0, o1), (q0, q1) = part.out_channels, part.out_rows
+        inputs = {"input": padded[i0:i1, c0:c1, r0:r1]}
+        if "filter" in data:
+            inputs["filter"] = data["filter"][o0:o1]
+        if "bias" in data:
+            inputs["bias"] = data["bias"][o0:o1]
+        if "residual" in data:
+            inputs["residual"] = data["residual"][i0:i1, o0:o1, q0:q1]
         shapes = expected_shapes(part.layer, part.batch)
         if any(inputs[name].shape != shapes[name] for name in inputs):
+            names = list(inputs)
             errors.append(
-                f"chiplet {part.chiplet}: its slices {inputs['input'].shape} and "
-                f"{inputs['filter'].shape} do not match its sub-layer's "
-                f"{shapes['input']} and {shapes['filter']}"
+                f"chiplet {part.chiplet}: its slices of {', '.join(names)} "
+                f"{', '.join(str(inputs[n].shape) for n in names)} do not match its "
+                f"sub-layer's {', '.join(str(shapes[n]) for n in names)}"
             )
             continue
         program = build_program(
@@ -114,8 +123,7 @@ def verify_package(
         macs += run.stats.macs
     if errors:
         return subject.failed(errors, op_counts)
-    exact = reference(layer, x.astype(np.float64), w.astype(np.float64))
-    scale = reference(layer, np.abs(x), np.abs(w)).astype(np.float64)
+    _, exact, scale = exact_and_scale(layer, data, precision)
     return subject.compared(output, exact, scale, op_counts, moved, macs)
 
 
