@@ -15,7 +15,7 @@ of its images, channels and rows.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,11 +30,12 @@ from autotune.verification.check import (
     Subject,
     Verification,
     exact_and_scale,
-    random_inputs,
     tolerance,
 )
 from autotune.verification.check import verify as verify_chiplet
 from autotune.verification.executor import DTYPES, ScheduleError, execute, expected_shapes
+from autotune.verification.run import execute_layer as execute_chiplet
+from autotune.verification.run import layer_inputs
 
 
 def verify(
@@ -44,9 +45,15 @@ def verify(
     precision: str = "fp32",
     batch: int = 1,
     seed: int = 0,
+    *,
+    x: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
 ) -> Verification:
     """Execute ``layer`` under ``mapping`` on ``machine`` (one chiplet or a package) on random
-    data and compare with the reference (on a package: ``verify_package``).
+    data and compare with the reference (on a package: ``verify_package``). ``x``,
+    ``weights``, ``bias``, ``residual``: operands to use instead of random ones.
 
     Example:
         >>> from autotune import Layer, Machine, Mapping, verify
@@ -57,8 +64,14 @@ def verify(
         True
     """
     if machine.chiplets == 1:
-        return verify_chiplet(layer, mapping, machine, precision, batch, seed)
-    return verify_package(layer, mapping, machine, precision, batch, seed)
+        return verify_chiplet(
+            layer, mapping, machine, precision, batch, seed,
+            x=x, weights=weights, bias=bias, residual=residual,
+        )  # fmt: skip
+    return verify_package(
+        layer, mapping, machine, precision, batch, seed,
+        x=x, weights=weights, bias=bias, residual=residual,
+    )  # fmt: skip
 
 
 def verify_package(
@@ -69,19 +82,59 @@ def verify_package(
     batch: int = 1,
     seed: int = 0,
     parts: tuple[ChipletPart, ...] | None = None,
+    *,
+    x: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
 ) -> Verification:
     """``verify`` on a package; ``parts`` overrides the split's parts (to inject faults)."""
     if precision not in UNIT_ROUNDOFF:
         raise ValueError(f"verification runs fp32 and fp64, not {precision}")
     machine.check_precision(precision)
+    if x is not None:
+        batch = int(np.shape(x)[0])
     if parts is None:
         parts = split_parts(
             layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
         )
-    chiplet = machine.chiplet()
     subject = Subject(layer.name, mapping.algorithm, precision, batch, tolerance(layer, precision))
-    data = random_inputs(layer, batch, precision, seed)
+    data = layer_inputs(
+        layer, batch, precision, seed, x=x, weights=weights, bias=bias, residual=residual
+    )
+    run = run_parts(layer, mapping, machine, data, precision, parts)
+    if run.errors:
+        return subject.failed(run.errors, run.op_counts)
+    _, exact, scale = exact_and_scale(layer, data, precision)
+    return subject.compared(run.output, exact, scale, run.op_counts, run.bytes_moved, run.macs)
+
+
+@dataclass(frozen=True)
+class PackageRun:
+    """A split layer executed part by part: the assembled ``output`` and what went wrong
+    (``errors`` empty: every output word computed by exactly one part), with the parts'
+    operations, bytes moved and MACs summed."""
+
+    output: np.ndarray
+    errors: list[str]
+    op_counts: dict[str, int]
+    bytes_moved: dict[str, int]
+    macs: int
+
+
+def run_parts(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    data: dict[str, np.ndarray],
+    precision: str,
+    parts: tuple[ChipletPart, ...],
+) -> PackageRun:
+    """Execute every part on its chiplet, on its slices of the layer's operands ``data``
+    (``verification.run.layer_inputs``'s names), and assemble the output (module docstring)."""
+    chiplet = machine.chiplet()
     x = data["input"]
+    batch = x.shape[0]
     padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (0, 0)))
     output = np.zeros((batch, layer.c_out, layer.h_out, layer.w_out), dtype=DTYPES[precision])
     errors = _coverage_errors(layer, parts, batch)
@@ -115,16 +168,74 @@ def verify_package(
         except ScheduleError as error:
             errors.append(f"chiplet {part.chiplet}: {error}")
             continue
-        output[i0:i1, o0:o1, part.out_rows[0] : part.out_rows[1]] = run.output
+        target = output[i0:i1, o0:o1, q0:q1]
+        if run.output.shape != target.shape:
+            errors.append(
+                f"chiplet {part.chiplet}: its sub-layer computes an output of shape "
+                f"{run.output.shape}, but its part of the layer's output is {target.shape}"
+            )
+            continue
+        target[...] = run.output
         for name, count in run.stats.op_counts.items():
             op_counts[name] = op_counts.get(name, 0) + count
         for name, count in run.stats.bytes_moved().items():
             moved[name] = moved.get(name, 0) + count
         macs += run.stats.macs
-    if errors:
-        return subject.failed(errors, op_counts)
-    _, exact, scale = exact_and_scale(layer, data, precision)
-    return subject.compared(output, exact, scale, op_counts, moved, macs)
+    return PackageRun(output, errors, op_counts, moved, macs)
+
+
+def execute_layer(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    x: np.ndarray,
+    weights: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+    *,
+    precision: str = "fp32",
+    seed: int = 0,
+) -> np.ndarray:
+    """The output of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package:
+    ``autotune.verification.execute_layer``'s operands and arguments, on a package every
+    part run on its chiplet and the output assembled.
+
+    Raises ``ScheduleError`` when a part's program cannot run or the parts do not compute
+    every output word exactly once, ``MappingError`` when the mapping does not apply.
+
+    Example:
+        >>> import numpy as np
+        >>> from autotune import Layer, Machine, Mapping
+        >>> add = Layer("sum", "add", 2, 2, 4, 2, groups=2)
+        >>> split = Mapping("output_stack", chiplet_split="output_channels")
+        >>> x = np.ones((1, 4, 2, 2), dtype=np.float32)
+        >>> execute_layer(add, split, Machine.preset("manticore-package"), x)[0, :, 0, 0]
+        array([2., 2.], dtype=float32)
+    """
+    if machine.chiplets == 1:
+        return execute_chiplet(
+            layer,
+            mapping,
+            machine,
+            x,
+            weights,
+            bias,
+            residual,
+            precision=precision,
+            seed=seed,
+        ).output
+    machine.check_precision(precision)
+    batch = int(np.shape(x)[0])
+    data = layer_inputs(
+        layer, batch, precision, seed, x=x, weights=weights, bias=bias, residual=residual
+    )
+    parts = split_parts(
+        layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
+    )
+    run = run_parts(layer, mapping, machine, data, precision, parts)
+    if run.errors:
+        raise ScheduleError("; ".join(run.errors))
+    return run.output
 
 
 def _coverage_errors(layer: Layer, parts: tuple[ChipletPart, ...], batch: int) -> list[str]:
