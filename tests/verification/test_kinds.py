@@ -29,7 +29,17 @@ from autotune.verification.check import (
     verify_program,
 )
 from autotune.verification.executor import ScheduleError, execute, expected_shapes
-from autotune.verification.program import Apply, Conv
+from autotune.verification.program import (
+    Alloc,
+    Apply,
+    Conv,
+    Load,
+    Program,
+    Reduce,
+    Region,
+    Store,
+    Zero,
+)
 from autotune.verification.reference import reference
 from autotune.verification.run import execute_layer, interleave, layer_inputs
 from tests.strategies import any_kind_layers, mappings
@@ -507,3 +517,47 @@ def test_every_kind_verifies_with_multicast(case):
     assume(fits(layer, mapping, mppa3, "fp16", batch))
     v = verify(layer, mapping, mppa3, "fp16", batch)
     assert v.ok, (layer, mapping, batch, v.errors)
+
+
+def _split_over_two_clusters(layer: Layer, halves: list[tuple[int, int]]) -> Program:
+    """A hand-written program: cluster k applies input channels ``halves[k]`` to the whole
+    output (its private partial), cluster 0 reduces the two partials and stores. Not a
+    mapping the tiling makes for these kinds (input_parallel is fc's), but a reduction must
+    combine partials the kind's way: a max, or a softmax's running sums rescaled to one peak."""
+    manticore = Machine.preset("manticore")
+    out = Region("output", ((0, 1), (0, layer.c_out), (0, layer.h_out), (0, layer.w_out)))
+    ops: list = []
+    for cluster in (0, 1):
+        ops += [Alloc(cluster, "input", 4096), Alloc(cluster, "output", 4096)]
+        ops.append(Zero(cluster, "output", 0, out))
+    for cluster, (c0, c1) in enumerate(halves):
+        patch = Region("input", ((0, 1), (c0, c1), (0, layer.h_in), (0, layer.w_in)))
+        ops.append(Load(cluster, patch, "input", 0))
+        o0, o1 = (0, layer.c_out) if layer.kind == "softmax" else (c0, c1)
+        ops.append(
+            Apply(
+                cluster,
+                "input",
+                0,
+                "output",
+                0,
+                (o0, o1),
+                (c0, c1),
+                o1 - o0 if layer.groups > 1 else 1,
+                (layer.stride_h, layer.stride_w),
+            )
+        )
+    ops += [Reduce(0, 1, "output", 0, 0, out), Store(0, "output", 0, out)]
+    return Program(
+        layer, Mapping("output_stack"), 1, "fp32", 4, manticore.l1_bytes,
+        manticore.l1_bank_bytes, manticore.clusters, tuple(ops),
+    )  # fmt: skip
+
+
+def test_reductions_combine_partials_the_kinds_way():
+    softmax = Layer("s", "softmax", 2, 3, 8, 8, epilogue=Epilogue(residual=True))
+    v = verify_program(_split_over_two_clusters(softmax, [(0, 5), (5, 8)]))
+    assert v.ok and v.max_rel_error < v.tolerance, v.errors
+    pool = dw("p", "maxpool", 4, 4, 4, 2, 2, 0)
+    v = verify_program(_split_over_two_clusters(pool, [(0, 1), (1, 4)]))
+    assert v.ok and v.max_abs_error == 0, v.errors
