@@ -510,32 +510,14 @@ def _apply(m: _Machine, op: Apply) -> None:
         hi = max(lo, min(i1, o1))
         peak, total = acc.running
         if x.shape[2:] != tile.shape[2:]:
-            raise ScheduleError(f"block computes {x.shape[2:]} pixels but the tile is {tile.shape}")
+            raise ScheduleError(f"block reads {x.shape} but the tile is {tile.shape}")
         softmax_step(tile, peak, total, x, slice(lo - i0, hi - i0), slice(lo - o0, hi - o0))
         acc.pairs += (o1 - o0) * (i1 - i0)
         return
     if kind == "maxpool":
         result = max_block(x, kernel, op.stride, pads)
     elif kind == "avgpool":
-        out_rows, out_cols = acc.region.box[2], acc.region.box[3]
-        divisor = np.outer(
-            tap_counts(
-                out_rows,
-                op.stride[0],
-                layer.pad_h,
-                layer.kernel_h,
-                layer.h_in,
-                layer.count_include_pad,
-            ),
-            tap_counts(
-                out_cols,
-                op.stride[1],
-                layer.pad_w,
-                layer.kernel_w,
-                layer.w_in,
-                layer.count_include_pad,
-            ),
-        )
+        divisor = _divisor(layer, acc.region, op.stride)
         result = average_block(x, kernel, op.stride, pads, divisor)
     elif kind == "add":
         result = operand_sum(x, op.out_channels[1] - op.out_channels[0])
@@ -544,7 +526,7 @@ def _apply(m: _Machine, op: Apply) -> None:
         (r0, r1), (c0, c1) = acc.region.box[2], acc.region.box[3]
         result = nearest(x, np.arange(r0, r1) // s - rows[0], np.arange(c0, c1) // s - cols[0])
     else:  # activation: the body is the input itself, the store applies the function
-        result = x[:, :, :: op.stride[0], :: op.stride[1]]
+        result = x
     y = tile[:, o0 - out_ch[0] : o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
@@ -553,6 +535,14 @@ def _apply(m: _Machine, op: Apply) -> None:
     else:
         y += result
     acc.pairs += (o1 - o0) * block.in_n
+
+
+def _divisor(layer: Layer, tile: Region, stride: tuple[int, int]) -> np.ndarray:
+    """``(rows, columns)`` taps each average of an output tile divides by (``tap_counts``)."""
+    include = layer.count_include_pad
+    rows = tap_counts(tile.box[2], stride[0], layer.pad_h, layer.kernel_h, layer.h_in, include)
+    cols = tap_counts(tile.box[3], stride[1], layer.pad_w, layer.kernel_w, layer.w_in, include)
+    return np.outer(rows, cols)
 
 
 def _missing(have: tuple[int, int], need: tuple[int, int], what: str) -> str:
