@@ -18,7 +18,10 @@ What is checked, and how:
   lowered again, the stored fates, buffers and steps equal to the result, and the lowered
   layers equal to the file's layers (names, order, shapes): so a compiler reading where a
   tensor lives reads what the tuner derived;
-* each layer: the kind agrees with the shape; the mapping applies to the layer and the
+* each layer: the kind agrees with the shape (the structure ``Layer`` gives each kind), and
+  the shape's digest is that of its kind and fields (written for the layers that are not a
+  plain conv or fc, whose activation parameters, ``count_include_pad`` or ``ceil_mode`` may
+  change no figure below: ``io.schedule_json``); the mapping applies to the layer and the
   machine, every field of it is a value the search could choose (the search space's), its
   buffers are the bytes the mapping declares and they fit L1; every predicted
   figure equals the model's; every simulated figure equals a new simulation's; the search

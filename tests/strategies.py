@@ -7,12 +7,13 @@ layer kind, for the stages that cost them (model, search, simulator).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 from hypothesis import strategies as st
 
 from autotune import Buffers, Layer, Mapping, Tile
-from autotune.ir.layer import ACTIVATION_OPS, Activation, Epilogue
+from autotune.ir.layer import ACTIVATION_OPS, LAYER_KINDS, Activation, Epilogue
 from autotune.search.space import algorithms_for, delta_o_values
 
 
@@ -183,3 +184,103 @@ def multicast_mapped_layers(draw, every_kind: bool = False) -> tuple[Layer, Mapp
         multicast=True,
     )
     return layer, mapping, batch, "fp16"
+
+
+# -- layer kinds beyond conv/fc, and epilogues (verification side) ----------------------------
+#
+# Kept apart from the strategies above: other stages may add their own for the same kinds.
+
+
+def any_activation() -> st.SearchStrategy[Activation]:
+    """Any epilogue activation, with the parameters its definition allows."""
+    return st.one_of(
+        st.builds(Activation, st.sampled_from(["relu", "sigmoid", "silu", "hardswish"])),
+        st.builds(Activation, st.just("leaky_relu"), alpha=st.sampled_from([0.01, 0.1, 0.2, 1.5])),
+        st.tuples(st.floats(-1.0, 0.5), st.floats(0.0, 6.0)).map(
+            lambda lh: Activation("clip", low=min(lh), high=max(lh))
+        ),
+    )
+
+
+@st.composite
+def any_epilogue(draw, bias: bool = True) -> Epilogue:
+    """A random epilogue (``bias=False``: none with a bias, as the kinds without weights)."""
+    return Epilogue(
+        bias=bias and draw(st.booleans()),
+        residual=draw(st.booleans()),
+        activation=draw(st.none() | any_activation()),
+    )
+
+
+@st.composite
+def window_layers(draw, kind: str, max_hw: int = 12, max_c: int = 8) -> Layer:
+    """A max or average pool: any kernel, stride and padding a layer may have, ceil mode
+    and ``count_include_pad``; sometimes global (the kernel covers the input)."""
+    c = draw(st.integers(1, max_c))
+    if draw(st.integers(0, 5)) == 0:  # global
+        h, w = draw(st.integers(1, max_hw)), draw(st.integers(1, max_hw))
+        kh, kw, sh, sw, ph, pw = h, w, 1, 1, 0, 0
+    else:
+        kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
+        h = draw(st.integers(max(1, kh - 2 * ph), max_hw))
+        w = draw(st.integers(max(1, kw - 2 * pw), max_hw))
+        sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return Layer(
+        kind,
+        kind,  # type: ignore[arg-type]
+        h,
+        w,
+        c,
+        c,
+        kh,
+        kw,
+        sh,
+        sw,
+        ph,
+        pw,
+        groups=c,
+        ceil_mode=draw(st.booleans()),
+        count_include_pad=kind == "avgpool" and draw(st.booleans()),
+        epilogue=draw(any_epilogue(bias=False)),
+    )
+
+
+@st.composite
+def elementwise_layers(draw, kind: str | None = None, max_hw: int = 10, max_c: int = 12) -> Layer:
+    """An add of 2-3 operands, an activation, an upsample or a softmax (``kind``, or any of
+    them), any epilogue."""
+    if kind is None:
+        kind = draw(st.sampled_from(["add", "activation", "upsample", "softmax"]))
+    h, w, c = (
+        draw(st.integers(1, max_hw)),
+        draw(st.integers(1, max_hw)),
+        draw(st.integers(1, max_c)),
+    )
+    epilogue = draw(any_epilogue(bias=False))
+    if kind == "activation":
+        epilogue = Epilogue(residual=epilogue.residual, activation=draw(activations()))
+    c_in = c * draw(st.integers(2, 3)) if kind == "add" else c
+    return Layer(
+        kind,
+        kind,  # type: ignore[arg-type]
+        h,
+        w,
+        c_in,
+        c,
+        groups=1 if kind == "softmax" else c,
+        upscale=draw(st.integers(1, 3)) if kind == "upsample" else 1,
+        epilogue=epilogue,
+    )
+
+
+@st.composite
+def any_kind_layers(draw) -> Layer:
+    """A layer of any kind; a conv or fc with a random epilogue (bias included)."""
+    which = draw(st.sampled_from(LAYER_KINDS))
+    if which in ("maxpool", "avgpool"):
+        return draw(window_layers(which))
+    if which not in ("conv", "fc"):
+        return draw(elementwise_layers(which))
+    base = draw(conv_layers(max_hw=10, max_c=12) if which == "conv" else fc_layers(max_c=40))
+    return dataclasses.replace(base, epilogue=draw(any_epilogue()))

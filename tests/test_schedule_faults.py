@@ -19,10 +19,12 @@ import pytest
 from typer.testing import CliRunner
 
 import autotune
+from autotune import Layer, Network
 from autotune.audit import audit_schedule
 from autotune.cli.app import app
 from autotune.io.errors import InputError
 from autotune.io.schedule_json import load as read_file
+from autotune.ir.layer import Activation, Epilogue
 
 NETWORK = """\
 network: small
@@ -41,14 +43,47 @@ INFORMATIONAL = re.compile(
 )
 
 
-@pytest.fixture(scope="module")
-def schedule(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("faults")
-    (folder / "small.yaml").write_text(NETWORK)
-    result = autotune.tune(folder / "small.yaml", refine=False, verify=True)
-    path = folder / "small.json"
+#: Every kind beyond conv/fc, and epilogues with every field set somewhere (built in code:
+#: network files describe conv and fc layers).
+KINDS = Network(
+    "kinds",
+    (
+        Layer(
+            "conv", "conv", 6, 6, 4, 8, 3, 3, pad_h=1, pad_w=1,
+            epilogue=Epilogue(bias=True, activation=Activation("leaky_relu", alpha=0.1)),
+        ),
+        Layer("max", "maxpool", 6, 6, 8, 8, 3, 3, 2, 2, 1, 1, groups=8, ceil_mode=True),
+        Layer("avg", "avgpool", 3, 3, 8, 8, 3, 3, pad_h=1, pad_w=1, groups=8,
+              count_include_pad=True),
+        Layer("add", "add", 3, 3, 16, 8, groups=8,
+              epilogue=Epilogue(activation=Activation("clip", low=-1.0, high=6.0))),
+        Layer("up", "upsample", 3, 3, 8, 8, groups=8, upscale=2,
+              epilogue=Epilogue(residual=True)),
+        Layer("act", "activation", 6, 6, 8, 8, groups=8,
+              epilogue=Epilogue(activation=Activation("hardswish"))),
+        Layer("softmax", "softmax", 6, 6, 8, 8,
+              epilogue=Epilogue(residual=True, activation=Activation("sigmoid"))),
+        Layer("gap", "avgpool", 6, 6, 8, 8, 6, 6, groups=8),
+    ),
+)  # fmt: skip
+
+
+def _tuned(folder: Path, name: str, network: str | Path | Network) -> tuple[Path, dict[str, Any]]:
+    result = autotune.tune(network, refine=False, verify=True)
+    path = folder / f"{name}.json"
     result.save(path)
     return path, json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module", params=["conv", "kinds"])
+def schedule(request, tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    """A schedule of conv and fc layers from a network file; one of every layer kind with
+    epilogues, from the library."""
+    folder = tmp_path_factory.mktemp("faults")
+    if request.param == "kinds":
+        return _tuned(folder, "kinds", KINDS)
+    (folder / "small.yaml").write_text(NETWORK)
+    return _tuned(folder, "small", folder / "small.yaml")
 
 
 def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -177,4 +212,6 @@ def test_verify_command_rejects_a_tampered_file(schedule, tmp_path):
     bad.write_text(json.dumps(tampered))
     result = runner.invoke(app, ["verify", str(bad)])
     assert result.exit_code == 1
-    assert "layer 'a': mapping.buffers" in result.output and "Traceback" not in result.output
+    first = original["layers"][0]["name"]
+    assert f"layer {first!r}: mapping.buffers" in result.output
+    assert "Traceback" not in result.output

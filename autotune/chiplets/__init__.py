@@ -8,6 +8,7 @@ parts, calls those stages on each part, and joins the results, one dispatcher pe
 ``analyze``      the model's figures of the whole split layer (``analysis``)
 ``simulate``     every part simulated on its chiplet after its stage-in (``simulation``)
 ``verify``       every part executed on its slice, the output assembled (``verification``)
+``execute_layer`` the same on given operands: a layer's output, for running a network
 ``solve_layer``  the best split and the mapping each chiplet runs (``solve``)
 
 On a machine of one chiplet each dispatcher is the single-chiplet stage itself.
@@ -25,7 +26,7 @@ from autotune.chiplets.split import (
     part_mapping,
     split_parts,
 )
-from autotune.chiplets.verification import verify, verify_package
+from autotune.chiplets.verification import execute_layer, verify, verify_package
 
 __all__ = [
     "SPLITS",
@@ -35,6 +36,7 @@ __all__ = [
     "balanced",
     "coverage",
     "d2d_cycles",
+    "execute_layer",
     "link_bytes",
     "package_key",
     "part_mapping",

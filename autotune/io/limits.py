@@ -126,6 +126,7 @@ _LAYER_BOUNDS = {
     "kernel_w": ("kernel width", MAX_SPATIAL, "MAX_SPATIAL"),
     "stride_h": ("vertical stride", MAX_SPATIAL, "MAX_SPATIAL"),
     "stride_w": ("horizontal stride", MAX_SPATIAL, "MAX_SPATIAL"),
+    "upscale": ("upsample scale", MAX_SPATIAL, "MAX_SPATIAL"),
 }
 
 

@@ -4,10 +4,22 @@ JSON Schema generated from them (shipped as ``autotune/schema/schedule.schema.js
 
 Writes are atomic (temp file + rename), and keys are sorted, so the same run gives the same
 bytes and an interrupted run never leaves a truncated file.
+
+A layer of any kind (``autotune.ir.layer``) is one record. Its ``shape`` holds the fields of
+a conv/fc layer, plus, only where they differ from their defaults (so a file of conv and fc
+layers without epilogues is what it always was, and schema version 1 covers both):
+``upscale``, ``ceil_mode``, ``count_include_pad``, ``epilogue`` (``{bias, residual,
+activation: {kind, alpha, low, high} | null}``) and ``digest``. The digest is a checksum of
+the kind and the shape, written for every layer that is not a plain conv or fc: an edit of a
+field that changes no figure of the file (an activation's parameters, ``count_include_pad``,
+a ``ceil_mode`` that rounds to the same size) would otherwise read as a valid schedule of
+another network; ``autotune.audit`` re-derives it. It guards against mistakes, not forgery
+(every figure of the file can be recomputed by whoever edits it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -27,7 +39,15 @@ from autotune.io.limits import (
     read_text_bounded,
 )
 from autotune.io.machine_yaml import machine_from_description
-from autotune.ir.layer import Layer, LayerError, LayerKind
+from autotune.ir.layer import (
+    WEIGHTED_KINDS,
+    Activation,
+    ActivationKind,
+    Epilogue,
+    Layer,
+    LayerError,
+    LayerKind,
+)
 from autotune.ir.mapping import Buffers, Mapping, Tile
 from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
@@ -46,6 +66,36 @@ def _omit_none(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not (k in keys and v is None)}
 
 
+class ActivationRecord(_Model):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    kind: ActivationKind
+    alpha: float = Field(description="leaky_relu's slope below zero")
+    low: float = Field(description="clip's lower bound")
+    high: float = Field(description="clip's upper bound")
+
+
+class EpilogueRecord(_Model):
+    bias: bool = Field(description="+ a per-channel bias (a folded batch norm)")
+    residual: bool = Field(description="+ a residual operand of the output's shape")
+    activation: ActivationRecord | None = Field(description="then this function; null: none")
+
+
+#: Shape fields beyond a conv/fc layer's, with the value a record leaves out.
+SHAPE_DEFAULTS: dict[str, Any] = {
+    "upscale": 1,
+    "ceil_mode": False,
+    "count_include_pad": False,
+    "epilogue": None,
+    "digest": None,
+}
+
+
+def _omit_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Leave out the shape fields at their defaults (conv/fc files keep their layout)."""
+    return {k: v for k, v in data.items() if k not in SHAPE_DEFAULTS or v != SHAPE_DEFAULTS[k]}
+
+
 class ShapeRecord(_Model):
     h_in: int
     w_in: int
@@ -58,6 +108,23 @@ class ShapeRecord(_Model):
     pad_h: int
     pad_w: int
     groups: int
+    upscale: int = Field(default=1, description="upsample: the nearest-neighbour scale")
+    ceil_mode: bool = Field(default=False, description="pools: output size rounded up")
+    count_include_pad: bool = Field(
+        default=False, description="avgpool: the padding counts in the divisor"
+    )
+    epilogue: EpilogueRecord | None = Field(
+        default=None, description="what the output store applies; absent: nothing"
+    )
+    digest: str | None = Field(
+        default=None,
+        description="checksum of the kind and the shape, for layers that are not a plain "
+        "conv or fc (module docstring)",
+    )
+
+    _omit_defaults = model_serializer(mode="wrap")(
+        lambda self, handler: _omit_defaults(handler(self))
+    )
 
 
 class TileRecord(_Model):
@@ -202,28 +269,85 @@ class ScheduleFile(_Model):
 # -- conversions ---------------------------------------------------------------------------
 
 
+#: The shape fields that are ``Layer`` fields of the same name and type.
+_PLAIN_FIELDS = tuple(f for f in ShapeRecord.model_fields if f not in ("epilogue", "digest"))
+
+
+def epilogue_record(epilogue: Epilogue) -> EpilogueRecord | None:
+    """The record of an epilogue; None for the identity (left out of the file)."""
+    if epilogue.is_identity:
+        return None
+    act = epilogue.activation
+    return EpilogueRecord(
+        bias=epilogue.bias,
+        residual=epilogue.residual,
+        activation=None
+        if act is None
+        else ActivationRecord(kind=act.kind, alpha=act.alpha, low=act.low, high=act.high),
+    )
+
+
+def shape_digest(kind: str, shape: ShapeRecord) -> str:
+    """The checksum of a layer's kind and shape (the record without its digest, as its JSON
+    with sorted keys): 16 hex digits of SHA-256."""
+    fields = shape.model_dump(mode="json", exclude={"digest"})
+    text = json.dumps({"kind": kind, "shape": fields}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def shape_record(layer: Layer) -> ShapeRecord:
-    return ShapeRecord(**{f: getattr(layer, f) for f in ShapeRecord.model_fields})
+    """The shape of ``layer`` as a file stores it: with its digest unless a plain conv/fc."""
+    record = ShapeRecord(
+        **{f: getattr(layer, f) for f in _PLAIN_FIELDS},
+        epilogue=epilogue_record(layer.epilogue),
+    )
+    if not _is_plain(layer.kind, record):
+        record = record.model_copy(update={"digest": shape_digest(layer.kind, record)})
+    return record
+
+
+def _is_plain(kind: str, shape: ShapeRecord) -> bool:
+    """A conv or fc record with every later field at its default (no digest needed)."""
+    return kind in WEIGHTED_KINDS and all(
+        getattr(shape, f) == SHAPE_DEFAULTS[f] for f in SHAPE_DEFAULTS if f != "digest"
+    )
 
 
 def layer_from_record(record: LayerRecord) -> Layer:
+    """The layer a record describes. Raises ``LayerError`` (naming the shape's field) for a
+    shape no layer of its kind can have."""
     s = record.shape
-    if record.kind == "fc":
-        return Layer.fc(record.name, s.h_in, s.w_in, s.c_in, s.c_out)
+    epilogue = Epilogue()
+    if s.epilogue is not None:
+        a = s.epilogue.activation
+        try:
+            act = None if a is None else Activation(a.kind, a.alpha, a.low, a.high)
+        except ValueError as exc:
+            raise LayerError(record.name, "epilogue.activation", str(exc)) from None
+        epilogue = Epilogue(s.epilogue.bias, s.epilogue.residual, act)
+    if record.kind == "fc":  # the kernel is the input's: a record that says otherwise is audited
+        geometry = (s.h_in, s.w_in, 1, 1, 0, 0, 1)
+    else:
+        geometry = (s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups)
+    kh, kw, sh, sw, ph, pw, groups = geometry
     return Layer(
         record.name,
-        "conv",
+        record.kind,
         s.h_in,
         s.w_in,
         s.c_in,
         s.c_out,
-        s.kernel_h,
-        s.kernel_w,
-        s.stride_h,
-        s.stride_w,
-        s.pad_h,
-        s.pad_w,
-        s.groups,
+        kh,
+        kw,
+        sh,
+        sw,
+        ph,
+        pw,
+        groups,
+        upscale=s.upscale,
+        ceil_mode=s.ceil_mode,
+        count_include_pad=s.count_include_pad,
+        epilogue=epilogue,
     )
 
 

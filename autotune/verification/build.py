@@ -12,13 +12,17 @@ buffer alternate slots, which is how double buffering looks in a sequential prog
 filter slot holds as many output channels' filter slices of the current input step as fit,
 so a stack streams through the filter buffer in chunks (the report streams one output
 channel at a time, Alg. 2; a larger buffer keeps more of them in flight).
+
+A layer without weights (pools, add, activation, upsample, softmax) has the same tasks and
+steps; each step's blocks are ``Apply`` operations on the loaded patch, with no filters to
+stream. The epilogue needs no operations: the store applies it (``program``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from autotune.ir.layer import Layer
+from autotune.ir.layer import WEIGHTED_KINDS, Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
@@ -26,6 +30,7 @@ from autotune.tiling import MappingError, TaskGrid, chunks, declared_buffers, ta
 from autotune.verification.program import (
     BUFFERS,
     Alloc,
+    Apply,
     Conv,
     Copy,
     Load,
@@ -114,6 +119,7 @@ class _Builder:
         self.depth = depth
         self.slot_words = {op: n // wb // depth[op] for op, n in self.allocated.items()}
         self.stride = (layer.stride_h, layer.stride_w)
+        self.weighted = layer.kind in WEIGHTED_KINDS
         self.ops: list[Op] = []
         self._next_slot: dict[tuple[int, str], int] = {}
         self._blocks: dict[tuple[Span, Span], list[Block]] = {}
@@ -146,7 +152,14 @@ class _Builder:
 
     # -- compute of one input step ----------------------------------------------------------
     def convs(self, cluster: int, in_offset: int, out_offset: int, stack: Span, step: Span) -> None:
-        """Stream the step's filters through the filter buffer and accumulate each block."""
+        """Stream the step's filters through the filter buffer and accumulate each block
+        (a layer without weights: apply each block to the patch)."""
+        if not self.weighted:
+            for oc0, oc1, ic0, ic1, ng in self.blocks(stack, step):
+                self.ops.append(
+                    self.apply(cluster, in_offset, out_offset, (oc0, oc1, ic0, ic1, ng))
+                )
+            return
         kh, kw = self.layer.kernel_h, self.layer.kernel_w
         cin = self.layer.cin_per_group
         for oc0, oc1, ic0, ic1, ng in self.blocks(stack, step):
@@ -177,6 +190,20 @@ class _Builder:
                 )
             )
 
+    def apply(self, cluster: int, in_offset: int, out_offset: int, block: Block) -> Apply:
+        oc0, oc1, ic0, ic1, ng = block
+        return Apply(
+            cluster,
+            "input",
+            in_offset,
+            "output",
+            out_offset,
+            (oc0, oc1),
+            (ic0, ic1),
+            ng,
+            self.stride,
+        )
+
     def blocks(self, stack: Span, step: Span) -> list[Block]:
         key = (stack, step)
         found = self._blocks.get(key)
@@ -196,8 +223,9 @@ class _Builder:
         cin, cout = layer.cin_per_group, layer.cout_per_group
         o0, o1 = stack
         a, b = step
+        fit = self._fit_filter_slot if self.weighted else (lambda block: [block])
         if o0 // cout == (o1 - 1) // cout:  # a stack inside one group: one dense block
-            return self._fit_filter_slot((o0, o1, a, b, 1))
+            return fit((o0, o1, a, b, 1))
         segments: list[Block] = []
         for g in range(a // cin, (b - 1) // cin + 1):
             lo, hi = max(a, g * cin), min(b, (g + 1) * cin)
@@ -206,7 +234,7 @@ class _Builder:
                 segments[-1] = (prev[0], (g + 1) * cout, prev[2], hi, prev[4] + 1)
             else:
                 segments.append((g * cout, (g + 1) * cout, lo, hi, 1))
-        return [block for segment in segments for block in self._fit_filter_slot(segment)]
+        return [block for segment in segments for block in fit(segment)]
 
     def _fit_filter_slot(self, segment: Block) -> list[Block]:
         layer = self.layer
@@ -366,6 +394,11 @@ class _Builder:
     ) -> None:
         """``convs`` for the tasks of one stack in a wave: each filter block read once and
         multicast to them all. ``receivers``: (cluster, input offset, output offset)."""
+        if not self.weighted:
+            for block in self.blocks(stack, step):
+                for cl, in_offset, out_offset in receivers:
+                    self.ops.append(self.apply(cl, in_offset, out_offset, block))
+            return
         kh, kw = self.layer.kernel_h, self.layer.kernel_w
         cin = self.layer.cin_per_group
         for oc0, oc1, ic0, ic1, ng in self.blocks(stack, step):

@@ -35,6 +35,23 @@ normal (2^-14) is rounded on the subnormal grid with absolute error at most 2^-2
 (about 1e-3: a missing input step or channel of a K <= 1000 reduction still exceeds it, and
 the executor's pair count catches any missing step regardless). Coprocessor accumulators are
 exact 4-deep dot products (Kulisch), more accurate than the fp32 sum this bound assumes.
+
+The other kinds are bounded the same way, with their own ``K`` (the roundings on the way to
+one output) and scale (the bound's ``sum(|x| |w|)``): a max is exact (``K = 0``, scale the
+largest ``|x|`` of the window); an average sums its taps and divides (``K`` = taps + 1,
+scale the average of ``|x|``); an add sums ``n`` operands (``K = n``, scale ``sum |x_i|``);
+an activation or an upsample copies (``K = 0``, scale ``|x|``). A softmax evaluates ``c``
+exponentials, sums them, rescales the sums as the running maximum rises (at most once per
+input step) and divides: each exponential of ``x - max`` is off by ``(1 + |x - max|) u``
+relative, so its output is within ``(2c + 3)(1 + spread) u`` of itself, ``spread`` the
+largest minus the smallest input of the pixel; ``K = 2c + SOFTMAX_OPS`` and the scale is
+the exact output times ``1 + spread``. The epilogue adds a rounding per step (``+ bias``,
+``+ residual``: counted into ``K`` as ``Epilogue.ops`` counts them, with the activation's
+operations) and its operands' magnitudes to the scale (``scale + |bias| + |residual|``);
+an activation ``f`` then moves an error ``e`` of its argument by at most ``L e`` (``L``
+its Lipschitz constant, ``LIPSCHITZ``) and is evaluated within a few ``u`` of ``|f(z)|``, so
+the scale becomes ``L (scale + |bias| + |residual|) + |f(z)|``. A layer without an epilogue
+keeps the scale and ``K`` above, so the convolutions' bound is unchanged.
 Deviation, noticed and left to the model: the partial sums of an output tile held in L1 are
 fp32 (4 B) on the machine, but the model and the program count output buffers in 2 B words;
 the executor keeps the fp32 partial sums beside the L1 arena, in the words the schedule gave
@@ -48,13 +65,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.ir.layer import Layer
+from autotune.ir.layer import SOFTMAX_OPS, WEIGHTED_KINDS, Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.verification.build import build_program
-from autotune.verification.executor import DTYPES, ScheduleError, execute, expected_shapes
+from autotune.verification.executor import ScheduleError, execute
 from autotune.verification.program import Program
-from autotune.verification.reference import reference
+from autotune.verification.reference import body, finish
+from autotune.verification.run import layer_inputs
 
 LAMBDA = 10.0
 UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp64": 2.0**-53, "fp16": 2.0**-11}
@@ -62,6 +80,11 @@ UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp64": 2.0**-53, "fp16": 2.0**-11}
 ACCUMULATION = {"fp32": "fp32", "fp64": "fp64", "fp16": "fp32"}
 #: Smallest normal fp16 number: below it the output's rounding error is absolute.
 FP16_MIN_NORMAL = 2.0**-14
+#: Lipschitz constant of each activation: ``|f(a) - f(b)| <= L |a - b|``. Sigmoid's slope is
+#: at most 1/4; SiLU's, ``sigmoid(z) (1 + z (1 - sigmoid(z)))``, peaks at 1.0998 near
+#: z = 2.4; hardswish's, ``(2z + 3) / 6`` on ``[-3, 3]``, at 1.5; leaky ReLU's is
+#: ``max(1, |alpha|)`` (``lipschitz``).
+LIPSCHITZ = {"relu": 1.0, "clip": 1.0, "sigmoid": 0.25, "silu": 1.1, "hardswish": 1.5}
 
 
 @dataclass(frozen=True)
@@ -140,8 +163,30 @@ class Subject:
 
 
 def reduction_length(layer: Layer) -> int:
-    """Products summed into one output: K of the tolerance."""
-    return layer.cin_per_group * layer.kernel_h * layer.kernel_w
+    """Roundings on the way to one output: K of the tolerance (module docstring). A conv or
+    an fc: the products summed into one output."""
+    kind = layer.kind
+    if kind in WEIGHTED_KINDS:
+        k = layer.cin_per_group * layer.kernel_h * layer.kernel_w
+    elif kind == "avgpool":
+        k = layer.kernel_h * layer.kernel_w + 1
+    elif kind == "add":
+        k = layer.operands
+    elif kind == "softmax":
+        k = 2 * layer.c_in + SOFTMAX_OPS
+    else:  # maxpool, activation, upsample: exact
+        k = 0
+    return k + layer.epilogue.ops
+
+
+def lipschitz(layer: Layer) -> float:
+    """``L`` of the layer's activation (1 without one)."""
+    act = layer.epilogue.activation
+    if act is None:
+        return 1.0
+    if act.kind == "leaky_relu":
+        return max(1.0, abs(act.alpha))
+    return LIPSCHITZ[act.kind]
 
 
 def tolerance(layer: Layer, precision: str) -> float:
@@ -156,13 +201,38 @@ def tolerance(layer: Layer, precision: str) -> float:
 
 
 def random_inputs(layer: Layer, batch: int, precision: str, seed: int = 0) -> dict[str, np.ndarray]:
-    """Input and filters uniform in [-1, 1) from ``numpy.random.default_rng(seed)``."""
-    rng = np.random.default_rng(seed)
-    shapes = expected_shapes(layer, batch)
-    dtype = DTYPES[precision]
-    return {
-        name: rng.uniform(-1.0, 1.0, shapes[name]).astype(dtype) for name in ("input", "filter")
+    """Every operand the layer reads (input; filters, bias, residual when it has them)
+    uniform in [-1, 1) from ``numpy.random.default_rng(seed)`` (``run.layer_inputs``)."""
+    return layer_inputs(layer, batch, precision, seed)
+
+
+def error_scale(
+    layer: Layer, data: dict[str, np.ndarray], z: np.ndarray, exact: np.ndarray, precision: str
+) -> np.ndarray:
+    """The scale the tolerance is relative to, per output (module docstring): ``data`` the
+    operands as the executor read them, ``z`` the exact operator output (before the
+    epilogue), ``exact`` the exact layer output."""
+    # The scale needs no more than a few digits: fp32 halves its cost; fp16 magnitudes would
+    # lose digits (or overflow) in sums of up to K terms.
+    magnitudes = {
+        name: np.abs(a).astype(np.float64 if a.dtype == np.float64 else np.float32)
+        for name, a in data.items()
     }
+    if layer.kind == "softmax":
+        x = data["input"].astype(np.float64)
+        spread = x.max(axis=1, keepdims=True) - x.min(axis=1, keepdims=True)
+        scale = np.abs(z) * (1.0 + spread)
+    else:
+        scale = body(layer, magnitudes["input"], magnitudes.get("filter")).astype(np.float64)
+    if "bias" in magnitudes:
+        scale = scale + magnitudes["bias"].astype(np.float64)[None, :, None, None]
+    if "residual" in magnitudes:
+        scale = scale + magnitudes["residual"]
+    if layer.epilogue.activation is not None:
+        scale = lipschitz(layer) * scale + np.abs(exact)
+    if precision == "fp16":
+        scale = np.maximum(scale, FP16_MIN_NORMAL)
+    return np.asarray(scale, dtype=np.float64)
 
 
 def verify(
@@ -172,9 +242,17 @@ def verify(
     precision: str = "fp32",
     batch: int = 1,
     seed: int = 0,
+    *,
+    x: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
 ) -> Verification:
     """Execute ``layer`` under ``mapping`` on random data and compare with the reference, on
     one chiplet (a package's layers go through ``autotune.chiplets``, which runs each part).
+
+    ``x``, ``weights``, ``bias``, ``residual``: operands to use instead of random ones
+    (``run.layer_inputs``: the others are still drawn from ``seed``; ``x`` fixes the batch).
 
     A mapping that does not fit L1 (or breaks any other rule of the executor) comes back
     with ``ok=False`` and the reason in ``errors``; a mapping that does not apply to the layer
@@ -187,15 +265,29 @@ def verify(
         >>> v.ok, v.max_rel_error <= v.tolerance
         (True, True)
     """
-    return verify_program(build_program(layer, mapping, machine, precision, batch), seed)
+    if x is not None:
+        batch = int(np.shape(x)[0])
+    program = build_program(layer, mapping, machine, precision, batch)
+    return verify_program(program, seed, x=x, weights=weights, bias=bias, residual=residual)
 
 
-def verify_program(program: Program, seed: int = 0) -> Verification:
-    """Execute an already built (possibly hand-modified) program and check its output."""
+def verify_program(
+    program: Program,
+    seed: int = 0,
+    *,
+    x: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+) -> Verification:
+    """Execute an already built (possibly hand-modified) program and check its output
+    (operands as for ``verify``)."""
     layer, precision = program.layer, program.precision
     if precision not in UNIT_ROUNDOFF:
         raise ValueError(f"verification runs fp16, fp32 and fp64, not {precision}")
-    data = random_inputs(layer, program.batch, precision, seed)
+    data = layer_inputs(
+        layer, program.batch, precision, seed, x=x, weights=weights, bias=bias, residual=residual
+    )
     subject = Subject(
         layer.name, program.mapping.algorithm, precision, program.batch, tolerance(layer, precision)
     )
@@ -203,18 +295,21 @@ def verify_program(program: Program, seed: int = 0) -> Verification:
         run = execute(program, data)
     except ScheduleError as error:
         return subject.failed([str(error)], program.op_counts())
-    x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
-    exact = reference(layer, x, w)
-    # The scale of the bound needs no more than a few digits: fp32 halves its cost.
-    magnitudes = [np.abs(data[name]) for name in ("input", "filter")]
-    if precision == "fp16":  # sums of up to K products would lose digits (or overflow) in fp16
-        magnitudes = [a.astype(np.float32) for a in magnitudes]
-        scale = np.maximum(reference(layer, *magnitudes).astype(np.float64), FP16_MIN_NORMAL)
-    else:
-        scale = reference(layer, *magnitudes).astype(np.float64)
+    _, exact, scale = exact_and_scale(layer, data, precision)
     return subject.compared(
         run.output, exact, scale, run.stats.op_counts, run.stats.bytes_moved(), run.stats.macs
     )
+
+
+def exact_and_scale(
+    layer: Layer, data: dict[str, np.ndarray], precision: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(operator output, layer output, error scale), exact (in fp64) for the operands
+    ``data`` as the executor read them (``random_inputs``'s names)."""
+    wide = {name: a.astype(np.float64) for name, a in data.items()}
+    z = body(layer, wide["input"], wide.get("filter"))
+    exact = finish(layer, z, wide.get("bias"), wide.get("residual"))
+    return z, exact, error_scale(layer, data, z, exact, precision)
 
 
 def compare(

@@ -9,8 +9,21 @@ and its buffer, data present and the one it needs (the right rows, halo included
 slice from the right neighbour), accumulators complete when stored. A wrong schedule raises
 ``ScheduleError`` naming the operation, the cluster and the reason.
 
-What a convolution needs is derived here from the output tile and the layer's geometry, not
-taken from ``autotune.tiling``, so a halo that tiling got wrong would be caught too.
+What a convolution (or a window of a layer without weights) needs is derived here from the
+output tile and the layer's geometry, not taken from ``autotune.tiling``, so a halo that tiling
+got wrong would be caught too.
+
+Every kind runs tile by tile with the same operations: ``Conv`` blocks for the kinds with
+weights, ``Apply`` blocks for the others, accumulating into an output tile that a ``Store``
+finishes. How a block combines into the accumulator is the kind's: a sum of products
+(conv, fc), a max (maxpool; the accumulator starts at -inf, taps in the padding or past the
+padded input in ceil mode are skipped), a sum of window averages (avgpool: the divisor is
+the taps inside the input, or inside the padded input with ``count_include_pad``, never the
+ceil-mode overhang, as ONNX and PyTorch define it), a sum of operands (add), a copy
+(activation, upsample) or a running softmax over the channels (its maximum and sum kept with
+the accumulator, the division done by the store). The store applies the epilogue once, after
+all accumulation and any reduction: ``+ bias[c]``, ``+ residual``, the activation, then the
+one rounding to the storage precision.
 """
 
 from __future__ import annotations
@@ -23,10 +36,19 @@ from typing import Any
 
 import numpy as np
 
-from autotune.ir.layer import Layer
-from autotune.verification.kernels import conv_block
+from autotune.ir.layer import WEIGHTED_KINDS, Layer
+from autotune.verification.kernels import (
+    activate,
+    average_block,
+    conv_block,
+    max_block,
+    nearest,
+    operand_sum,
+    softmax_step,
+)
 from autotune.verification.program import (
     Alloc,
+    Apply,
     Conv,
     Copy,
     Load,
@@ -81,6 +103,7 @@ class Stats:
     intercluster_bytes: int = 0  # L1 -> another cluster's L1 (forwarding, reduction)
     local_bytes: int = 0  # L1 -> own L1 (publishing into the forwarding buffer)
     multicast_bytes: int = 0  # main memory -> L1 of the 2nd, 3rd ... multicast receiver
+    epilogue_bytes: int = 0  # of load_bytes: the bias and residual words the stores read
     macs: int = 0
 
     def bytes_moved(self) -> dict[str, int]:
@@ -92,6 +115,8 @@ class Stats:
         }
         if self.multicast_bytes:
             moved["multicast_extra"] = self.multicast_bytes
+        if self.epilogue_bytes:
+            moved["epilogue"] = self.epilogue_bytes
         return moved
 
 
@@ -106,13 +131,15 @@ class Outputs:
 class _Content:
     """A region held at ``[start, end)`` words of a buffer (``data``: those words of L1);
     ``pairs`` >= 0 marks an accumulator and counts the (output channel, input channel) pairs
-    summed into it."""
+    summed into it. ``running``: a softmax accumulator's maximum and sum per image and pixel
+    (kept beside the arena, as the FP16.32 partial sums are)."""
 
-    __slots__ = ("start", "end", "region", "pairs", "data")
+    __slots__ = ("start", "end", "region", "pairs", "data", "running")
 
     def __init__(self, start: int, data: np.ndarray, region: Region, pairs: int) -> None:
         self.start, self.end, self.data = start, start + data.size, data
         self.region, self.pairs = region, pairs
+        self.running: tuple[np.ndarray, np.ndarray] | None = None
 
     def describe(self) -> str:
         if self.pairs < 0:
@@ -178,10 +205,20 @@ class _Machine:
         self.clusters: dict[int, _Cluster] = {}
         shapes = expected_shapes(layer, program.batch)
         self.main: dict[str, np.ndarray] = {}
-        for name in ("input", "filter"):
+        extra = sorted(set(inputs) - set(shapes))
+        if extra:
+            raise ValueError(
+                f"a {layer.kind} layer{_epilogue_words(layer)} reads no {', '.join(extra)} "
+                f"(it reads {', '.join(n for n in shapes if n != 'output')})"
+            )
+        for name, shape in shapes.items():
+            if name == "output":
+                continue
+            if name not in inputs:
+                raise ValueError(f"the layer reads {name} {shape}, which is not given")
             array = np.asarray(inputs[name])
-            if array.shape != shapes[name]:
-                raise ValueError(f"{name} has shape {array.shape}, the layer needs {shapes[name]}")
+            if array.shape != shape:
+                raise ValueError(f"{name} has shape {array.shape}, the layer needs {shape}")
             self.main[name] = np.array(array, dtype=self.dtype)  # own copy in main memory
         self.main["output"] = np.zeros(shapes["output"], dtype=self.dtype)
         self.stored = np.zeros(shapes["output"], dtype=bool)
@@ -195,8 +232,9 @@ class _Machine:
         return buffer
 
     def tensor(self, region: Region, readable: tuple[str, ...]) -> np.ndarray:
-        if region.tensor not in readable:
-            raise ScheduleError(f"{region} is not one of the tensors {readable}")
+        if region.tensor not in readable or region.tensor not in self.main:
+            have = tuple(name for name in readable if name in self.main)
+            raise ScheduleError(f"{region} is not one of the tensors {have}")
         array = self.main[region.tensor]
         inside = len(region.box) == array.ndim
         for (a, b), n in zip(region.box, array.shape, strict=False):
@@ -207,12 +245,25 @@ class _Machine:
 
 
 def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of the three main-memory tensors (layout: see ``autotune.verification.program``)."""
-    return {
-        "input": (batch, layer.c_in, layer.h_in, layer.w_in),
-        "filter": (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w),
-        "output": (batch, layer.c_out, layer.h_out, layer.w_out),
-    }
+    """Shapes of the main-memory tensors the layer has, inputs first (layout: see
+    ``autotune.verification.program``): ``filter`` only with weights, ``bias`` and
+    ``residual`` only when the epilogue reads them."""
+    out = (batch, layer.c_out, layer.h_out, layer.w_out)
+    shapes: dict[str, tuple[int, ...]] = {"input": (batch, layer.c_in, layer.h_in, layer.w_in)}
+    if layer.kind in WEIGHTED_KINDS:
+        shapes["filter"] = (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w)
+    if layer.epilogue.bias:
+        shapes["bias"] = (layer.c_out,)
+    if layer.epilogue.residual:
+        shapes["residual"] = out
+    shapes["output"] = out
+    return shapes
+
+
+def _epilogue_words(layer: Layer) -> str:
+    e = layer.epilogue
+    parts = [name for name, on in (("bias", e.bias), ("residual", e.residual)) if on]
+    return f" with {' and '.join(parts)}" if parts else ""
 
 
 # -- operations ---------------------------------------------------------------------------------
@@ -283,10 +334,16 @@ def _zero(m: _Machine, op: Zero) -> None:
         # FP16.32: the partial sums are float32. They occupy the words the schedule gave the
         # output buffer (checked above); their extra width is kept beside the arena (the
         # model counts output buffers in fp16 words: see verification's docstring).
-        data = np.zeros(data.size, dtype=m.acc_dtype)
-    else:
-        data[...] = 0
-    buffer.write(op.offset, data, op.region, 0)
+        data = np.empty(data.size, dtype=m.acc_dtype)
+    data[...] = -np.inf if m.layer.kind == "maxpool" else 0  # the identity of the combination
+    content = buffer.write(op.offset, data, op.region, 0)
+    if m.layer.kind == "softmax":
+        images, _, rows, cols = op.region.shape
+        pixels = (images, rows, cols)
+        content.running = (
+            np.full(pixels, -np.inf, dtype=m.acc_dtype),
+            np.zeros(pixels, dtype=m.acc_dtype),
+        )
 
 
 def _held(
@@ -309,27 +366,60 @@ def _held(
 
 @lru_cache(maxsize=4096)
 def extent(
-    out: tuple[int, int], stride: int, pad: int, kernel: int, n_in: int
+    out: tuple[int, int], stride: int, pad: int, kernel: int, n_in: int, upscale: int = 1
 ) -> tuple[int, int, int, int]:
     """Input rows (or columns) ``[lo, hi)`` that outputs ``out`` read, clipped to the input,
-    and the zero rows before and after that lie in the padding."""
+    and the rows before and after that lie outside it (the padding, and in ceil mode the
+    overhang past the padded input). An upsample's output ``i`` reads input ``i // upscale``
+    (kernel 1, stride 1, no padding)."""
+    if upscale != 1:
+        return out[0] // upscale, (out[1] - 1) // upscale + 1, 0, 0
     lo = out[0] * stride - pad
     hi = (out[1] - 1) * stride - pad + kernel
     lo_c, hi_c = min(max(lo, 0), n_in), min(max(hi, 0), n_in)
     return lo_c, hi_c, lo_c - lo, hi - hi_c
 
 
-def _conv(m: _Machine, op: Conv) -> None:
+@lru_cache(maxsize=4096)
+def tap_counts(
+    out: tuple[int, int], stride: int, pad: int, kernel: int, n_in: int, include_pad: bool
+) -> np.ndarray:
+    """Taps an average of outputs ``out`` divides by, along one axis: those inside the input,
+    or inside the padded input with ``count_include_pad``; never those of the ceil-mode
+    overhang past the padded input (ONNX and PyTorch)."""
+    start = np.arange(out[0], out[1]) * stride - pad
+    first, last = (-pad, n_in + pad) if include_pad else (0, n_in)
+    counts = np.minimum(start + kernel, last) - np.maximum(start, first)
+    counts.flags.writeable = False
+    return counts
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A ``Conv`` or ``Apply`` block, checked against what its buffers hold: the patch's and
+    accumulator's contents, the patch's clipped extent and the rows and columns outside it
+    (``(lo, hi, before, after)`` per axis), the block's input channels per group."""
+
+    patch: _Content
+    acc: _Content
+    rows: tuple[int, int, int, int]
+    cols: tuple[int, int, int, int]
+    in_n: int
+
+
+def _block(m: _Machine, op: Conv | Apply) -> _Block:
+    """The checks every block needs, whatever its kind: the patch holds the input the output
+    tile's windows read (images, rows and columns, halo included), the channels lie in the
+    patch and the accumulator and form whole groups or part of one."""
     layer = m.layer
     patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "input")
-    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
     acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
     images, out_ch, out_rows, out_cols = acc.region.box
     p_images, p_ch, p_rows, p_cols = patch.region.box
     (i0, i1), (o0, o1), groups = op.in_channels, op.out_channels, op.groups
     sh, sw = op.stride
-    rows = extent(out_rows, sh, layer.pad_h, layer.kernel_h, layer.h_in)
-    cols = extent(out_cols, sw, layer.pad_w, layer.kernel_w, layer.w_in)
+    rows = extent(out_rows, sh, layer.pad_h, layer.kernel_h, layer.h_in, layer.upscale)
+    cols = extent(out_cols, sw, layer.pad_w, layer.kernel_w, layer.w_in, layer.upscale)
     if p_rows != rows[:2] or p_cols != cols[:2] or p_images != images:
         raise ScheduleError(
             f"output tile {acc.region} with stride {op.stride} needs input images "
@@ -361,7 +451,19 @@ def _conv(m: _Machine, op: Conv) -> None:
             f"input channels {i0}:{i1} and output channels {o0}:{o1} are not "
             f"the same {groups} group(s) of {cin} inputs and {cout} outputs"
         )
-    j0 = i0 - group * cin
+    return _Block(patch, acc, rows, cols, in_n)
+
+
+def _conv(m: _Machine, op: Conv) -> None:
+    layer = m.layer
+    if layer.kind not in WEIGHTED_KINDS:
+        raise ScheduleError(f"a {layer.kind} layer has no weights: its blocks are Apply, not Conv")
+    block = _block(m, op)
+    patch, acc, rows, cols, in_n = block.patch, block.acc, block.rows, block.cols, block.in_n
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
+    (i0, i1), (o0, o1) = op.in_channels, op.out_channels
+    p_ch, out_ch = patch.region.box[1], acc.region.box[1]
+    j0 = i0 - (i0 // layer.cin_per_group) * layer.cin_per_group
     need = ((o0, o1), (j0, j0 + in_n), (0, layer.kernel_h), (0, layer.kernel_w))
     if filt.region.box != need:
         raise ScheduleError(
@@ -372,13 +474,75 @@ def _conv(m: _Machine, op: Conv) -> None:
     w = filt.data.reshape(filt.region.shape)
     if m.acc_dtype != m.dtype:  # FP16.32: fp16 products are exact in fp32, summed in fp32
         x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
-    result = conv_block(x, w, groups, op.stride, (rows[2], rows[3], cols[2], cols[3]))
+    result = conv_block(x, w, op.groups, op.stride, (rows[2], rows[3], cols[2], cols[3]))
     y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0] : o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
     y += result
     acc.pairs += (o1 - o0) * in_n
     m.stats.macs += result.size * in_n * layer.kernel_h * layer.kernel_w
+
+
+def _apply(m: _Machine, op: Apply) -> None:
+    """A block of a layer without weights: the kind's contribution of input channels
+    ``in_channels`` combined into output channels ``out_channels`` (module docstring)."""
+    layer = m.layer
+    kind = layer.kind
+    if kind in WEIGHTED_KINDS:
+        raise ScheduleError(f"a {kind} layer has weights: its blocks are Conv, not Apply")
+    block = _block(m, op)
+    patch, acc, rows, cols = block.patch, block.acc, block.rows, block.cols
+    (i0, i1), (o0, o1) = op.in_channels, op.out_channels
+    p_ch, out_ch = patch.region.box[1], acc.region.box[1]
+    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0] : i1 - p_ch[0]]
+    if m.acc_dtype != m.dtype:  # FP16.32: fp16 inputs, fp32 arithmetic
+        x = x.astype(m.acc_dtype)
+    tile = acc.data.reshape(acc.region.shape)
+    pads = (rows[2], rows[3], cols[2], cols[3])
+    kernel = (layer.kernel_h, layer.kernel_w)
+    if kind == "softmax":
+        if (o0, o1) != out_ch or acc.running is None:
+            raise ScheduleError(
+                f"a softmax block updates its whole stack {out_ch[0]}:{out_ch[1]} "
+                f"(its running maximum and sum are the stack's), not channels {o0}:{o1}"
+            )
+        lo = max(i0, o0)  # the step's channels that are the stack's: [lo, hi)
+        hi = max(lo, min(i1, o1))
+        peak, total = acc.running
+        if x.shape[2:] != tile.shape[2:]:
+            raise ScheduleError(f"block reads {x.shape} but the tile is {tile.shape}")
+        softmax_step(tile, peak, total, x, slice(lo - i0, hi - i0), slice(lo - o0, hi - o0))
+        acc.pairs += (o1 - o0) * (i1 - i0)
+        return
+    if kind == "maxpool":
+        result = max_block(x, kernel, op.stride, pads)
+    elif kind == "avgpool":
+        divisor = _divisor(layer, acc.region, op.stride)
+        result = average_block(x, kernel, op.stride, pads, divisor)
+    elif kind == "add":
+        result = operand_sum(x, op.out_channels[1] - op.out_channels[0])
+    elif kind == "upsample":
+        s = layer.upscale
+        (r0, r1), (c0, c1) = acc.region.box[2], acc.region.box[3]
+        result = nearest(x, np.arange(r0, r1) // s - rows[0], np.arange(c0, c1) // s - cols[0])
+    else:  # activation: the body is the input itself, the store applies the function
+        result = x
+    y = tile[:, o0 - out_ch[0] : o1 - out_ch[0]]
+    if result.shape != y.shape:
+        raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
+    if kind == "maxpool":
+        np.maximum(y, result, out=y)
+    else:
+        y += result
+    acc.pairs += (o1 - o0) * block.in_n
+
+
+def _divisor(layer: Layer, tile: Region, stride: tuple[int, int]) -> np.ndarray:
+    """``(rows, columns)`` taps each average of an output tile divides by (``tap_counts``)."""
+    include = layer.count_include_pad
+    rows = tap_counts(tile.box[2], stride[0], layer.pad_h, layer.kernel_h, layer.h_in, include)
+    cols = tap_counts(tile.box[3], stride[1], layer.pad_w, layer.kernel_w, layer.w_in, include)
+    return np.outer(rows, cols)
 
 
 def _missing(have: tuple[int, int], need: tuple[int, int], what: str) -> str:
@@ -422,9 +586,52 @@ def _reduce(m: _Machine, op: Reduce) -> None:
             f"{mine.describe()} and cluster {op.src_cluster} holds "
             f"{theirs.describe()}"
         )
-    mine.data += theirs.data
+    _combine(m.layer.kind, mine, theirs)
     mine.pairs += theirs.pairs
     m.stats.intercluster_bytes += op.region.words * m.wb
+
+
+def _combine(kind: str, mine: _Content, theirs: _Content) -> None:
+    """Fold another cluster's partial output of the same region into ``mine``, the kind's
+    way: a max, a softmax's running sums brought to a common maximum, else a sum."""
+    if kind == "maxpool":
+        np.maximum(mine.data, theirs.data, out=mine.data)
+        return
+    if kind == "softmax" and mine.running is not None and theirs.running is not None:
+        (peak, total), (their_peak, their_total) = mine.running, theirs.running
+        new_peak = np.maximum(peak, their_peak)
+        mine_scale, their_scale = np.exp(peak - new_peak), np.exp(their_peak - new_peak)
+        shape = mine.region.shape
+        acc, other = mine.data.reshape(shape), theirs.data.reshape(shape)
+        acc *= mine_scale[:, None]
+        acc += other * their_scale[:, None]
+        total *= mine_scale
+        total += their_total * their_scale
+        peak[...] = new_peak
+        return
+    mine.data += theirs.data
+
+
+def _epilogue(m: _Machine, content: _Content, region: Region) -> np.ndarray:
+    """The stored words of an accumulator: a softmax divided by its sum, then the layer's
+    epilogue (``+ bias[c]``, ``+ residual``, the activation) in the accumulation precision,
+    rounded once to the storage precision. Reads the epilogue's operands of ``region``."""
+    layer, stats = m.layer, m.stats
+    z = content.data.reshape(region.shape)
+    if content.running is not None:
+        z = z / content.running[1][:, None]
+    epilogue = layer.epilogue
+    (c0, c1) = region.box[1]
+    if epilogue.bias:
+        z = z + m.main["bias"][c0:c1].astype(m.acc_dtype)[None, :, None, None]
+        stats.epilogue_bytes += (c1 - c0) * m.wb
+    if epilogue.residual:
+        z = z + m.main["residual"][region.slices].astype(m.acc_dtype)
+        stats.epilogue_bytes += region.words * m.wb
+    act = epilogue.activation
+    if act is not None:
+        z = activate(z, act.kind, act.alpha, act.low, act.high)
+    return z
 
 
 def _store(m: _Machine, op: Store) -> None:
@@ -448,8 +655,10 @@ def _store(m: _Machine, op: Store) -> None:
     slices = op.region.slices
     if m.stored[slices].any():
         raise ScheduleError(f"{op.region} was already stored")
-    out[slices] = content.data.reshape(op.region.shape)
+    read_before = m.stats.epilogue_bytes
+    out[slices] = _epilogue(m, content, op.region)
     m.stored[slices] = True
+    m.stats.load_bytes += m.stats.epilogue_bytes - read_before
     m.stats.store_bytes += op.region.words * m.wb
 
 
@@ -459,6 +668,7 @@ HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
     Multicast: _multicast,
     Zero: _zero,
     Conv: _conv,
+    Apply: _apply,
     Copy: _copy,
     Reduce: _reduce,
     Store: _store,
@@ -466,7 +676,8 @@ HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
 
 
 def execute(program: Program, inputs: Mapping[str, np.ndarray]) -> Outputs:
-    """Run ``program`` on ``inputs`` (``"input"`` and ``"filter"`` arrays, layout in
+    """Run ``program`` on ``inputs`` (the arrays ``expected_shapes`` names: ``"input"``, and
+    ``"filter"``, ``"bias"``, ``"residual"`` when the layer has them; layout in
     ``autotune.verification.program``) and return the output main memory ends with.
 
     Raises ``ScheduleError`` (``AllocationError`` for L1 overflow) at the first operation

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from autotune.verification.program import (
     Alloc,
+    Apply,
     Conv,
     Copy,
     Load,
@@ -77,12 +78,12 @@ def drop_reduction_step(program: Program) -> Program:
 
 
 def wrong_stride(program: Program) -> Program:
-    """Every convolution computes with stride 1 on a strided layer."""
+    """Every convolution (or window of a pool) computes with stride 1 on a strided layer."""
     layer = program.layer
     if (layer.stride_h, layer.stride_w) == (1, 1):
         raise ValueError("the layer has stride 1")
     return program.replace_ops(
-        [replace(op, stride=(1, 1)) if isinstance(op, Conv) else op for op in program.ops]
+        [replace(op, stride=(1, 1)) if isinstance(op, Conv | Apply) else op for op in program.ops]
     )
 
 
@@ -122,7 +123,7 @@ def skip_input_step(program: Program) -> Program:
     end = start + 1
     while (
         end < len(program.ops)
-        and isinstance(program.ops[end], Load | Conv)
+        and isinstance(program.ops[end], Load | Conv | Apply)
         and not _is_input_load(program.ops[end])
         and program.ops[end].cluster == cluster
     ):

@@ -1,8 +1,10 @@
-"""The arithmetic of one convolution block on data already in L1, vectorised over the tile.
+"""The arithmetic of one block of a tile on data already in L1, vectorised over the tile.
 
 This is what a cluster's cores compute (report ``Conv()`` / ``ElemMac()``), for a whole
-block of output channels, images and pixels at once: an im2col of the (virtually padded)
-patch followed by one matrix product per group. It runs in the precision of its operands,
+block of output channels, images and pixels at once: for a convolution an im2col of the
+(virtually padded) patch followed by one matrix product per group; for the kinds without
+weights the same windows reduced by a max or a sum, a sum of operands, a gather or a running
+softmax; and the epilogue's activation. It runs in the precision of its operands,
 so fp32 data accumulates in fp32 as on the machine.
 """
 
@@ -62,3 +64,118 @@ def conv_block(
     else:
         product = np.matmul(w.reshape(out_c, k), cols.reshape(images, k, p))
     return product.reshape(images, out_c, oh, ow)
+
+
+# -- the kinds without weights -------------------------------------------------------------------
+#
+# Each function computes one block of a tile from the loaded patch, in the dtype of its
+# operands (the executor passes the accumulation dtype). Windows are the same strided view
+# of the (virtually padded) patch as the convolution's im2col, so a halo or stride mistake
+# shows in every kind alike.
+
+
+def _padded(x: np.ndarray, pads: tuple[int, int, int, int], fill: float) -> np.ndarray:
+    top, bottom, left, right = pads
+    if not (top or bottom or left or right):
+        return x
+    n, c, h, wd = x.shape
+    out = np.full((n, c, h + top + bottom, wd + left + right), fill, dtype=x.dtype)
+    out[:, :, top : top + h, left : left + wd] = x
+    return out
+
+
+def _windows(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
+    """``(images, channels, oh, ow, kh, kw)`` read-only view of every window."""
+    images, channels, h, wd = x.shape
+    (kh, kw), (sh, sw) = kernel, stride
+    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    s0, s1, s2, s3 = x.strides
+    return as_strided(
+        x,
+        (images, channels, oh, ow, kh, kw),
+        (s0, s1, s2 * sh, s3 * sw, s2, s3),
+        writeable=False,
+    )
+
+
+def max_block(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+) -> np.ndarray:
+    """Window maxima of a patch. Taps in the padding, and past the padded input in ceil
+    mode (``pads`` covers both), are -inf: a max skips them (ONNX, PyTorch)."""
+    return np.asarray(_windows(_padded(x, pads, -np.inf), kernel, stride).max(axis=(4, 5)))
+
+
+def average_block(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    divisor: np.ndarray,
+) -> np.ndarray:
+    """Window sums of a patch divided by ``divisor`` (``(oh, ow)``: the taps each output
+    counts, which depend on where the window lies in the layer, so the caller gives them)."""
+    sums = _windows(_padded(x, pads, 0.0), kernel, stride).sum(axis=(4, 5))
+    return np.asarray(sums / divisor.astype(x.dtype))
+
+
+def operand_sum(x: np.ndarray, groups: int) -> np.ndarray:
+    """An add's block: ``groups`` outputs, each the sum of its group's consecutive input
+    channels (the interleaved operands, or a step's part of them)."""
+    images, channels, h, wd = x.shape
+    return np.asarray(x.reshape(images, groups, channels // groups, h, wd).sum(axis=2))
+
+
+def nearest(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Nearest-neighbour upsampling of a patch: output (y, x) is patch (rows[y], cols[x])."""
+    return np.asarray(x[:, :, rows][:, :, :, cols])
+
+
+def softmax_step(
+    acc: np.ndarray,
+    peak: np.ndarray,
+    total: np.ndarray,
+    x: np.ndarray,
+    step_part: slice,
+    stack_part: slice,
+) -> None:
+    """Fold one step of input channels ``x`` (``(images, step, h, w)``) into a running
+    softmax, in place (the online normaliser of Milakov and Gimelshein, 2018): ``peak`` is
+    the largest input seen per pixel, ``total`` the sum of ``exp(input - peak)`` over every
+    channel seen, ``acc`` the stack's ``exp(input - peak)`` so far. A new peak rescales what
+    was summed before, so no exponent is positive (no overflow) and a stack of a few channels
+    needs no second pass over the input. The step's channels ``step_part`` are the stack's
+    ``stack_part`` (both empty when the step holds none of the stack's channels); the store
+    divides by ``total``."""
+    new_peak = np.maximum(peak, x.max(axis=1))
+    rescale = np.exp(peak - new_peak)
+    e = np.exp(x - new_peak[:, None])
+    total *= rescale
+    total += e.sum(axis=1)
+    acc *= rescale[:, None]
+    acc[:, stack_part] += e[:, step_part]
+    peak[...] = new_peak
+
+
+def activate(z: np.ndarray, kind: str, alpha: float, low: float, high: float) -> np.ndarray:
+    """An epilogue's activation (``autotune.ir.layer.Activation``) in ``z``'s dtype.
+
+    The logistic function is evaluated as ``exp(-|z|)``-based halves, so that no
+    exponent overflows whatever the sign of ``z``.
+    """
+    if kind == "relu":
+        return np.where(z > 0, z, 0).astype(z.dtype)
+    if kind == "clip":
+        return np.minimum(np.maximum(z, z.dtype.type(low)), z.dtype.type(high))
+    if kind == "leaky_relu":
+        return np.where(z >= 0, z, z * z.dtype.type(alpha)).astype(z.dtype)
+    if kind in ("sigmoid", "silu"):
+        e = np.exp(-np.abs(z))
+        sig = np.where(z >= 0, 1 / (1 + e), e / (1 + e)).astype(z.dtype)
+        return sig if kind == "sigmoid" else z * sig
+    if kind == "hardswish":
+        return np.where(z <= -3, 0, np.where(z >= 3, z, z * (z + 3) / 6)).astype(z.dtype)
+    raise ValueError(f"unknown activation {kind!r}")

@@ -4,11 +4,20 @@ A program is plain data, so that it can be built once (``autotune.verification.b
 mutated into a broken schedule (``autotune.verification.faults``) and executed
 (``autotune.verification.executor``) without either side knowing how the other works.
 
-Main memory holds three tensors, all NCHW-like with the batch outermost:
+Main memory holds the tensors the layer reads and writes, NCHW-like with the batch outermost:
 
-``input``   ``(batch, c_in, h_in, w_in)``
-``filter``  ``(c_out, c_in / groups, kernel_h, kernel_w)`` (an fc layer: kernel = input)
-``output``  ``(batch, c_out, h_out, w_out)``
+``input``     ``(batch, c_in, h_in, w_in)`` (an ``add``: its ``n`` operands interleaved,
+              channel ``g·n + i`` is channel ``g`` of operand ``i``)
+``filter``    ``(c_out, c_in / groups, kernel_h, kernel_w)`` (an fc layer: kernel = input);
+              only the kinds with weights (``conv``, ``fc``) have filters
+``bias``      ``(c_out,)``, when the layer's epilogue adds a bias
+``residual``  ``(batch, c_out, h_out, w_out)``, when the epilogue adds a residual operand
+``output``    ``(batch, c_out, h_out, w_out)``
+
+``bias`` and ``residual`` are read by the output store, which applies the layer's epilogue
+(``autotune.ir.layer.Epilogue``) once, after all accumulation: what the schedule decides is
+only *which* output region a store writes, and the epilogue's operands are those of that
+region, so they need no operations of their own.
 
 A ``Region`` names a box of one of them. L1 is addressed per cluster by buffer name and a
 word offset into that buffer; every operation that writes L1 records which region it wrote
@@ -95,7 +104,9 @@ class Multicast:
 
 @dataclass(frozen=True, slots=True)
 class Zero:
-    """Initialise an accumulator for output ``region`` to zero (report: "initialize O")."""
+    """Initialise an accumulator for output ``region`` (report: "initialize O"): to the
+    identity of the layer's combination, zero for a sum and -inf for a max (a softmax also
+    starts its running maximum and sum)."""
 
     cluster: int
     buffer: str
@@ -117,6 +128,29 @@ class Conv:
     in_offset: int
     filter_buffer: str
     filter_offset: int
+    out_buffer: str
+    out_offset: int
+    out_channels: tuple[int, int]
+    in_channels: tuple[int, int]
+    groups: int
+    stride: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Accumulate one block of a tile of a layer without weights (a pool, an add, an
+    activation, an upsample, a softmax): output channels ``out_channels`` of the accumulator
+    at (``out_buffer``, ``out_offset``) take the contribution of input channels
+    ``in_channels`` of the patch at (``in_buffer``, ``in_offset``), combined the layer's
+    way (a max, a sum of window averages, a sum of operands, a copy, a running softmax).
+    Channels and ``groups`` are as for ``Conv``; ``stride`` is the window's (an upsample:
+    1, its scale is the layer's). It is ``Conv`` without filters, so a schedule checks the
+    same way whatever the kind.
+    """
+
+    cluster: int
+    in_buffer: str
+    in_offset: int
     out_buffer: str
     out_offset: int
     out_channels: tuple[int, int]
@@ -157,7 +191,9 @@ class Reduce:
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """DMA the finished accumulator of output ``region`` to main memory (``DmaStore``)."""
+    """DMA the finished accumulator of output ``region`` to main memory (``DmaStore``),
+    applying the layer's epilogue on the way (a softmax's normalisation first): ``+ bias``
+    of the region's channels, ``+ residual`` of the region, the activation."""
 
     cluster: int
     buffer: str
@@ -165,7 +201,7 @@ class Store:
     region: Region
 
 
-Op = Alloc | Load | Multicast | Zero | Conv | Copy | Reduce | Store
+Op = Alloc | Load | Multicast | Zero | Conv | Apply | Copy | Reduce | Store
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,25 @@
 """The reference: the whole layer at once, computed a different way from the executor.
 
-The executor convolves tiles of L1 data with an im2col of each clipped patch; the reference
-pads the whole input once and takes ``sliding_window_view`` windows over it, then contracts
-channels and kernel with ``tensordot`` (``einsum`` per group for grouped convolutions). An fc
-layer is the matrix product of the flattened input with the flattened filters. Both are
-checked against a naive loop implementation on tiny shapes in the tests.
+The executor runs tiles of L1 data (an im2col of each clipped patch, strided window views,
+running sums); the reference computes every kind straight from its definition on the whole
+tensor:
+
+- conv: pad the whole input once, ``sliding_window_view`` windows, contract channels and
+  kernel with ``tensordot`` (``einsum`` per group); fc: the matrix product of the flattened
+  input with the flattened filters;
+- maxpool / avgpool: a loop over the kernel's taps, each tap one shifted view of the input
+  with a mask of the output positions whose tap lies inside the input; a max skips the
+  masked taps, an average divides by the taps it counts (inside the input; inside the
+  padded input with ``count_include_pad``; never the ceil-mode overhang past it, as in ONNX
+  and PyTorch);
+- add: operand ``i`` is every ``n``-th channel from ``i`` (``x[:, i::n]``), summed;
+- activation: the input itself; upsample: ``np.repeat`` along rows and columns;
+- softmax: ``exp(x - max) / sum(exp(x - max))`` over the channels of each pixel;
+
+then the epilogue: ``+ bias[c]``, ``+ residual``, the activation as ``Activation``'s
+docstring defines it (the logistic function through ``tanh``, which the executor does not
+use). Each is checked against naive loops on tiny shapes in the tests, and the pools and the
+softmax against ONNX's reference evaluator.
 """
 
 from __future__ import annotations
@@ -12,14 +27,26 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from autotune.ir.layer import Layer
+from autotune.ir.layer import WEIGHTED_KINDS, Activation, Layer
 
 
-def reference(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``(batch, c_out, h_out, w_out)`` output of ``layer`` for input ``x`` and filters ``w``.
+def reference(
+    layer: Layer,
+    x: np.ndarray,
+    w: np.ndarray | None = None,
+    *,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+) -> np.ndarray:
+    """``(batch, c_out, h_out, w_out)`` output of ``layer`` for input ``x``, filters ``w``
+    (the kinds with weights only), and the epilogue's ``bias`` and ``residual`` (exactly when
+    the epilogue reads them).
 
-    ``x`` is ``(batch, c_in, h_in, w_in)``, ``w`` is ``(c_out, c_in / groups, kh, kw)``;
-    the result has their common dtype.
+    ``x`` is ``(batch, c_in, h_in, w_in)`` (an add's operands interleaved: channel
+    ``g·n + i`` is channel ``g`` of operand ``i``), ``w`` is ``(c_out, c_in / groups, kh,
+    kw)``, ``bias`` is ``(c_out,)``, ``residual`` is the output's shape; the result has their
+    common dtype. Raises ``ValueError`` when an operand the layer reads is missing or one it
+    does not read is given.
 
     Example:
         >>> import numpy as np
@@ -28,6 +55,53 @@ def reference(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         >>> reference(fc, np.ones((1, 3, 1, 1)), np.ones((2, 3, 1, 1))).ravel().tolist()
         [3.0, 3.0]
     """
+    epilogue = layer.epilogue
+    for name, given, needed in (
+        ("weights", w, layer.kind in WEIGHTED_KINDS),
+        ("bias", bias, epilogue.bias),
+        ("residual", residual, epilogue.residual),
+    ):
+        if (given is not None) != needed:
+            what = "needs" if needed else "has no"
+            raise ValueError(f"layer {layer.name!r} ({layer.kind}) {what} {name}")
+    return finish(layer, body(layer, x, w), bias, residual)
+
+
+def finish(
+    layer: Layer, z: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None
+) -> np.ndarray:
+    """The epilogue on the operator's output ``z``: ``+ bias[c]``, ``+ residual``, the
+    activation (each only when given or defined)."""
+    if bias is not None:
+        z = z + bias[None, :, None, None]
+    if residual is not None:
+        z = z + residual
+    act = layer.epilogue.activation
+    return z if act is None else activation(act, z)
+
+
+def body(layer: Layer, x: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """The layer's operator alone, without its epilogue (see ``reference``)."""
+    kind = layer.kind
+    if kind in WEIGHTED_KINDS:
+        assert w is not None, "a layer with weights needs them"
+        return convolution(layer, x, w)
+    if kind in ("maxpool", "avgpool"):
+        return pool(layer, x)
+    if kind == "add":
+        n = layer.operands
+        return np.asarray(sum(x[:, i::n] for i in range(n)))
+    if kind == "upsample":
+        s = layer.upscale
+        return np.repeat(np.repeat(x, s, axis=2), s, axis=3)
+    if kind == "softmax":
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return np.asarray(e / e.sum(axis=1, keepdims=True))
+    return np.array(x)  # activation: its function is the epilogue's
+
+
+def convolution(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A conv or fc layer: windows of the padded input contracted with the filters."""
     batch = x.shape[0]
     if layer.kind == "fc":
         out = x.reshape(batch, -1) @ w.reshape(layer.c_out, -1).T
@@ -46,3 +120,58 @@ def reference(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     wg = w.reshape(g, layer.cout_per_group, layer.cin_per_group, layer.kernel_h, layer.kernel_w)
     out = np.einsum("bgchwij,gocij->bgohw", win, wg, optimize=True)
     return out.reshape(batch, layer.c_out, layer.h_out, layer.w_out)
+
+
+def _taps(n_out: int, stride: int, pad: int, k: int) -> np.ndarray:
+    """Input index of tap ``k`` of every output along one axis (possibly outside the input)."""
+    return np.arange(n_out) * stride - pad + k
+
+
+def pool(layer: Layer, x: np.ndarray) -> np.ndarray:
+    """A max or average pool, one kernel tap at a time over the whole output."""
+    h_out, w_out = layer.h_out, layer.w_out
+    maximum = layer.kind == "maxpool"
+    shape = (*x.shape[:2], h_out, w_out)
+    out = np.full(shape, -np.inf if maximum else 0.0, dtype=x.dtype)
+    counted = np.zeros((h_out, w_out), dtype=np.int64)
+    for ky in range(layer.kernel_h):
+        rows = _taps(h_out, layer.stride_h, layer.pad_h, ky)
+        for kx in range(layer.kernel_w):
+            cols = _taps(w_out, layer.stride_w, layer.pad_w, kx)
+            inside = ((rows >= 0) & (rows < layer.h_in))[:, None] & (
+                (cols >= 0) & (cols < layer.w_in)
+            )[None, :]
+            tap = x[:, :, np.clip(rows, 0, layer.h_in - 1)][
+                :, :, :, np.clip(cols, 0, layer.w_in - 1)
+            ]
+            if maximum:
+                out = np.where(inside, np.maximum(out, tap), out)
+                continue
+            out = out + np.where(inside, tap, 0.0)
+            if layer.count_include_pad:  # a tap in the padding counts, one past it does not
+                ph, pw = layer.pad_h, layer.pad_w
+                in_rows = (rows >= -ph) & (rows < layer.h_in + ph)
+                in_cols = (cols >= -pw) & (cols < layer.w_in + pw)
+                counted += in_rows[:, None] & in_cols[None, :]
+            else:
+                counted += inside
+    if maximum:
+        return out
+    return np.asarray(out / counted)
+
+
+def activation(act: Activation, z: np.ndarray) -> np.ndarray:
+    """``act`` elementwise, as ``Activation``'s docstring defines it."""
+    kind = act.kind
+    if kind == "relu":
+        return np.maximum(z, 0.0)
+    if kind == "clip":
+        return np.clip(z, act.low, act.high)
+    if kind == "leaky_relu":
+        return np.where(z < 0, act.alpha * z, z)
+    sigmoid = 0.5 * (1.0 + np.tanh(0.5 * z))  # = 1 / (1 + exp(-z))
+    if kind == "sigmoid":
+        return sigmoid
+    if kind == "silu":
+        return z * sigmoid
+    return z * np.clip(z + 3.0, 0.0, 6.0) / 6.0  # hardswish

@@ -1,13 +1,16 @@
-"""The slowest, most obvious convolution: Python loops over every output and every tap.
+"""The slowest, most obvious layers: Python loops over every output and every tap.
 
 Used on tiny shapes only, to cross-check the reference and the executor.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from autotune import Layer
+from autotune.ir.layer import Activation
 
 
 def naive_conv(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -31,4 +34,87 @@ def naive_conv(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
                                         w[o, c, ky, kx]
                                     )
                     out[b, o, oy, ox] = total
+    return out
+
+
+def naive_activation(act: Activation | None, z: float) -> float:
+    """``Activation``'s docstring, one number at a time."""
+    if act is None:
+        return z
+    if act.kind == "relu":
+        return z if z > 0 else 0.0
+    if act.kind == "clip":
+        return min(max(z, act.low), act.high)
+    if act.kind == "leaky_relu":
+        return z if z >= 0 else act.alpha * z
+    sigmoid = 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+    if act.kind == "sigmoid":
+        return sigmoid
+    if act.kind == "silu":
+        return z * sigmoid
+    return z * min(max(z + 3.0, 0.0), 6.0) / 6.0  # hardswish
+
+
+def naive_body(layer: Layer, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    """Every kind from its definition (``autotune.ir.layer``), one output word at a time."""
+    if layer.kind in ("conv", "fc"):
+        assert w is not None
+        return naive_conv(layer, x, w)
+    batch = x.shape[0]
+    out = np.zeros((batch, layer.c_out, layer.h_out, layer.w_out))
+    for b in range(batch):
+        for o in range(layer.c_out):
+            for oy in range(layer.h_out):
+                for ox in range(layer.w_out):
+                    out[b, o, oy, ox] = _naive_word(layer, x[b], o, oy, ox)
+    return out
+
+
+def _naive_word(layer: Layer, x: np.ndarray, o: int, oy: int, ox: int) -> float:
+    kind = layer.kind
+    if kind in ("maxpool", "avgpool"):
+        taps, counted = [], 0
+        for ky in range(layer.kernel_h):
+            for kx in range(layer.kernel_w):
+                iy = oy * layer.stride_h - layer.pad_h + ky
+                ix = ox * layer.stride_w - layer.pad_w + kx
+                inside = 0 <= iy < layer.h_in and 0 <= ix < layer.w_in
+                in_padded = (
+                    -layer.pad_h <= iy < layer.h_in + layer.pad_h
+                    and -layer.pad_w <= ix < layer.w_in + layer.pad_w
+                )
+                if inside:
+                    taps.append(float(x[o, iy, ix]))
+                if inside or (layer.count_include_pad and in_padded):
+                    counted += 1
+        return max(taps) if kind == "maxpool" else sum(taps) / counted
+    if kind == "add":
+        n = layer.c_in // layer.c_out
+        return sum(float(x[o * n + i, oy, ox]) for i in range(n))
+    if kind == "upsample":
+        return float(x[o, oy // layer.upscale, ox // layer.upscale])
+    if kind == "softmax":
+        column = [float(v) for v in x[:, oy, ox]]
+        top = max(column)
+        return math.exp(column[o] - top) / sum(math.exp(v - top) for v in column)
+    return float(x[o, oy, ox])  # activation: the epilogue applies the function
+
+
+def naive_layer(
+    layer: Layer,
+    x: np.ndarray,
+    w: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+) -> np.ndarray:
+    """The layer with its epilogue: ``+ bias[c]``, ``+ residual``, the activation."""
+    out = naive_body(layer, x, w)
+    act = layer.epilogue.activation
+    for b, o, oy, ox in np.ndindex(*out.shape):
+        z = out[b, o, oy, ox]
+        if bias is not None:
+            z += float(bias[o])
+        if residual is not None:
+            z += float(residual[b, o, oy, ox])
+        out[b, o, oy, ox] = naive_activation(act, z)
     return out
