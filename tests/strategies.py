@@ -259,7 +259,7 @@ def elementwise_layers(draw, kind: str | None = None, max_hw: int = 10, max_c: i
     )
     epilogue = draw(any_epilogue(bias=False))
     if kind == "activation":
-        epilogue = Epilogue(residual=epilogue.residual, activation=draw(activations()))
+        epilogue = Epilogue(residual=epilogue.residual, activation=draw(any_activation()))
     c_in = c * draw(st.integers(2, 3)) if kind == "add" else c
     return Layer(
         kind,
