@@ -22,8 +22,18 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from autotune.audit import ScheduleAudit, audit_schedule
 from autotune.chiplets import analyze, refinement_target, simulate, solve_layer, verify
+from autotune.graphs.execute import (
+    NetworkError,
+    NetworkVerification,
+    execute_network,
+    output_arrays,
+    verify_network,
+)
+from autotune.graphs.weights import Weights, WeightsError, seeded_weights
 from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
@@ -42,14 +52,18 @@ from autotune.sim.result import SimResult
 from autotune.verification.check import Verification
 
 __all__ = [
+    "NetworkError",
+    "WeightsError",
     "ScheduleAudit",
     "audit_schedule",
     "load_inputs",
     "load_schedule",
+    "run_network",
     "simulate_schedule",
     "solve_network",
     "tune",
     "tune_network",
+    "verify_network_schedule",
     "verify_schedule",
 ]
 
@@ -163,7 +177,7 @@ def tune_network(
                 predicted=replace(first.predicted, layer=sol.layer.name),
             )
         )
-    return TuneResult(
+    result = TuneResult(
         network.name,
         batch,
         precision,
@@ -175,6 +189,12 @@ def tune_network(
         network.graph,
         network.lowering,
     )
+    if options.verify and network.graph is not None:
+        checked = verify_network_schedule(
+            result, network, options.seed, lambda name: progress("network", name)
+        )
+        result = replace(result, network_verified=checked)
+    return result
 
 
 def resolve(options: TuneOptions, network: Network) -> TuneOptions:
@@ -316,6 +336,81 @@ def verify_schedule(result: TuneResult, seed: int = 0) -> list[Verification]:
         verify(r.layer, r.mapping, result.machine, result.precision, result.batch, seed=seed)
         for r in result.layers
     ]
+
+
+def schedule_network(result: TuneResult, network: Network | None = None) -> Network:
+    """The network a schedule runs: ``network`` (checked to be the schedule's by the caller's
+    audit), else the one its graph section describes. ``NetworkError`` without either."""
+    if network is not None:
+        return network
+    if result.graph is None:
+        raise NetworkError(
+            f"the schedule of {result.network!r} has no graph section: give the network file"
+        )
+    return Network.of_graph(result.graph, result.batch, result.precision)
+
+
+def verify_network_schedule(
+    result: TuneResult,
+    network: Network | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> NetworkVerification | None:
+    """Execute the whole network through the schedule's tiled layers and compare every
+    stored tensor with the graph's independent reference (``graphs.execute``): the file's
+    weights when the network has them (an ONNX model's), else seeded ones. None on a package
+    machine (its layers are executed per chiplet part, not as whole tensors) or for a
+    schedule without a graph."""
+    if result.machine.chiplets > 1 or (network is None and result.graph is None):
+        return None
+    net = schedule_network(result, network)
+    assert net.graph is not None
+    weights = net.weights if net.weights is not None else seeded_weights(net.graph, seed)
+    mappings = {r.layer.name: r.mapping for r in result.layers}
+    return verify_network(
+        net,
+        mappings,
+        result.machine,
+        weights,
+        precision=result.precision,
+        batch=result.batch,
+        seed=seed,
+        progress=progress,
+    )
+
+
+def run_network(
+    result: TuneResult,
+    network: Network,
+    inputs: dict[str, np.ndarray],
+    weights: Weights | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """The network's outputs (by tensor name, NCHW; a flattened output ``(batch, n)``),
+    computed through the schedule's tiled layers: the golden outputs of the code a compiler
+    generates from the schedule. ``weights``: given, else the network's own (ONNX), else
+    seeded. Raises ``NetworkError`` or ``WeightsError`` for inputs or weights that do not
+    fit the network."""
+    if result.machine.chiplets > 1:
+        raise NetworkError("running a network on a package machine is not supported yet")
+    if network.graph is None or network.lowering is None:
+        raise NetworkError(f"network {network.name!r} has no graph")
+    chosen = weights if weights is not None else network.weights
+    if chosen is None:
+        chosen = seeded_weights(network.graph, seed)
+    buffers = execute_network(
+        network,
+        {r.layer.name: r.mapping for r in result.layers},
+        result.machine,
+        inputs,
+        chosen,
+        precision=result.precision,
+        batch=result.batch,
+        progress=progress,
+    )
+    outputs = output_arrays(network.lowering, buffers, result.batch)
+    return dict(zip(network.graph.outputs, outputs, strict=True))
 
 
 def simulate_schedule(

@@ -37,9 +37,11 @@ def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
         raise
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically, flushed to disk before the rename."""
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+def write_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8; bytes as they are) to ``path`` atomically, flushed to disk
+    before the rename."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())

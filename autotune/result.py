@@ -12,8 +12,10 @@ from pathlib import Path
 
 from autotune.chiplets import analyze
 from autotune.export import graph_of, layer_record, mapping_of, read_schedule, search_report
+from autotune.graphs.execute import NetworkVerification
 from autotune.io.graph_json import graph_record
 from autotune.io.schedule_json import (
+    NetworkVerifiedRecord,
     ScheduleFile,
     ToolRecord,
     TotalsRecord,
@@ -78,6 +80,7 @@ class TuneResult:
     totals: Totals
     graph: Graph | None = None
     lowering: Lowering | None = None
+    network_verified: NetworkVerification | None = None
 
     @property
     def failed_layers(self) -> list[str]:
@@ -112,6 +115,16 @@ class TuneResult:
             graph=None
             if self.graph is None or self.lowering is None
             else graph_record(self.graph, self.lowering),
+            verified=None
+            if self.network_verified is None
+            else NetworkVerifiedRecord(
+                ok=self.network_verified.ok,
+                tensors=len(self.network_verified.tensors),
+                max_rel_error=float(self.network_verified.max_rel_error),
+                worst=self.network_verified.worst.tensor,
+                tolerance=self.network_verified.tolerance,
+                errors=self.network_verified.errors,
+            ),
         )
 
     def to_json(self) -> str:

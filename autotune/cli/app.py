@@ -20,11 +20,15 @@ from typing import Annotated, NoReturn
 import typer
 
 from autotune.api import (
+    NetworkError,
+    WeightsError,
     audit_schedule,
     load_inputs,
     load_schedule,
+    run_network,
     simulate_schedule,
     tune_network,
+    verify_network_schedule,
     verify_schedule,
 )
 from autotune.batching import BudgetError, parse_batches, powers_of_two, tune_within_budget
@@ -34,6 +38,7 @@ from autotune.cli.render import (
     print_choice,
     print_machines,
     print_network,
+    print_network_verification,
     print_result,
     print_simulation,
     print_sweep,
@@ -43,6 +48,7 @@ from autotune.cli.render import (
     stdout,
     warning,
 )
+from autotune.io.arrays_npy import load_arrays, load_weights, save_arrays
 from autotune.io.errors import InputError
 from autotune.io.machine_yaml import preset_names
 from autotune.io.schedule_json import json_schema
@@ -439,7 +445,8 @@ def verify_command(
     seed: Annotated[int, typer.Option(min=0, help="seed of the random test data")] = 0,
 ) -> None:
     """Check every claim of a schedules file against the model and the simulator, then
-    execute every layer in numpy; exit 1 if any claim or any layer fails."""
+    execute every layer in numpy, then the whole network end to end against an independent
+    reference; exit 1 if any claim, layer or tensor fails."""
     with refusing():
         net = None if network is None else load_inputs(network)[0]
         audit = audit_schedule(schedules, net)
@@ -453,7 +460,73 @@ def verify_command(
     failures = sum(not v.ok for v in checks)
     if failures:
         fail(f"{schedules}: {failures} of {len(checks)} layers failed verification", code=1)
-    stdout.print(f"all {len(checks)} layers verified (and every claim of the file re-derived)")
+    with refusing():
+        whole = verify_network_schedule(audit.result, net, seed)
+    if whole is not None:
+        print_network_verification(whole)
+        if not whole.ok:
+            fail(f"{schedules}: the network failed end-to-end verification", code=1)
+    stdout.print(
+        f"all {len(checks)} layers verified"
+        + (", and the whole network end to end" if whole is not None else "")
+        + " (every claim of the file re-derived)"
+    )
+
+
+@app.command("run")
+def run_command(
+    network: Annotated[Path, typer.Argument(help="the network.yaml or .onnx model to run")],
+    schedules: Annotated[Path, typer.Option(help="schedules.json written by tune for it")],
+    input: Annotated[
+        Path,
+        typer.Option(
+            "--input",
+            help="the network input, NCHW (batch, channels, height, width): .npy, or .npz "
+            "with one array per input name",
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option(help=".npy for one output, .npz (by tensor name) for several")
+    ],
+    weights: Annotated[
+        Path | None,
+        typer.Option(
+            help="parameters as .npz keyed '<operator>/<role>' (default: the ONNX model's "
+            "own, else seeded random ones)"
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the random weights")] = 0,
+) -> None:
+    """Execute the network through its tiled schedules and write its outputs: golden
+    results for the code a compiler generates from the schedules."""
+    _check_out(output, "--output")
+    with refusing():
+        net = load_inputs(network)[0]
+        audit = audit_schedule(schedules, net)
+        if not audit.ok:
+            for line in audit.lines():
+                error(line)
+            fail(f"{schedules}: not a valid schedule of {str(network)!r}", code=1)
+        assert audit.result is not None
+        names = [] if net.graph is None else list(net.graph.input_names)
+        arrays = load_arrays(input, names)
+        given = None if weights is None else load_weights(weights)
+        try:
+            outputs = run_network(
+                audit.result,
+                net,
+                arrays,
+                given,
+                seed,
+                lambda name: stderr.print(f"run     {name}", highlight=False),
+            )
+        except (NetworkError, WeightsError) as exc:
+            fail(f"{network}: {exc}")
+        save_arrays(output, outputs)
+    if given is None and net.weights is None:
+        warning(f"no weights given: the outputs are for seeded random weights (seed {seed})")
+    shapes = ", ".join(f"{name} {list(value.shape)}" for name, value in outputs.items())
+    stdout.print(f"wrote {output} ({shapes})")
 
 
 @app.command()

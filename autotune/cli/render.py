@@ -18,7 +18,9 @@ from rich.table import Table
 
 from autotune.api import Progress as ProgressCallback
 from autotune.batching import BatchChoice, SweepResult
+from autotune.graphs.execute import NetworkVerification
 from autotune.io.machine_yaml import resolve_machine
+from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
@@ -115,6 +117,36 @@ def progress_bar(description: str, total: int) -> Iterator[ProgressCallback]:
         yield progress
 
 
+def absorbed_text(lowering: Lowering | None) -> dict[str, str]:
+    """Per layer: what was folded or fused into it ("bn1 relu1"), or where a copy goes."""
+    if lowering is None:
+        return {}
+    return {
+        step.name: " ".join(step.absorbed) if step.op else f"copy into {step.output.buffer}"
+        for step in lowering.steps
+    }
+
+
+def graph_summary(lowering: Lowering | None) -> str | None:
+    """One line: how the graph's operators became layers."""
+    if lowering is None:
+        return None
+    kinds: Counter[str] = Counter(f.kind for f in lowering.fates)
+    parts = [f"{kinds.get('layer', 0)} mapped"]
+    for kind, words in (
+        ("folded", "folded into a conv"),
+        ("fused", "fused into an epilogue"),
+        ("view", "views (no copy)"),
+        ("concat", "concats (zero-copy)"),
+    ):
+        if kinds.get(kind):
+            parts.append(f"{kinds[kind]} {words}")
+    copies = sum(1 for step in lowering.steps if not step.op)
+    if copies:
+        parts.append(f"{copies} concat operand copies")
+    return f"graph: {len(lowering.fates)} operators: " + ", ".join(parts)
+
+
 def print_network(net: Network, machine: Machine, precision: str) -> None:
     """``check``: each layer's shape, MACs and weight bytes, and the totals."""
     wb = word_bytes(precision)
@@ -133,8 +165,10 @@ def print_network(net: Network, machine: Machine, precision: str) -> None:
         "groups",
         "MACs/image",
         "weights",
+        *(("fused",) if net.lowering is not None else ()),
     ):
-        table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
+        table.add_column(col, justify="left" if col in ("layer", "kind", "fused") else "right")
+    absorbed = absorbed_text(net.lowering)
     layers, hidden = shown(net.layers)
     for layer in layers:
         table.add_row(
@@ -148,8 +182,12 @@ def print_network(net: Network, machine: Machine, precision: str) -> None:
             str(layer.groups),
             si(layer.macs, "MAC"),
             size(layer.weight_words * wb),
+            *((absorbed.get(layer.name, ""),) if net.lowering is not None else ()),
         )
     _elided(table, hidden, MAX_ROWS // 2)
+    summary = graph_summary(net.lowering)
+    if summary is not None:
+        stdout.print(summary, highlight=False)
     if net.skipped:
         ops = Counter(entry.split(" ", 1)[0] for entry in net.skipped)
         stdout.print(
@@ -197,6 +235,19 @@ def print_machines(names: tuple[str, ...]) -> None:
     stdout.print(table)
     for name, m in zip(names, machines, strict=True):
         stdout.print(f"{name}: {m.description.get('summary', '')}")
+
+
+def print_network_verification(check: NetworkVerification) -> None:
+    """``verify`` of a graph: the end-to-end line, and every tensor out of tolerance."""
+    worst = check.worst
+    stdout.print(
+        f"end to end: {len(check.tensors)} stored tensors against the graph's reference, "
+        f"worst {worst.tensor!r} relative error {worst.rel_error:.2e} "
+        f"(tolerance {check.tolerance:.0e}): {'ok' if check.ok else 'FAILED'}",
+        highlight=False,
+    )
+    for line in check.errors[:20]:
+        stdout.print(f"  {escape(line)}", highlight=False)
 
 
 def print_verification(result: TuneResult, checks: list[Verification], seed: int) -> None:
@@ -379,13 +430,15 @@ def print_result(result: TuneResult) -> None:
         "bound",
         "verified",
         "search",
+        *(("fused",) if result.lowering is not None else ()),
     ):
         table.add_column(
             col,
             justify="left"
-            if col in ("layer", "algorithm", "chiplets", "bound", "verified", "search")
+            if col in ("layer", "algorithm", "chiplets", "bound", "verified", "search", "fused")
             else "right",
         )
+    absorbed = absorbed_text(result.lowering)
     rows, hidden = shown(result.layers)
     for r in rows:
         a, m = r.predicted, r.mapping
@@ -418,8 +471,14 @@ def print_result(result: TuneResult) -> None:
             a.bound,
             verified,
             status,
+            *((absorbed.get(r.layer.name, ""),) if result.lowering is not None else ()),
         )
     _elided(table, hidden, MAX_ROWS // 2)
+    summary = graph_summary(result.lowering)
+    if summary is not None:
+        stdout.print(summary, highlight=False)
+    if result.network_verified is not None:
+        print_network_verification(result.network_verified)
     t = result.totals
     simulated = all(r.simulated is not None for r in result.layers)
     stdout.print(

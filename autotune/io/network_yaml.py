@@ -14,9 +14,11 @@ Parsing is read and compose within the input limits (``autotune.io.limits``) -> 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from autotune.io.bounded_yaml import load_yaml
@@ -286,11 +288,17 @@ def parse_network(raw: Any, path: str) -> Network:
     return network_of(graph, spec.batch, spec.precision, path)
 
 
-def network_of(graph: Graph, batch: int, precision: str, path: str) -> Network:
+def network_of(
+    graph: Graph,
+    batch: int,
+    precision: str,
+    path: str,
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+) -> Network:
     """The network of a graph read from ``path``: lowered, every layer within the limits
     (``InputError`` naming the layer and field otherwise)."""
     try:
-        network = Network.of_graph(graph, batch, precision, source=path)
+        network = Network.of_graph(graph, batch, precision, source=path, weights=weights)
     except GraphError as exc:
         raise _input_error(path, exc) from None
     for lowered in network.layers:
@@ -317,7 +325,9 @@ def load_network(path: str | Path) -> Network:
     path = Path(path)
     if path.suffix.lower() == ".onnx":
         imported = load_onnx_graph(path)
-        return network_of(imported.graph, imported.batch, imported.precision, str(path))
+        return network_of(
+            imported.graph, imported.batch, imported.precision, str(path), imported.weights
+        )
     text = read_text_bounded(path, MAX_YAML_BYTES, "network file", "MAX_YAML_BYTES")
     raw = load_yaml(text, path, {("layers",): (MAX_LAYERS, "MAX_LAYERS")})
     return parse_network(raw, str(path))

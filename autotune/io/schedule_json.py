@@ -228,6 +228,18 @@ class LayerRecord(_Model):
     verified: VerifiedRecord | None = None
 
 
+class NetworkVerifiedRecord(_Model):
+    """The end-to-end check: the whole network executed through its tiled schedules,
+    every stored tensor compared with the graph's independent reference."""
+
+    ok: bool
+    tensors: int = Field(description="stored tensors compared")
+    max_rel_error: float = Field(description="largest error relative to the tensor's scale")
+    worst: str = Field(description="the tensor with the largest relative error")
+    tolerance: float
+    errors: list[str] = Field(default_factory=list)
+
+
 class TotalsRecord(_Model):
     cycles: int
     latency_s: float
@@ -255,6 +267,9 @@ class ScheduleFile(_Model):
     seed: int
     layers: list[LayerRecord]
     totals: TotalsRecord
+    verified: NetworkVerifiedRecord | None = Field(
+        default=None, description="the end-to-end check of the tune run (graphs only)"
+    )
     graph: GraphRecord | None = Field(
         default=None,
         description="the network's operators, what became of each, and where every "
@@ -262,7 +277,7 @@ class ScheduleFile(_Model):
     )
 
     _omit_absent = model_serializer(mode="wrap")(
-        lambda self, handler: _omit_none(handler(self), ("graph",))
+        lambda self, handler: _omit_none(handler(self), ("graph", "verified"))
     )
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from autotune.ir.graph import Graph
 from autotune.ir.layer import Layer
@@ -15,7 +18,8 @@ class Network:
 
     ``graph``: the operators the layers were lowered from (``autotune.ir.lowering``), and
     ``lowering`` what became of each one (folded, fused, a view, a concat slice, a layer);
-    None for a network known only by its layers (a schedule file read back). ``skipped``
+    None for a network known only by its layers (a schedule file read back). ``weights``:
+    the parameters the file gave, by operator and role (an ONNX model's), if any. ``skipped``
     lists imported operations that are not layers (the conv/fc-only ONNX reader).
     """
 
@@ -27,10 +31,18 @@ class Network:
     skipped: tuple[str, ...] = field(default=(), compare=False)
     graph: Graph | None = field(default=None, compare=False)
     lowering: Lowering | None = field(default=None, compare=False)
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @classmethod
     def of_graph(
-        cls, graph: Graph, batch: int = 1, precision: str = "fp32", source: str | None = None
+        cls,
+        graph: Graph,
+        batch: int = 1,
+        precision: str = "fp32",
+        source: str | None = None,
+        weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     ) -> Network:
         """The network of ``graph``'s lowered layers (raises ``GraphError``)."""
         lowering = lower(graph)
@@ -42,6 +54,7 @@ class Network:
             source=source,
             graph=graph,
             lowering=lowering,
+            weights=weights,
         )
 
     @property

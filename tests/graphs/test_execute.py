@@ -1,0 +1,124 @@
+"""End to end: whole networks executed through their tiled schedules, against the graph's
+independent reference and against onnxruntime; ``autotune run``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import autotune
+from autotune.api import run_network, verify_network_schedule
+from autotune.cli.app import app
+from autotune.graphs.execute import verify_network
+from autotune.graphs.weights import seeded_weights
+from autotune.io.network_yaml import load_network
+from tests.io.test_onnx_graph import legacy_resnet
+
+#: Every operator kind, with the fusions and placements the lowering makes.
+ALL_KINDS = """\
+network: every_kind
+layers:
+  - {name: conv1, kind: conv, in: [12, 12, 4], out_channels: 8, kernel: 3, padding: 1, bias: true}
+  - {name: bn1, kind: batchnorm}
+  - {name: relu1, kind: relu}
+  - {name: conv2, kind: conv, out_channels: 8, kernel: 3, padding: 1}
+  - {name: bn2, kind: batchnorm}
+  - {name: add1, kind: add, inputs: [bn2, relu1]}
+  - {name: relu6, kind: relu6}
+  - {name: side, kind: leaky_relu, alpha: 0.1, inputs: [relu1]}
+  - {name: add3, kind: add, inputs: [relu6, side, relu1]}
+  - {name: pool, kind: maxpool, kernel: 3, stride: 2, ceil_mode: true}
+  - {name: avg, kind: avgpool, kernel: 3, stride: 1, padding: 1, inputs: [pool]}
+  - {name: up, kind: upsample, scale: 2, inputs: [avg]}
+  - {name: dw, kind: conv, out_channels: 8, kernel: 3, padding: 1, groups: 8, inputs: [add3]}
+  - {name: sig, kind: sigmoid}
+  - {name: cat, kind: concat, inputs: [up, sig, input]}
+  - {name: bn3, kind: batchnorm}
+  - {name: hs, kind: hardswish}
+  - {name: silu, kind: silu, inputs: [cat]}
+  - {name: mix, kind: add, inputs: [hs, silu]}
+  - {name: gap, kind: global_avgpool}
+  - {name: flat, kind: flatten}
+  - {name: fc, kind: fc, out_channels: 10, bias: true}
+  - {name: prob, kind: softmax}
+"""
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("every_kind")
+    path = folder / "net.yaml"
+    path.write_text(ALL_KINDS)
+    result = autotune.tune(path, refine=False, verify=True)
+    return path, result
+
+
+def test_every_kind_runs_end_to_end(tuned):
+    path, result = tuned
+    net = load_network(path)
+    kinds = {layer.kind for layer in net.layers}
+    assert {"conv", "fc", "maxpool", "avgpool", "add", "upsample", "activation", "softmax"} <= kinds
+    assert result.network_verified is not None and result.network_verified.ok, (
+        result.network_verified.errors
+    )
+    assert result.network_verified.max_rel_error < 1e-5  # fp32 against float64
+    stored = {t.tensor for t in result.network_verified.tensors}
+    assert {"relu1", "add3", "cat", "prob"} <= stored
+
+
+def test_a_misplaced_slice_is_caught(tuned):
+    """The check is sensitive: two concat operands written to each other's slices fail."""
+    path, result = tuned
+    net = load_network(path)
+    assert net.lowering is not None
+    steps = list(net.lowering.steps)
+    up = next(i for i, s in enumerate(steps) if s.name == "up")
+    moved = dataclasses.replace(steps[up].output, offset=steps[up].output.offset + 4)
+    steps[up] = dataclasses.replace(steps[up], output=moved)
+    forged = dataclasses.replace(
+        net, lowering=dataclasses.replace(net.lowering, steps=tuple(steps))
+    )
+    mappings = {r.layer.name: r.mapping for r in result.layers}
+    check = verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
+    assert not check.ok and any("cat" in line for line in check.errors)
+
+
+def test_an_onnx_model_matches_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    path = legacy_resnet(tmp_path, batch=1)
+    result = autotune.tune(path, refine=False, verify=False)
+    net = load_network(path)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got = run_network(result, net, {"input": x})
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"input": x})
+    (value,) = got.values()
+    np.testing.assert_allclose(value.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    check = verify_network_schedule(result, net)
+    assert check is not None and check.ok
+
+
+def test_cli_run_writes_the_outputs(tuned, tmp_path):
+    path, result = tuned
+    schedules = tmp_path / "s.json"
+    result.save(schedules)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 4, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "in.npy", x)
+    runner = CliRunner()
+    args = ["run", str(path), "--schedules", str(schedules), "--input", str(tmp_path / "in.npy")]
+    ok = runner.invoke(app, [*args, "--output", str(tmp_path / "out.npy")])
+    assert ok.exit_code == 0, ok.output
+    out = np.load(tmp_path / "out.npy")
+    assert out.shape == (1, 10, 1, 1) and abs(float(out.sum()) - 1.0) < 1e-5  # a softmax
+    np.save(tmp_path / "bad.npy", x[:, :3])
+    bad = runner.invoke(
+        app,
+        [*args[:4], "--input", str(tmp_path / "bad.npy"), "--output", str(tmp_path / "o2.npy")],
+    )
+    assert bad.exit_code == 2 and not (tmp_path / "o2.npy").exists()
+    lines = [line for line in bad.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "'input'" in lines[0] and "[1, 4, 12, 12]" in lines[0]
