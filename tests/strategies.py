@@ -205,10 +205,13 @@ def any_activation() -> st.SearchStrategy[Activation]:
 @st.composite
 def any_epilogue(draw, bias: bool = True) -> Epilogue:
     """A random epilogue (``bias=False``: none with a bias, as the kinds without weights)."""
+    residual = draw(st.booleans())
+    activation = draw(st.none() | any_activation())
     return Epilogue(
         bias=bias and draw(st.booleans()),
-        residual=draw(st.booleans()),
-        activation=draw(st.none() | any_activation()),
+        residual=residual,
+        activation=activation,
+        activation_first=residual and activation is not None and draw(st.booleans()),
     )
 
 

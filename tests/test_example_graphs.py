@@ -58,13 +58,13 @@ EXPECTED = {
             ("conv", "layer"): 75,
             ("batchnorm", "folded"): 72,
             ("leaky_relu", "fused"): 72,
-            # the shortcut adds the activated outputs: an epilogue adds before its
-            # activation, so they stay add layers
-            ("add", "layer"): 23,
+            # the shortcut adds the activated outputs: each fuses into the epilogue of the
+            # conv before it, after the activation (activation_first)
+            ("add", "fused"): 23,
             ("upsample", "layer"): 2,
             ("concat", "concat"): 2,
         },
-        {"conv": 75, "add": 23, "upsample": 2},
+        {"conv": 75, "upsample": 2},
     ),
     "mobilenetv2": (
         152,
@@ -215,13 +215,15 @@ def test_yolov3_routes_are_zero_copy():
         ("route_86", "upsample_85", "shortcut_61", 256),
         ("route_98", "upsample_97", "shortcut_36", 128),
     ]:
-        a, b = low.step(first).output, low.step(second).output
+        written = {step.output.tensor: step.output for step in low.steps}
+        a, b = written[first], written[second]  # shortcut_N: fused into the conv before it
         assert (a.buffer, a.offset) == (route, 0) and (b.buffer, b.offset) == (route, c1)
     for n in (84, 96):  # after a one-source route: reads the redirected tensor
         src = {84: "conv_79", 96: "conv_91"}[n]
         assert low.step(f"conv_{n}").inputs[0].buffer == low.step(src).output.buffer
-    for n in (81, 93, 105):  # linear detection convs, the network outputs
-        assert net.layer(f"conv_{n}").epilogue.is_identity
+    for n in (81, 93, 105):  # linear detection convs with a bias, the network outputs
+        epilogue = net.layer(f"conv_{n}").epilogue
+        assert epilogue.bias and not epilogue.residual and epilogue.activation is None
     assert net.graph.outputs == ("conv_81", "conv_93", "conv_105")
     leaky = {layer.epilogue.activation.alpha for layer in net.layers if layer.epilogue.activation}
     assert leaky == {0.1}

@@ -33,7 +33,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 TOP_KEYS = {"network", "batch", "precision", "layers"}
 COMMON_KEYS = {"name", "kind", "inputs", "in", "out"}
 LAYER_KEYS = {
-    "conv": {"out_channels", "kernel", "stride", "padding", "groups"},
+    "conv": {"out_channels", "kernel", "stride", "padding", "groups", "bias"},
     "fc": {"out_channels"},
     "maxpool": {"kernel", "stride", "padding", "ceil_mode"},
     "global_avgpool": set(),

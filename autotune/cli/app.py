@@ -48,6 +48,7 @@ from autotune.cli.render import (
     stdout,
     warning,
 )
+from autotune.graphs.timeline import write_network_trace
 from autotune.io.arrays_npy import load_arrays, load_weights, save_arrays
 from autotune.io.errors import InputError
 from autotune.io.machine_yaml import preset_names
@@ -536,15 +537,14 @@ def simulate(
     trace: Annotated[
         Path | None,
         typer.Option(
-            help="write the per-cluster timeline as Chrome trace JSON (open in Perfetto); "
-            "needs --layer"
+            help="write the per-cluster timeline as Chrome trace JSON (open in Perfetto): "
+            "the layer's with --layer, else the whole network's, layer after layer"
         ),
     ] = None,
 ) -> None:
-    """Simulate the layers of a schedules file on its machine; print cycles and breakdown."""
+    """Simulate the layers of a schedules file on its machine, in order; print cycles, the
+    breakdown per layer, the network's latency and images/s, and the time per layer kind."""
     result = _load_schedule(schedules)
-    if trace is not None and layer is None:
-        fail("option '--trace': name one layer with --layer")
     _check_out(trace, "--trace")
     try:
         runs = simulate_schedule(result, layer, trace=trace is not None)
@@ -552,7 +552,10 @@ def simulate(
         fail(f"{schedules}: no layer named {layer!r}")
     print_simulation(result, runs)
     if trace is not None:
-        runs[0][1].write_trace(trace)
+        if layer is not None:
+            runs[0][1].write_trace(trace)
+        else:
+            write_network_trace(trace, [(r.layer.name, r.layer.kind, sim) for r, sim in runs])
         stdout.print(f"wrote {trace} (open it in https://ui.perfetto.dev)")
 
 

@@ -318,7 +318,29 @@ def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult
             f"{100 * sim.fpu_utilization:.1f}%",
         )
     _elided(table, hidden, MAX_ROWS // 2)
-    stdout.print(f"total: {sum(sim.cycles for _, sim in runs):,} cycles")
+    total = sum(sim.cycles for _, sim in runs)
+    if len(runs) < len(result.layers):
+        stdout.print(f"total: {total:,} cycles")
+        return
+    seconds = total / result.machine.clock_hz
+    stdout.print(
+        f"network: {total:,} cycles = {seconds * 1e3:.3f} ms per batch of {result.batch}, "
+        f"{result.batch / seconds:,.1f} images/s"
+        if seconds
+        else f"network: {total:,} cycles"
+    )
+    by_kind: Counter[str] = Counter()
+    for r, sim in runs:
+        by_kind[r.layer.kind] += sim.cycles
+    stdout.print(
+        "by kind: "
+        + ", ".join(
+            f"{kind} {100 * cycles / total:.1f} %" for kind, cycles in by_kind.most_common()
+        )
+        if total
+        else "by kind: -",
+        highlight=False,
+    )
 
 
 def print_choice(choice: BatchChoice, result: TuneResult) -> None:

@@ -107,9 +107,8 @@ def _conv(x: Array, w: Array, op: Operator) -> Array:
     out = np.empty((n, w.shape[0], oh, ow))
     for g in range(groups):
         win = windows[:, g * cin : (g + 1) * cin]
-        out[:, g * cout : (g + 1) * cout] = np.einsum(
-            "nchwij,ocij->nohw", win, w[g * cout : (g + 1) * cout]
-        )
+        block = np.tensordot(win, w[g * cout : (g + 1) * cout], axes=([1, 4, 5], [1, 2, 3]))
+        out[:, g * cout : (g + 1) * cout] = block.transpose(0, 3, 1, 2)
     return out[:, :, : op.shape[0], : op.shape[1]]
 
 

@@ -285,11 +285,14 @@ def check_fits(
             )
     scale = cost_scale(machine, precision)
     for layer in network.layers:
-        if batch * layer.macs * scale >= COST_LIMIT:
-            fits = (COST_LIMIT - 1) // (layer.macs * scale)
+        # the model's compute term counts FPU operations (MACs for conv/fc, one per tap of
+        # a pool, ...): the largest product it forms
+        if batch * layer.ops * scale >= COST_LIMIT:
+            fits = (COST_LIMIT - 1) // (layer.ops * scale)
             raise InputError(
                 path,
-                f"batch {batch} x {layer.macs} MACs is too large for the cost model's 64-bit "
+                f"batch {batch} x {layer.ops} operations is too large for the cost model's "
+                f"64-bit "
                 f"integers on {machine.name} ({precision})"
                 + (f"; fits up to batch {fits}" if fits else ""),
                 layer=layer.name,

@@ -79,6 +79,9 @@ class EpilogueRecord(_Model):
     bias: bool = Field(description="+ a per-channel bias (a folded batch norm)")
     residual: bool = Field(description="+ a residual operand of the output's shape")
     activation: ActivationRecord | None = Field(description="then this function; null: none")
+    activation_first: bool = Field(
+        default=False, description="the residual is added after the activation"
+    )
 
 
 #: Shape fields beyond a conv/fc layer's, with the value a record leaves out.
@@ -299,6 +302,7 @@ def epilogue_record(epilogue: Epilogue) -> EpilogueRecord | None:
         activation=None
         if act is None
         else ActivationRecord(kind=act.kind, alpha=act.alpha, low=act.low, high=act.high),
+        activation_first=epilogue.activation_first,
     )
 
 
@@ -339,7 +343,12 @@ def layer_from_record(record: LayerRecord) -> Layer:
             act = None if a is None else Activation(a.kind, a.alpha, a.low, a.high)
         except ValueError as exc:
             raise LayerError(record.name, "epilogue.activation", str(exc)) from None
-        epilogue = Epilogue(s.epilogue.bias, s.epilogue.residual, act)
+        try:
+            epilogue = Epilogue(
+                s.epilogue.bias, s.epilogue.residual, act, s.epilogue.activation_first
+            )
+        except ValueError as exc:
+            raise LayerError(record.name, "epilogue.activation_first", str(exc)) from None
     if record.kind == "fc":  # the kernel is the input's: a record that says otherwise is audited
         geometry = (s.h_in, s.w_in, 1, 1, 0, 0, 1)
     else:

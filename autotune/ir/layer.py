@@ -96,11 +96,18 @@ class Activation:
 class Epilogue:
     """What a layer's output store applies to each output word, in this order: ``+ bias[c]``
     (a batch norm folded into the weights leaves a bias), ``+ residual`` (one more operand of
-    the output's shape, read from memory: a fused elementwise add), ``activation``."""
+    the output's shape, read from memory: a fused elementwise add), ``activation``; with
+    ``activation_first`` the residual is added after the activation (a shortcut that adds
+    activated outputs, as YOLOv3's)."""
 
     bias: bool = False
     residual: bool = False
     activation: Activation | None = None
+    activation_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.activation_first and (not self.residual or self.activation is None):
+            raise ValueError("activation_first orders a residual after an activation")
 
     @property
     def ops(self) -> int:
@@ -112,8 +119,16 @@ class Epilogue:
         """The epilogue as plain values (JSON-serialisable, hashable)."""
         act = self.activation
         if act is None:
-            return (self.bias, self.residual, None, 0.0, 0.0, 0.0)
-        return (self.bias, self.residual, act.kind, act.alpha, act.low, act.high)
+            return (self.bias, self.residual, None, 0.0, 0.0, 0.0, False)
+        return (
+            self.bias,
+            self.residual,
+            act.kind,
+            act.alpha,
+            act.low,
+            act.high,
+            self.activation_first,
+        )
 
     @property
     def is_identity(self) -> bool:

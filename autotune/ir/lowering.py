@@ -9,8 +9,9 @@ with every operator (``Fate``):
   into the weights, its shift and the conv's own bias into the bias).
 - ``fused``: an activation, or a two-operand add, becomes part of its producer's epilogue
   when the producer's output is read by nothing else (and is not a network output), in the
-  epilogue's order (bias, residual, activation). An add fuses into the producer of its
-  later operand when the other operand is computed before that producer runs ("ready").
+  epilogue's order (bias, residual, activation; or bias, activation, residual when the add
+  follows the activation). An add fuses into the producer of its later operand when the
+  other operand is computed before that producer runs ("ready").
 - ``view``: ``flatten`` is the same bytes read with another shape (NCHW order).
 - ``concat``: producers write into channel slices of the concat's buffer (channel-major
   layout: a slice of channels is one contiguous block per image), so no copy is made. An
@@ -137,15 +138,21 @@ class _Draft:
     activation: Activation | None = None
     absorbed: list[str] = field(default_factory=list)
     copy_of: str | None = None
+    activation_first: bool = False
 
     @property
     def epilogue_empty(self) -> bool:
         return not self.bias and self.residual is None and self.activation is None
 
 
-def lower(graph: Graph) -> Lowering:
+def lower(graph: Graph, fuse: bool = True) -> Lowering:
     """Fold, fuse and place the graph's operators (module docstring). Raises
-    ``GraphError`` for an operator the tuner cannot map (a dilated convolution)."""
+    ``GraphError`` for an operator the tuner cannot map (a dilated convolution).
+
+    ``fuse=False`` is the baseline without any of it: every operator its own layer (a batch
+    norm a depthwise 1×1 conv, an add an add layer) and every concat operand copied, as a
+    layer-by-layer runtime without a graph compiler would run it; for measuring what folding
+    and fusion save."""
     consumers = graph.consumers()
     outputs = set(graph.outputs)
     drafts: list[_Draft] = []
@@ -155,7 +162,7 @@ def lower(graph: Graph) -> Lowering:
     fates: dict[str, Fate] = {}
 
     def alone(tensor: str, reader: str) -> bool:
-        return consumers.get(tensor) == (reader,) and tensor not in outputs
+        return fuse and consumers.get(tensor) == (reader,) and tensor not in outputs
 
     def new_step(op: Operator, kind: str, operands: tuple[str, ...]) -> None:
         draft = _Draft(op, kind, operands, op.name, len(drafts), bias=op.bias)
@@ -202,6 +209,7 @@ def lower(graph: Graph) -> Lowering:
             if fusion is not None:
                 draft, other = fusion
                 draft.residual = other
+                draft.activation_first = draft.activation is not None
                 absorb(draft, op, "fused")
             else:
                 new_step(op, "add", op.inputs)
@@ -215,7 +223,7 @@ def lower(graph: Graph) -> Lowering:
         else:
             new_step(op, op.kind, op.inputs)
 
-    copy_specs = _place_concats(graph, producer, views, consumers)
+    copy_specs = _place_concats(graph, producer, views, consumers, in_place=fuse)
     placement = {target: slot for _, target, slot, _ in copy_specs}
     for source, target, _, after in sorted(copy_specs, key=lambda c: c[3], reverse=True):
         if target == source:
@@ -263,7 +271,8 @@ def _residual_target(
 ) -> tuple[_Draft, str] | None:
     """The step whose epilogue can take this two-operand add, and the other operand: the
     producer of the later operand, if its output is read only by the add, its epilogue has
-    no residual nor activation yet, and the other operand is ready before it runs."""
+    no residual yet (after an activation, the residual comes after it), and the other
+    operand is ready before it runs."""
     a, b = op.inputs
     for at, mine, other in sorted(((order[a], a, b), (order[b], b, a)), reverse=True):
         draft = producer.get(mine)
@@ -271,7 +280,6 @@ def _residual_target(
             draft is not None
             and draft.out_tensor == mine
             and draft.residual is None
-            and draft.activation is None
             and alone(mine, op.name)
             and order[other] < at
         ):
@@ -289,6 +297,7 @@ def _place_concats(
     producer: dict[str, _Draft],
     views: dict[str, str],
     consumers: dict[str, tuple[str, ...]],
+    in_place: bool = True,
 ) -> list[_CopySpec]:
     """Where each concat operand lives: written in place into a channel slice of the
     concat's buffer when its producer can (a step's final output, or a concat, read by this
@@ -304,7 +313,7 @@ def _place_concats(
             writer_ok = (draft is not None and draft.out_tensor == tensor) or is_concat
             concat_readers = [c for c in consumers.get(tensor, ()) if graph.op(c).kind == "concat"]
             slot = (op.name, offset)
-            if writer_ok and tensor not in placed and len(concat_readers) == 1:
+            if in_place and writer_ok and tensor not in placed and len(concat_readers) == 1:
                 specs.append((tensor, tensor, slot, -1))
                 placed.add(tensor)
             else:
@@ -392,7 +401,10 @@ def _layer(draft: _Draft, name: str, src: TensorRef, operands: int = 1) -> Layer
     """The ``Layer`` a draft step maps (module docstring of ``autotune.ir.layer``)."""
     op, kind = draft.op, draft.kind
     epilogue = Epilogue(
-        bias=draft.bias, residual=draft.residual is not None, activation=draft.activation
+        bias=draft.bias,
+        residual=draft.residual is not None,
+        activation=draft.activation,
+        activation_first=draft.activation_first,
     )
     h, w, c = src.view
     try:

@@ -43,9 +43,11 @@ class Network:
         precision: str = "fp32",
         source: str | None = None,
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+        fuse: bool = True,
     ) -> Network:
-        """The network of ``graph``'s lowered layers (raises ``GraphError``)."""
-        lowering = lower(graph)
+        """The network of ``graph``'s lowered layers (raises ``GraphError``; ``fuse``:
+        ``lowering.lower``'s)."""
+        lowering = lower(graph, fuse)
         return cls(
             graph.name,
             lowering.layers,

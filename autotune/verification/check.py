@@ -226,10 +226,13 @@ def error_scale(
         scale = body(layer, magnitudes["input"], magnitudes.get("filter")).astype(np.float64)
     if "bias" in magnitudes:
         scale = scale + magnitudes["bias"].astype(np.float64)[None, :, None, None]
-    if "residual" in magnitudes:
+    residual_last = layer.epilogue.activation_first
+    if "residual" in magnitudes and not residual_last:
         scale = scale + magnitudes["residual"]
     if layer.epilogue.activation is not None:
         scale = lipschitz(layer) * scale + np.abs(exact)
+    if "residual" in magnitudes and residual_last:
+        scale = scale + magnitudes["residual"]
     if precision == "fp16":
         scale = np.maximum(scale, FP16_MIN_NORMAL)
     return np.asarray(scale, dtype=np.float64)

@@ -625,11 +625,13 @@ def _epilogue(m: _Machine, content: _Content, region: Region) -> np.ndarray:
     if epilogue.bias:
         z = z + m.main["bias"][c0:c1].astype(m.acc_dtype)[None, :, None, None]
         stats.epilogue_bytes += (c1 - c0) * m.wb
+    act = epilogue.activation
+    if act is not None and epilogue.activation_first:
+        z = activate(z, act.kind, act.alpha, act.low, act.high)
     if epilogue.residual:
         z = z + m.main["residual"][region.slices].astype(m.acc_dtype)
         stats.epilogue_bytes += region.words * m.wb
-    act = epilogue.activation
-    if act is not None:
+    if act is not None and not epilogue.activation_first:
         z = activate(z, act.kind, act.alpha, act.low, act.high)
     return z
 

@@ -74,9 +74,12 @@ def finish(
     activation (each only when given or defined)."""
     if bias is not None:
         z = z + bias[None, :, None, None]
+    act = layer.epilogue.activation
+    if layer.epilogue.activation_first:
+        assert act is not None and residual is not None
+        return activation(act, z) + residual
     if residual is not None:
         z = z + residual
-    act = layer.epilogue.activation
     return z if act is None else activation(act, z)
 
 

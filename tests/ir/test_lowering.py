@@ -201,3 +201,20 @@ def test_dilated_conv_is_refused_by_name():
     with pytest.raises(GraphError, match="dilat") as info:
         lower(g)
     assert info.value.op == "c"
+
+
+def test_a_shortcut_after_the_activation_fuses_with_activation_first():
+    """YOLOv3's shortcut adds activated outputs: the add joins the later conv's epilogue
+    after its activation."""
+    specs: list[Spec] = [
+        ("c1", "conv", ["input"], dict(out_channels=8, kernel=1)),
+        ("l1", "leaky_relu", ["c1"], dict(alpha=0.1)),
+        ("c2", "conv", ["l1"], dict(out_channels=8, kernel=3, padding=1)),
+        ("l2", "leaky_relu", ["c2"], dict(alpha=0.1)),
+        ("s", "add", ["l2", "l1"], {}),
+    ]
+    low = lower(build(specs))
+    assert [s.name for s in low.steps] == ["c1", "c2"]
+    epilogue = low.step("c2").layer.epilogue
+    assert epilogue.residual and epilogue.activation_first
+    assert epilogue.activation is not None and epilogue.activation.alpha == 0.1
