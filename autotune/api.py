@@ -110,7 +110,7 @@ def tune(
         >>> import autotune
         >>> result = autotune.tune("examples/alexnet.yaml", refine=False, verify=False)
         >>> len(result.layers), result.layers[0].search.status, result.totals.images_per_s > 0
-        (8, 'OPTIMAL', True)
+        (11, 'OPTIMAL', True)
     """
     shorthands = {
         "precision": precision,

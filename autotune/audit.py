@@ -32,7 +32,8 @@ What is checked, and how:
   mapping);
 * informational, not checked: ``tool``, ``seed``, the network's name (unless the network is
   given), each layer's ``search.wall_s`` and ``search.trials`` and the tune run's own
-  ``verified`` outcome (``autotune verify`` executes the schedule again instead).
+  ``verified`` outcome and the network's (``autotune verify`` executes the schedule again
+  instead).
 """
 
 from __future__ import annotations

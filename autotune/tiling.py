@@ -493,7 +493,8 @@ def task_grid(
         # Every output channel of a pixel divides by the sum over all its input channels.
         raise MappingError(
             f"a softmax needs all channels of a pixel in one task and one step: "
-            f"delta_o = {layer.c_out} and tile.in_c = {layer.c_in}"
+            f"delta_o = {layer.c_out} and tile.in_c = {layer.c_in} "
+            f"(not {mapping.delta_o} and {tile.in_c})"
         )
     stacks = output_stacks(layer, mapping.delta_o)
     if mapping.algorithm != "input_parallel" and tile.in_c > int(stacks.in_size.max()):

@@ -38,7 +38,7 @@ layers:
 #: Fields that are information about the run, not claims about the schedule
 #: (``autotune.audit``'s docstring); an accepted edit may change only these.
 INFORMATIONAL = re.compile(
-    r"^(tool(\..*)?|seed|network|machine\.name|layers\[\d+\]\.(name|search\.wall_s|"
+    r"^(tool(\..*)?|seed|network|machine\.name|verified(\..*)?|layers\[\d+\]\.(name|search\.wall_s|"
     r"search\.trials|verified(\..*)?))$"
 )
 

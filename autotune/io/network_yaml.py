@@ -320,7 +320,7 @@ def load_network(path: str | Path) -> Network:
     Example:
         >>> net = load_network("examples/resnet50.yaml")  # doctest: +SKIP
         >>> net.name, len(net.layers)                     # doctest: +SKIP
-        ('resnet50', 54)
+        ('resnet50', 56)
     """
     path = Path(path)
     if path.suffix.lower() == ".onnx":

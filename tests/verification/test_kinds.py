@@ -119,6 +119,8 @@ def test_executor_equals_naive_loops(manticore, name, tiles):
         mapping = minimal_mapping(layer)
     elif layer.kind == "fc":
         mapping = Mapping("input_parallel", delta_o=2, batch_tile=2, tile=Tile(in_c=4))
+    elif layer.kind == "softmax":  # all channels in one stack and step (tiling), row bands
+        mapping = Mapping("output_stack", delta_o=layer.c_out, tile=Tile(out_h=2, in_c=layer.c_in))
     else:
         delta_o = 2 if layer.kind != "conv" else 1
         in_c = min(2, layer.cin_per_group * max(1, delta_o // layer.cout_per_group))
@@ -268,7 +270,10 @@ def test_every_kind_verifies_under_random_mappings_on_a_large_l1(manticore, case
     epilogue = v.bytes_moved.get("epilogue", 0)
     assert bool(epilogue) == (layer.epilogue.bias or layer.epilogue.residual)
     if mapping.algorithm != "output_stack_shared":
-        assert v.bytes_moved["load"] - epilogue == a.offchip_load_words * wb
+        # the model counts the residual operand (read once per output word, as here) in its
+        # loads, not the bias (c_out words per store, below 0.1 % of real layers' loads)
+        residual = batch * layer.residual_words * wb
+        assert v.bytes_moved["load"] - epilogue + residual == a.offchip_load_words * wb
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -443,11 +448,10 @@ def test_a_pool_with_a_dropped_halo_row_is_rejected(manticore):
     assert not v.ok and "with stride (1, 1) needs input" in v.errors[0]
 
 
-def test_a_skipped_step_of_an_add_or_a_softmax_is_rejected(manticore):
-    """An add in steps of one operand channel, a softmax in steps of 2 of 8 channels."""
+def test_a_skipped_step_of_an_add_is_rejected(manticore):
+    """An add in steps of one operand channel (a softmax has one step: ``tiling``)."""
     for layer, mapping in [
         (ADD, Mapping("output_stack", delta_o=2, tile=Tile(in_c=1))),
-        (SOFTMAX, Mapping("output_stack", delta_o=8, tile=Tile(in_c=2))),
     ]:
         program = build_program(layer, mapping, manticore)
         assert verify_program(program).ok
@@ -470,11 +474,13 @@ def test_blocks_of_the_wrong_kind_are_rejected(manticore):
 
 
 def test_a_softmax_block_covers_its_whole_stack(manticore):
-    program = build_program(SOFTMAX, Mapping("output_stack", delta_o=4), manticore)
+    program = build_program(
+        SOFTMAX, Mapping("output_stack", delta_o=8, tile=Tile(in_c=8)), manticore
+    )
     index = next(i for i, op in enumerate(program.ops) if isinstance(op, Apply))
     ops = list(program.ops)
     ops[index] = dataclasses.replace(ops[index], out_channels=(0, 2))
-    with pytest.raises(ScheduleError, match="updates its whole stack 0:4"):
+    with pytest.raises(ScheduleError, match="updates its whole stack 0:8"):
         execute(program.replace_ops(ops), random_inputs(SOFTMAX, 1, "fp32"))
 
 

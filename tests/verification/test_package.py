@@ -28,6 +28,12 @@ def _mapping(layer: Layer, split: str) -> Mapping:
         return Mapping(
             "input_parallel", delta_o=3, batch_tile=2, tile=_tile(4), chiplet_split=split
         )
+    # a softmax keeps all its channels in one stack and step (tiling)
+    if layer.kind == "softmax":
+        tile = _tile(layer.c_in)
+        return Mapping(
+            "output_stack", delta_o=layer.c_out, batch_tile=2, tile=tile, chiplet_split=split
+        )
     return Mapping("output_stack", delta_o=2, batch_tile=2, chiplet_split=split)
 
 
