@@ -38,8 +38,10 @@ What is checked, and how:
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +319,7 @@ def _audit_layer(
         return None  # a layer already refused is not simulated
     key = (layer.shape_key(), mapping)
     if key not in simulations:  # identical layers are simulated once
-        simulations[key] = simulate(layer, mapping, machine, precision, batch)
+        simulations[key] = _simulated(layer, mapping, machine, precision, batch)
     simulated = simulations[key]
     if rec.simulated is not None:
         measured = layer_record(
@@ -375,7 +377,7 @@ def _audit_search(
     part, chiplet, part_batch, inner = refinement_target(
         layer, mapping, machine, schedule.precision, schedule.batch
     )
-    space = search_space(part, chiplet, part_batch)
+    space = _space(part, chiplet, part_batch)
     outside = _outside(inner, space)
     if outside is not None:
         report(f"mapping.{outside}", "not a value the search could choose for this layer")
@@ -407,6 +409,7 @@ def _outside(mapping: Mapping, space: SearchSpace) -> str | None:
         "batch_tile": mapping.batch_tile in space.batch_tile,
         "share_group": mapping.share_group in space.share,
         "buffers": all(d in space.depths for d in (b.input_depth, b.filter_depth, b.output_depth))
+        and (b.filter_depth == 1 or space.layer.filter_words_per_output > 0)
         and (b.input_bytes, b.filter_bytes, b.output_bytes, b.share_bytes) == (None,) * 4,
         "multicast": mapping.multicast in space.multicast,
     }
@@ -422,6 +425,48 @@ def _objective_figure(predicted: Analysis, objective: str) -> int | None:
     if key == "energy":
         return round(predicted.energy_pj * 1000)
     return None
+
+
+# -- derivations shared between audits ---------------------------------------------------------
+#
+# The simulator and the search space are pure functions of (layer shape, mapping, machine,
+# precision, batch): re-deriving a claim for a file whose shape, mapping and machine another
+# audit in this process already derived (the same schedule checked again, or edited in one
+# field) reuses the result. Keys hold every input, the machine as its full description.
+
+_CACHE_SIZE = 256
+_SIMULATED: OrderedDict[tuple[object, ...], SimResult] = OrderedDict()
+_SPACES: OrderedDict[tuple[object, ...], SearchSpace] = OrderedDict()
+
+
+def _machine_key(machine: Machine) -> str:
+    return json.dumps(machine.description, sort_keys=True, default=str)
+
+
+def _remember(
+    cache: OrderedDict[tuple[object, ...], Any], key: tuple[object, ...], make: Any
+) -> Any:
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = make()
+    cache[key] = value
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
+def _simulated(
+    layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int
+) -> SimResult:
+    key = (layer.shape_key(), mapping, _machine_key(machine), precision, batch)
+    sim = _remember(_SIMULATED, key, lambda: simulate(layer, mapping, machine, precision, batch))
+    return sim if sim.layer == layer.name else replace(sim, layer=layer.name)
+
+
+def _space(layer: Layer, machine: Machine, batch: int) -> SearchSpace:
+    key = (layer.shape_key(), _machine_key(machine), batch)
+    return _remember(_SPACES, key, lambda: search_space(layer, machine, batch))  # type: ignore[no-any-return]
 
 
 # -- comparing records ----------------------------------------------------------------------

@@ -83,6 +83,12 @@ class EpilogueRecord(_Model):
         default=False, description="the residual is added after the activation"
     )
 
+    _omit_default = model_serializer(mode="wrap")(
+        lambda self, handler: {
+            k: v for k, v in handler(self).items() if not (k == "activation_first" and not v)
+        }
+    )
+
 
 #: Shape fields beyond a conv/fc layer's, with the value a record leaves out.
 SHAPE_DEFAULTS: dict[str, Any] = {

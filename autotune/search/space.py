@@ -330,7 +330,9 @@ class SearchSpace:
             tile=Tile(out_h=out_h, out_w=out_w, in_c=self.in_c[index["in_c"]]),
             buffers=Buffers(
                 input_depth=self.depths[index["d_in"]],
-                filter_depth=self.depths[index["d_f"]],
+                # a layer without weights has no filter buffer: its depth is 1 whatever the
+                # variable says (both values cost the same), so equal mappings read equal
+                filter_depth=self.depths[index["d_f"]] if self.layer.filter_words_per_output else 1,
                 output_depth=self.depths[index["d_out"]],
             ),
             multicast=self.multicast[index.get("multicast", 0)],
