@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -352,3 +353,24 @@ def test_a_failing_simulator_fails_its_trial_and_stops(manticore, tmp_path):
     assert states.count(optuna.trial.TrialState.FAIL) == 1
     assert optuna.trial.TrialState.RUNNING not in states
     assert not [t for t in study.trials if "failed_trial" in t.system_attrs]  # not retried
+
+
+def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_queued_again(
+    tmp_path, monkeypatch
+):
+    """A process killed between asking for a trial and its first heartbeat leaves a RUNNING
+    trial Optuna never finds stale (it has no heartbeat): once older than the grace period
+    it is failed and queued again like a stale one."""
+    rdb = storage.open_storage(f"sqlite:///{tmp_path / 'orphan.db'}")
+    study = optuna.create_study(storage=rdb, study_name="orphan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        study.ask()  # RUNNING, and no heartbeat: as if killed right here
+    storage.fail_stale_trials(study)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]  # too young
+    monkeypatch.setattr(storage, "GRACE_PERIOD_S", 0)
+    time.sleep(0.01)
+    storage.fail_stale_trials(study)
+    states = [t.state for t in study.trials]
+    assert states[0] == optuna.trial.TrialState.FAIL
+    assert optuna.trial.TrialState.WAITING in states  # queued again once

@@ -26,6 +26,8 @@ Any number of processes may share one storage:
 
 from __future__ import annotations
 
+import copy
+import datetime
 import functools
 import importlib.util
 import inspect
@@ -45,6 +47,7 @@ from urllib.parse import quote
 import optuna
 import sqlalchemy
 import sqlalchemy.exc
+from optuna.storages._rdb import models as rdb_models  # the heartbeat table (no public API)
 
 from autotune.ir.options import OptionsError
 
@@ -448,10 +451,62 @@ def heartbeat(storage: optuna.storages.BaseStorage | None, trial_id: int) -> Ite
 
 def fail_stale_trials(study: optuna.Study) -> None:
     """Fail the study's RUNNING trials whose heartbeat went stale (their process died) and
-    queue each again once (``retry_callback``)."""
+    queue each again once (``retry_callback``).
+
+    Also the trials of a process killed between asking for a trial and its first heartbeat:
+    Optuna never sees those as stale (they have no heartbeat at all), so a RUNNING trial
+    without one that started more than ``2 * GRACE_PERIOD_S`` ago is failed the same way (a
+    live process beats right after asking)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)  # Optuna wraps an RDBStorage in a cache
+    if not isinstance(backend, optuna.storages.RDBStorage) or backend.heartbeat_interval is None:
+        return
+    now = datetime.datetime.now()
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    old = [
+        t
+        for t in running
+        if t.datetime_start is not None
+        and (now - t.datetime_start).total_seconds() > 2 * GRACE_PERIOD_S
+    ]
+    if not old:
+        return
+    beating = _trials_with_heartbeats(backend, [t._trial_id for t in old])
+    if beating is None:
+        return  # the storage's layout is not the one this reads: Optuna's own check only
+    callback = backend.get_heartbeat_stale_trial_callback()
+    for trial in old:
+        if trial._trial_id in beating:
+            continue
+        try:
+            failed = storage.set_trial_state_values(
+                trial._trial_id, state=optuna.trial.TrialState.FAIL
+            )
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another process failed or finished it
+        if failed and callback is not None:
+            callback(study, copy.deepcopy(storage.get_trial(trial._trial_id)))
+
+
+def _trials_with_heartbeats(
+    storage: optuna.storages.RDBStorage, trial_ids: list[int]
+) -> set[int] | None:
+    """Which of ``trial_ids`` have a heartbeat record (None if it cannot be read)."""
+    try:
+        heartbeats = rdb_models.TrialHeartbeatModel
+        session = storage.scoped_session()
+        try:
+            rows = (
+                session.query(heartbeats.trial_id).filter(heartbeats.trial_id.in_(trial_ids)).all()
+            )
+        finally:
+            storage.scoped_session.remove()
+    except (AttributeError, sqlalchemy.exc.SQLAlchemyError):
+        return None
+    return {row[0] for row in rows}
 
 
 def _shown(url: sqlalchemy.engine.URL) -> str:
