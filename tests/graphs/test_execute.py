@@ -122,3 +122,23 @@ def test_cli_run_writes_the_outputs(tuned, tmp_path):
     assert bad.exit_code == 2 and not (tmp_path / "o2.npy").exists()
     lines = [line for line in bad.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "'input'" in lines[0] and "[1, 4, 12, 12]" in lines[0]
+
+
+def test_whole_network_simulation_and_trace(tuned, tmp_path):
+    import json
+
+    _, result = tuned
+    schedules = tmp_path / "s.json"
+    result.save(schedules)
+    trace = tmp_path / "net.trace.json"
+    out = CliRunner().invoke(app, ["simulate", str(schedules), "--trace", str(trace)])
+    assert out.exit_code == 0, out.output
+    assert "images/s" in out.output and "by kind:" in out.output
+    doc = json.loads(trace.read_text())
+    spans = [e for e in doc["traceEvents"] if e.get("pid") == 0 and e["ph"] == "X"]
+    assert [e["name"] for e in spans] == [r.layer.name for r in result.layers]
+    starts = [e["args"]["start_cycle"] for e in spans]
+    cycles = [e["args"]["cycles"] for e in spans]
+    assert starts == [sum(cycles[:i]) for i in range(len(cycles))]  # layer after layer
+    assert doc["otherData"]["cycles"] == sum(cycles) == result.totals.cycles
+    assert all(e["ts"] >= 0 for e in doc["traceEvents"] if "ts" in e)
