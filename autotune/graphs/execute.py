@@ -130,10 +130,10 @@ def execute_network(
             raise NetworkError(f"layer {step.name!r} has no mapping in the schedule")
         if progress is not None:
             progress(step.name)
-        operands = [_read(buffers, ref, batch) for ref in step.inputs]
+        # an fc's kernel covers its input as stored (behind a flatten: the same words)
+        stored = step.layer.kind == "fc"
+        operands = [_read(buffers, ref, batch, stored) for ref in step.inputs]
         x = operands[0] if len(operands) == 1 else interleave(operands)
-        if step.layer.kind == "fc":
-            x = _read(buffers, step.inputs[0], batch, stored=True)
         filters, bias = step_weights(step, graph, weights)
         residual = None if step.residual is None else _read(buffers, step.residual, batch)
         run = execute_layer(

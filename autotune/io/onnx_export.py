@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.files import write_atomic
 from autotune.io.errors import InputError
-from autotune.ir.graph import Graph, Operator
+from autotune.ir.graph import ACTIVATION_KINDS, Graph, Operator
 
 OPSET = 17
 EXTRA_HINT = "writing .onnx files needs the onnx extra: pip install 'autotune[onnx]'"
@@ -60,7 +60,7 @@ def save_onnx(
         _emit(op, args, params, node, const)
         if op.kind in ("fc", "flatten"):
             out_rank = 2
-        elif op.kind in ("softmax", "add", "batchnorm") or op.kind in _ELEMENTWISE:
+        elif op.kind in ("softmax", "add", "batchnorm") or op.kind in ACTIVATION_KINDS:
             out_rank = rank[args[0]]
         rank[op.name] = out_rank
     inputs = [
@@ -78,9 +78,6 @@ def save_onnx(
     )
     onnx.checker.check_model(model)
     write_atomic(path, model.SerializeToString())
-
-
-_ELEMENTWISE = frozenset({"relu", "relu6", "clip", "leaky_relu", "sigmoid", "silu", "hardswish"})
 
 
 def _dims(graph: Graph, tensor: str, rank: dict[str, int], batch: int) -> list[int]:

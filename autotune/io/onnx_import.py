@@ -125,6 +125,22 @@ def load_onnx(path: str | Path) -> Network:
     return _GraphReader(onnx, model, str(path)).network(default_name=path.stem)
 
 
+def unique_node_names(nodes: Any, path: str, taken: set[str]) -> list[str]:
+    """The nodes' names (``op_type_index`` when unnamed; within the name limit), made unique
+    among themselves and ``taken`` by a ``_2``, ``_3``, ... suffix."""
+    used = set(taken)
+    names = []
+    for index, node in enumerate(nodes):
+        check_name(node.name, path, layer=f"node #{index}")
+        base = node.name or f"{node.op_type}_{index}"
+        name, k = base, 2
+        while name in used:
+            name, k = f"{base}_{k}", k + 1
+        used.add(name)
+        names.append(name)
+    return names
+
+
 def _first_line(message: object) -> str:
     lines = [line.strip() for line in str(message).splitlines() if line.strip()]
     return lines[0] if lines else "unknown error"
@@ -224,17 +240,7 @@ class _GraphReader:
         self.names = self._unique_names()
 
     def _unique_names(self) -> list[str]:
-        used: set[str] = set()
-        names = []
-        for index, node in enumerate(self.graph.node):
-            check_name(node.name, self.path, layer=f"node #{index}")
-            base = node.name or f"{node.op_type}_{index}"
-            name, k = base, 2
-            while name in used:
-                name, k = f"{base}_{k}", k + 1
-            used.add(name)
-            names.append(name)
-        return names
+        return unique_node_names(self.graph.node, self.path, set())
 
     def fail(self, message: str, layer: str | None = None, field: str | None = None) -> InputError:
         return InputError(self.path, message, layer=layer, field=field)
@@ -721,17 +727,7 @@ class _GraphImporter:
     def _unique_names(self) -> list[str]:
         """Node names (``op_type_index`` when unnamed), unique among themselves and the
         graph inputs (operators and inputs share the graph's tensor names)."""
-        used = {vi.name for vi in self.inputs}
-        names = []
-        for index, node in enumerate(self.nodes):
-            check_name(node.name, self.path, layer=f"node #{index}")
-            base = node.name or f"{node.op_type}_{index}"
-            name, k = base, 2
-            while name in used:
-                name, k = f"{base}_{k}", k + 1
-            used.add(name)
-            names.append(name)
-        return names
+        return unique_node_names(self.nodes, self.path, {vi.name for vi in self.inputs})
 
     def fail(self, message: str, layer: str | None = None, field: str | None = None) -> InputError:
         return InputError(self.path, message, layer=layer, field=field)

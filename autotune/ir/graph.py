@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from autotune.ir.layer import out_size
 
@@ -41,26 +41,7 @@ OpKind = Literal[
     "softmax",
 ]
 #: Every operator kind of ``network.yaml`` (``clip`` is ReLU6 with other bounds, from ONNX).
-OP_KINDS: tuple[str, ...] = (
-    "conv",
-    "fc",
-    "maxpool",
-    "avgpool",
-    "global_avgpool",
-    "add",
-    "concat",
-    "upsample",
-    "relu",
-    "relu6",
-    "clip",
-    "leaky_relu",
-    "sigmoid",
-    "silu",
-    "hardswish",
-    "batchnorm",
-    "flatten",
-    "softmax",
-)
+OP_KINDS: tuple[str, ...] = get_args(OpKind)
 #: Elementwise functions of one operand (they may fuse into their producer's epilogue).
 ACTIVATION_KINDS = frozenset(
     {"relu", "relu6", "clip", "leaky_relu", "sigmoid", "silu", "hardswish"}

@@ -33,20 +33,11 @@ activation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 LayerKind = Literal["conv", "fc", "maxpool", "avgpool", "add", "activation", "upsample", "softmax"]
 #: Every layer kind, in the order documentation lists them.
-LAYER_KINDS: tuple[str, ...] = (
-    "conv",
-    "fc",
-    "maxpool",
-    "avgpool",
-    "add",
-    "activation",
-    "upsample",
-    "softmax",
-)
+LAYER_KINDS: tuple[str, ...] = get_args(LayerKind)
 #: Kinds with weights (filters); the others read only activations.
 WEIGHTED_KINDS = frozenset({"conv", "fc"})
 #: Kinds that are depthwise by construction: ``groups == c_out`` (``add``: ``c_in = n·c_out``).

@@ -137,7 +137,6 @@ class _Draft:
     residual: str | None = None
     activation: Activation | None = None
     absorbed: list[str] = field(default_factory=list)
-    copy_of: str | None = None
     activation_first: bool = False
 
     @property
@@ -228,9 +227,8 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
     for source, target, _, after in sorted(copy_specs, key=lambda c: c[3], reverse=True):
         if target == source:
             continue
-        copy = _Draft(graph.ops[0], "copy", (source,), target, after + 1)
-        copy.copy_of = source
-        drafts.insert(after + 1, copy)
+        # a copy has no operator of its own: it carries the graph's first, for its errors
+        drafts.insert(after + 1, _Draft(graph.ops[0], "copy", (source,), target, after + 1))
     refs = _refs(graph, views, placement, copy_specs)
     buffers = _buffers(graph, drafts, placement, refs)
     steps: list[Step] = []
