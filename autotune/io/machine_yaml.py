@@ -85,6 +85,9 @@ UNITS: dict[str, tuple[str, bool]] = {
     "hbm_bandwidth": ("GB/s", True),
     "hbm_latency": ("cycles", True),
     "l2_size": ("B", False),
+    # optional: the shared on-chip memory the DMA reaches (network plans keep tensors there)
+    "l2_bandwidth": ("GB/s", False),
+    "l2_latency": ("cycles", False),
     # optional: main-memory capacity per chiplet; networks that cannot fit are refused
     "hbm_size": ("B", False),
     # optional: packages of chiplets (seed 002), multicast DMA (seed 003), block-size
@@ -112,6 +115,7 @@ BOUNDS: dict[str, tuple[int, str]] = {
     "dma_write_engines": (MAX_COUNT, "MAX_COUNT"),
     "dma_setup": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
     "hbm_latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
+    "l2_latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
     "hbm_size": (MAX_HBM_BYTES, "MAX_HBM_BYTES"),
     "chiplets": (MAX_CHIPLETS, "MAX_CHIPLETS"),
     "d2d_latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
@@ -293,6 +297,7 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         hbm_bytes_per_cycle=hbm_gbs * 1e9 / clock,
         hbm_latency_cycles=_positive_int(path, "hbm_latency", params["hbm_latency"]),
         l2_bytes=(_positive_int(path, "l2_size", params["l2_size"]) if "l2_size" in params else 0),
+        **_l2_port(path, params, float(clock)),
         hbm_bytes=(
             _positive_int(path, "hbm_size", params["hbm_size"]) if "hbm_size" in params else 0
         ),
@@ -308,6 +313,25 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         **_package(path, params, float(clock)),
         description=spec.model_dump(mode="json", exclude_none=True),
     )
+
+
+def _l2_port(path: str, params: dict[str, Parameter], clock: float) -> dict[str, Any]:
+    """The L2's bandwidth and latency, given together with a positive ``l2_size``."""
+    given = [key for key in ("l2_bandwidth", "l2_latency") if key in params]
+    if not given:
+        return {}
+    if "l2_size" not in params:
+        raise InputError(path, "needs l2_size (the L2 it describes)", field=given[0])
+    missing = [key for key in ("l2_bandwidth", "l2_latency") if key not in params]
+    if missing:
+        raise InputError(path, f"needs {missing[0]} beside it", field=given[0])
+    gbs = _scalar(path, "l2_bandwidth", params["l2_bandwidth"])
+    if gbs <= 0:
+        raise InputError(path, "must be positive", field="l2_bandwidth")
+    return {
+        "l2_bytes_per_cycle": gbs * 1e9 / clock,
+        "l2_latency_cycles": _positive_int(path, "l2_latency", params["l2_latency"]),
+    }
 
 
 def machine_from_description(description: dict[str, Any], path: str) -> Machine:

@@ -75,7 +75,11 @@ class Machine:
     hbm_bytes_per_cycle: float
     hbm_latency_cycles: int
     levels: tuple[Level, ...]
+    #: The chiplet's shared on-chip memory the DMA reaches (seed 002: "27 MB of L2"), its
+    #: bandwidth to the clusters (shared by reads and writes) and round-trip latency; 0: none.
     l2_bytes: int = 0
+    l2_bytes_per_cycle: float = 0.0
+    l2_latency_cycles: int = 0
     hbm_bytes: int = 0  # main memory per chiplet; 0: not given
     energy_pj: dict[str, float] = field(default_factory=dict)
     #: Chiplets in the package, each a copy of the tree above with its own HBM (seed 002).
@@ -110,6 +114,11 @@ class Machine:
         if self.chiplets == 1:
             return self
         return replace(self, chiplets=1, d2d_bytes_per_cycle=0.0, d2d_latency_cycles=0)
+
+    @property
+    def has_l2(self) -> bool:
+        """The DMA can keep tensors in a shared L2 (size, bandwidth and latency given)."""
+        return self.l2_bytes > 0 and self.l2_bytes_per_cycle > 0
 
     def dma_efficiency(self, block_bytes: int, write: bool = False) -> float:
         """Fraction of main-memory bandwidth reached with contiguous blocks of this size.
