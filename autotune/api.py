@@ -14,11 +14,8 @@ Also here: the library calls behind the commands that read a schedule file back
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,6 +41,7 @@ from autotune.ir.options import TuneOptions
 from autotune.ir.precision import word_bytes
 from autotune.result import LayerResult, TuneResult, totals_of
 from autotune.search.exhaustive import top_k
+from autotune.search.parallel import map_processes
 from autotune.search.refine import refine_layer
 from autotune.search.refine.storage import MEMORY, check_storage, prepare_storage
 from autotune.search.solve import LayerSolution
@@ -230,11 +228,6 @@ def _solve_job(job: _SolveJob) -> LayerSolution:
     return solve_layer(job.layer, job.machine, str(opts.precision), int(opts.batch or 1), opts)
 
 
-def _ignore_interrupts() -> None:
-    """Worker processes leave Ctrl-C to the parent, which stops them (``solve_network``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def solve_network(
     network: Network,
     machine: Machine,
@@ -252,29 +245,11 @@ def solve_network(
     for layer in network.layers:
         first.setdefault(layer.shape_key(), layer)
     jobs = [_SolveJob(layer, machine, options) for layer in first.values()]
-    processes = options.processes or min(os.cpu_count() or 1, len(jobs))
     solved: dict[tuple[object, ...], LayerSolution] = {}
-    if processes <= 1 or len(jobs) <= 1:
-        outcomes = map(_solve_job, jobs)
-        for sol in outcomes:
-            solved[sol.layer.shape_key()] = sol
-            if progress:
-                progress(sol.layer.name)
-    else:
-        pool = ProcessPoolExecutor(max_workers=processes, initializer=_ignore_interrupts)
-        try:
-            for sol in pool.map(_solve_job, jobs):
-                solved[sol.layer.shape_key()] = sol
-                if progress:
-                    progress(sol.layer.name)
-        except BaseException:
-            # Ctrl-C (or any failure): stop the workers now instead of waiting for their
-            # solves; the interrupt reaches only this process, which ends them.
-            for worker in list(getattr(pool, "_processes", {}).values()):
-                worker.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+    for sol in map_processes(_solve_job, jobs, options.processes):
+        solved[sol.layer.shape_key()] = sol
+        if progress:
+            progress(sol.layer.name)
     out = []
     for layer in network.layers:
         sol = solved[layer.shape_key()]

@@ -22,6 +22,9 @@ Objective = Literal["latency", "traffic", "energy"]
 OBJECTIVES: tuple[str, ...] = ("latency", "traffic", "energy")
 SEARCH_MODES: tuple[str, ...] = ("ilp", "exhaustive")
 SAMPLERS: tuple[str, ...] = ("tpe", "random")
+#: ``network``: one CP-SAT model places every tensor in L2 or HBM (``autotune.plans``);
+#: ``per-layer``: every layer on its own, all tensors in HBM.
+PLANS: tuple[str, ...] = ("network", "per-layer")
 
 #: Refinement trials per distinct layer shape when no budget is given.
 DEFAULT_TRIALS = 24
@@ -62,6 +65,11 @@ class TuneOptions:
         refine_workers: processes sharing each layer's study (needs a storage several
             processes can open: the default SQLite file or PostgreSQL).
         verify: execute every winner in numpy and compare with a reference.
+        plan: ``network`` (one CP-SAT model over the network keeps tensors in the shared L2
+            where it pays; needs a graph and a machine with an L2, else per-layer) or
+            ``per-layer`` (every tensor in HBM, each layer alone).
+        plan_time_limit: seconds for the network CP-SAT (None: no limit); the best plan
+            found so far is kept when it runs out.
         seed: seeds CP-SAT, Optuna and the verification data.
 
     Example:
@@ -88,11 +96,14 @@ class TuneOptions:
     refine_workers: int = 1
     verify: bool = True
     seed: int = 0
+    plan: str = "network"
+    plan_time_limit: float | None = 60.0
 
     def __post_init__(self) -> None:
         _choice("objective", self.objective, OBJECTIVES)
         _choice("search", self.search, SEARCH_MODES)
         _choice("sampler", self.sampler, SAMPLERS)
+        _choice("plan", self.plan, PLANS)
         if self.precision is not None:
             _choice("precision", self.precision, tuple(WORD_BYTES))
         for name in ("batch", "processes"):
@@ -101,7 +112,7 @@ class TuneOptions:
                 _positive(name, value)
         for name in ("trials", "solver_workers", "refine_workers"):
             _positive(name, getattr(self, name))
-        for name in ("time_limit", "refine_timeout"):
+        for name in ("time_limit", "refine_timeout", "plan_time_limit"):
             value = getattr(self, name)
             if value is not None and not (
                 isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,222 @@
+"""One CP-SAT model over the whole network: an option per step, a level per tensor, a
+prefetch step for every layer's weights kept in L2, and static L2 offsets.
+
+Variables and constraints (time is the step index):
+
+- ``x[i][k]``: step ``i`` runs option ``k`` (exactly one); ``l2[t]``: tensor ``t`` is in L2.
+  An option's placement must match its tensors: for each stream, the options that read it
+  from L2 are chosen exactly when its tensors are in L2.
+- ``load[w][j]``: weights ``w`` are prefetched during step ``j`` (``PREFETCH_WINDOW`` steps
+  before their reader at most); ``l2[w]`` is their sum.
+- ``d[i]`` >= the option's cycles, and >= what the HBM and the L2 need for the step's own
+  bytes plus its prefetches (``problem`` module docstring).
+- Each L2 tensor is a box: steps ``first … last`` by bytes ``offset … offset + size``; the
+  boxes never overlap (``AddNoOverlap2D``), so the layout is sound by construction, and their
+  sizes never exceed the L2 at any step (``AddCumulative``, implied but propagates faster).
+
+Objectives, ranked: network latency ``sum d[i]``; then HBM bytes; then the L2 high-water
+mark. Each stage keeps the previous optimum (or best found) as a constraint and starts from
+its solution.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from autotune.ir.plan import L2_ALIGN
+from autotune.plans.problem import Choice, PlanProblem, aligned_units, cdiv_rate
+
+#: Share of the time limit each stage may use at most (latency, HBM bytes, L2 peak); a
+#: stage that finishes early leaves its time to the next.
+STAGE_SHARES = (0.7, 0.2, 0.1)
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    status: str  # the latency stage's: OPTIMAL or FEASIBLE
+    cycles: int
+    bound: int
+    wall_s: float
+
+
+class _Model:
+    def __init__(self, problem: PlanProblem) -> None:
+        self.p = problem
+        m = self.m = cp_model.CpModel()
+        spec = problem.spec
+        n = len(problem.steps)
+        self.x = [
+            [m.new_bool_var(f"x[{i}][{k}]") for k in range(len(problem.options[i]))]
+            for i in range(n)
+        ]
+        for row in self.x:
+            m.add_exactly_one(row)
+        self.l2: dict[str, cp_model.IntVar] = {}
+        for t in problem.tensors:
+            if problem.placeable(t.name):
+                self.l2[t.name] = m.new_bool_var(f"l2[{t.name}]")
+        # weights: the step that prefetches them
+        self.load: dict[str, dict[int, cp_model.IntVar]] = {}
+        for t in problem.tensors:
+            if t.role == "weights" and t.name in self.l2:
+                reader = t.readers[0]
+                window = range(max(0, reader - problem.prefetch_window), reader)
+                self.load[t.name] = {j: m.new_bool_var(f"load[{t.name}][{j}]") for j in window}
+                m.add(sum(self.load[t.name].values()) == self.l2[t.name])
+        # placements match tensor levels
+        for i, s in enumerate(problem.streams):
+            options = problem.options[i]
+            for stream, names in (
+                ("input", s.inputs),
+                ("weights", (s.weights,) if s.weights else ()),
+                ("residual", (s.residual,) if s.residual else ()),
+                ("output", (s.output,)),
+            ):
+                chosen = sum(
+                    self.x[i][k]
+                    for k, o in enumerate(options)
+                    if getattr(o.placement, stream) == "l2"
+                )
+                for name in names:
+                    m.add(chosen == (self.l2[name] if name in self.l2 else 0))
+        # step durations
+        hbm, l2r = problem.hbm_rate, problem.l2_rate
+        self.d = []
+        for i in range(n):
+            options = problem.options[i]
+            prefetch = sum(spec[w].bytes * loads[i] for w, loads in self.load.items() if i in loads)
+            most_prefetch = sum(spec[w].bytes for w, loads in self.load.items() if i in loads)
+            low = min(o.cycles for o in options)
+            high = max(problem.step_cycles(i, o, most_prefetch) for o in options)
+            d = m.new_int_var(low, high, f"d[{i}]")
+            m.add(d >= sum(o.cycles * x for o, x in zip(options, self.x[i], strict=True)))
+            own_hbm = sum(o.hbm_bytes * x for o, x in zip(options, self.x[i], strict=True))
+            m.add(d * hbm.numerator >= (own_hbm + prefetch) * hbm.denominator)
+            if l2r:
+                own_l2 = sum(o.l2_bytes * x for o, x in zip(options, self.x[i], strict=True))
+                m.add(d * l2r.numerator >= (own_l2 + prefetch) * l2r.denominator)
+            self.d.append(d)
+        self.latency = sum(self.d)
+        self.hbm_bytes = sum(
+            o.hbm_bytes * x
+            for i in range(n)
+            for o, x in zip(problem.options[i], self.x[i], strict=True)
+        ) + sum(spec[w].bytes * self.l2[w] for w in self.load)
+        # the L2 boxes
+        units = problem.capacity // L2_ALIGN
+        self.offset: dict[str, cp_model.IntVar] = {}
+        xs, ys, demands = [], [], []
+        self.peak = m.new_int_var(0, units, "peak")
+        for name, present in self.l2.items():
+            t = spec[name]
+            size = aligned_units(t.bytes)
+            off = m.new_int_var(0, max(0, units - size), f"off[{name}]")
+            self.offset[name] = off
+            if name in self.load:
+                start = m.new_int_var(min(self.load[name]), t.last, f"start[{name}]")
+                for j, flag in self.load[name].items():
+                    m.add(start == j).only_enforce_if(flag)
+                length = m.new_int_var(1, t.last + 1 - min(self.load[name]), f"len[{name}]")
+                xi = m.new_optional_interval_var(start, length, t.last + 1, present, f"t[{name}]")
+            else:
+                xi = m.new_optional_fixed_size_interval_var(
+                    t.first, t.last - t.first + 1, present, f"t[{name}]"
+                )
+            yi = m.new_optional_fixed_size_interval_var(off, size, present, f"a[{name}]")
+            m.add(self.peak >= off + size).only_enforce_if(present)
+            xs.append(xi)
+            ys.append(yi)
+            demands.append(size)
+        if xs:
+            m.add_no_overlap_2d(xs, ys)
+            m.add_cumulative(xs, demands, units)
+
+    def choice(self, solver: cp_model.CpSolver) -> Choice:
+        option = tuple(
+            next(k for k, x in enumerate(row) if solver.boolean_value(x)) for row in self.x
+        )
+        offsets = {
+            name: solver.value(self.offset[name]) * L2_ALIGN
+            for name, flag in self.l2.items()
+            if solver.boolean_value(flag)
+        }
+        prefetch = {
+            w: next(j for j, flag in loads.items() if solver.boolean_value(flag))
+            for w, loads in self.load.items()
+            if w in offsets
+        }
+        return Choice(option, offsets, prefetch)
+
+    def hint(self, solver: cp_model.CpSolver) -> None:
+        self.m.clear_hints()
+        for var in [v for row in self.x for v in row] + list(self.l2.values()):
+            self.m.add_hint(var, solver.boolean_value(var))
+        for loads in self.load.values():
+            for flag in loads.values():
+                self.m.add_hint(flag, solver.boolean_value(flag))
+        for off in self.offset.values():
+            self.m.add_hint(off, solver.value(off))
+
+
+def solve_plan(
+    problem: PlanProblem,
+    time_limit: float = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+    hint: Choice | None = None,
+) -> tuple[Choice, SolveReport]:
+    """The ranked optimum (or the best found within ``time_limit`` seconds). ``hint``: a
+    known feasible choice (the greedy one) to start from."""
+    start = time.perf_counter()
+    model = _Model(problem)
+    if hint is not None:
+        _hint_choice(model, hint)
+    report: SolveReport | None = None
+    best: Choice | None = None
+    for stage, share in enumerate(STAGE_SHARES):
+        objective = (model.latency, model.hbm_bytes, model.peak)[stage]
+        model.m.minimize(objective)
+        solver = cp_model.CpSolver()
+        left = time_limit - (time.perf_counter() - start)
+        budget = left if stage == len(STAGE_SHARES) - 1 else max(1.0, time_limit * share)
+        solver.parameters.max_time_in_seconds = max(0.5, min(budget, left))
+        solver.parameters.num_search_workers = workers
+        solver.parameters.random_seed = seed
+        status = solver.solve(model.m)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if best is None:
+                raise RuntimeError(f"network plan: CP-SAT found no plan ({solver.status_name()})")
+            break  # keep the previous stage's plan
+        best = model.choice(solver)
+        if stage == 0:
+            report = SolveReport(
+                solver.status_name(status),
+                int(solver.objective_value),
+                int(solver.best_objective_bound),
+                0.0,
+            )
+        value = int(solver.objective_value)
+        model.m.add(objective <= value)
+        model.hint(solver)
+    assert best is not None and report is not None
+    wall = time.perf_counter() - start
+    return best, SolveReport(report.status, report.cycles, report.bound, wall)
+
+
+def _hint_choice(model: _Model, choice: Choice) -> None:
+    for i, row in enumerate(model.x):
+        for k, var in enumerate(row):
+            model.m.add_hint(var, k == choice.option[i])
+    for name, flag in model.l2.items():
+        model.m.add_hint(flag, name in choice.offsets)
+        if name in choice.offsets:
+            model.m.add_hint(model.offset[name], choice.offsets[name] // L2_ALIGN)
+    for w, loads in model.load.items():
+        for j, flag in loads.items():
+            model.m.add_hint(flag, choice.prefetch_step.get(w) == j)
+
+
+__all__ = ["SolveReport", "cdiv_rate", "solve_plan"]

@@ -1,0 +1,104 @@
+"""Each step's options: for every placement of its streams that the plan could choose, the
+best mapping under the model there, with its cycles, HBM bytes and L2 bytes.
+
+The placements a step may take follow from its tensors: a stream whose tensor must stay in
+HBM (a network input or output) or cannot fit the L2 at all has only ``hbm``; weights can be
+in L2 only if an earlier step can prefetch them. Steps of one shape and one placement are
+solved once (``solve`` is called with distinct ``(layer, placement)`` pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from autotune.ir.layer import Layer
+from autotune.ir.lowering import Lowering
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.placement import HBM_ONLY, MEMORY_LEVELS, MemoryLevel, Placement
+from autotune.ir.plan import weights_tensor
+from autotune.plans.tensors import TensorSpec, step_buffers
+
+
+@dataclass(frozen=True)
+class StepOption:
+    """One way to run a step: its placement, the mapping chosen for it and the model's
+    figures (cycles of the step alone, bytes it moves to and from HBM and L2)."""
+
+    placement: Placement
+    mapping: Mapping
+    cycles: int
+    hbm_bytes: int
+    l2_bytes: int
+
+
+#: ``solve(layer, placement)`` -> the option's mapping and figures (the model's best).
+Solver = Callable[[Layer, Placement], StepOption]
+
+
+def stream_levels(
+    lowering: Lowering, tensors: Sequence[TensorSpec], capacity: int, machine: Machine
+) -> list[dict[str, tuple[MemoryLevel, ...]]]:
+    """Per step, the levels each of its streams may take."""
+    spec = {t.name: t for t in tensors}
+
+    def levels(names: Sequence[str]) -> tuple[MemoryLevel, ...]:
+        if not machine.has_l2 or not names:
+            return ("hbm",)
+        if any(spec[n].pinned or spec[n].bytes > capacity for n in names):
+            return ("hbm",)
+        return MEMORY_LEVELS
+
+    out = []
+    for i, step in enumerate(lowering.steps):
+        inputs, residual, output = step_buffers(step)
+        weights = weights_tensor(step.name)
+        out.append(
+            {
+                "input": levels(inputs),
+                # prefetched during an earlier step: the first step has none before it
+                "weights": levels([weights]) if weights in spec and i > 0 else ("hbm",),
+                "residual": levels([residual]) if residual else ("hbm",),
+                "output": levels([output]),
+            }
+        )
+    return out
+
+
+def step_placements(levels: dict[str, tuple[MemoryLevel, ...]]) -> tuple[Placement, ...]:
+    """Every placement a step's stream levels allow (HBM_ONLY first)."""
+    found = [
+        Placement(input=a, weights=b, residual=c, output=d)
+        for a, b, c, d in product(
+            levels["input"], levels["weights"], levels["residual"], levels["output"]
+        )
+    ]
+    return (HBM_ONLY, *[p for p in found if p != HBM_ONLY])
+
+
+def step_options(
+    lowering: Lowering,
+    tensors: Sequence[TensorSpec],
+    capacity: int,
+    machine: Machine,
+    solve: Callable[[Sequence[tuple[Layer, Placement]]], Sequence[StepOption]],
+) -> list[list[StepOption]]:
+    """Options of every step; ``solve`` gets each distinct (shape, placement) once, in a
+    list, so that it can spread them over processes, and returns their options in order."""
+    Key = tuple[tuple[object, ...], Placement]
+    wanted: dict[Key, tuple[Layer, Placement]] = {}
+    keys: list[list[Key]] = []
+    for step, levels in zip(
+        lowering.steps, stream_levels(lowering, tensors, capacity, machine), strict=True
+    ):
+        row = []
+        for placement in step_placements(levels):
+            key = (step.layer.shape_key(), placement)
+            wanted.setdefault(key, (step.layer, placement))
+            row.append(key)
+        keys.append(row)
+    jobs = list(wanted.items())
+    solved = dict(zip([k for k, _ in jobs], solve([job for _, job in jobs]), strict=True))
+    return [[solved[key] for key in row] for row in keys]

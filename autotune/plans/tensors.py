@@ -1,0 +1,100 @@
+"""The tensors a network plan places: every stored buffer of the lowering and every layer's
+weights, with their sizes and the steps that write and read them.
+
+Time is the step index (``Lowering.steps``). An activation is live from its first writing step
+to its last reading step (a concat's buffer from its first producer on); a network input or
+output stays in HBM (the host puts inputs there and takes outputs from there), so the plan
+never moves it. A layer's weights are read by their step only; in L2 they are live from the
+step that prefetches them to that step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.ir.lowering import Lowering, Step
+from autotune.ir.plan import L2_ALIGN, TensorRole, weights_tensor
+from autotune.ir.precision import word_bytes
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to the L2's alignment."""
+    return -(-nbytes // L2_ALIGN) * L2_ALIGN
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor the plan may place: its bytes (aligned), the steps that write it and
+    read it, and whether it must stay in HBM."""
+
+    name: str
+    role: TensorRole
+    bytes: int
+    writers: tuple[int, ...]
+    readers: tuple[int, ...]
+    pinned: bool  # must stay in HBM (network input or output)
+    step: str | None = None  # weights: the step that reads them
+
+    @property
+    def first(self) -> int:
+        """The first step during which it is live (its first writer; weights: their step)."""
+        return min(self.writers + self.readers)
+
+    @property
+    def last(self) -> int:
+        return max(self.writers + self.readers)
+
+
+def step_buffers(step: Step) -> tuple[tuple[str, ...], str | None, str]:
+    """The buffers a step reads as its input stream, as its residual, and writes."""
+    inputs = tuple(dict.fromkeys(ref.buffer for ref in step.inputs))
+    residual = None if step.residual is None else step.residual.buffer
+    return inputs, residual, step.output.buffer
+
+
+def plan_tensors(lowering: Lowering, batch: int, precision: str) -> tuple[TensorSpec, ...]:
+    """Every buffer of ``lowering`` and every step's weights, at ``batch`` and ``precision``."""
+    wb = word_bytes(precision)
+    writers: dict[str, list[int]] = {b.name: [] for b in lowering.buffers}
+    readers: dict[str, list[int]] = {b.name: [] for b in lowering.buffers}
+    for i, step in enumerate(lowering.steps):
+        inputs, residual, output = step_buffers(step)
+        for name in inputs + ((residual,) if residual else ()):
+            readers[name].append(i)
+        writers[output].append(i)
+    outputs = {ref.buffer for ref in lowering.outputs}
+    specs = []
+    for buffer in lowering.buffers:
+        h, w, c = buffer.shape
+        if buffer.producer is None:
+            role: TensorRole = "input"
+        elif buffer.name in outputs:
+            role = "output"
+        else:
+            role = "activation"
+        if not writers[buffer.name] and not readers[buffer.name]:
+            continue  # nothing touches it (an input no step reads)
+        specs.append(
+            TensorSpec(
+                buffer.name,
+                role,
+                aligned(batch * h * w * c * wb),
+                tuple(writers[buffer.name]) or (0,),
+                tuple(readers[buffer.name]),
+                pinned=role != "activation",
+            )
+        )
+    for i, step in enumerate(lowering.steps):
+        if step.layer.weight_words:
+            specs.append(
+                TensorSpec(
+                    weights_tensor(step.name),
+                    "weights",
+                    aligned(step.layer.weight_words * wb),
+                    (),
+                    (i,),
+                    pinned=False,
+                    step=step.name,
+                )
+            )
+    return tuple(specs)
