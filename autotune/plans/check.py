@@ -1,0 +1,106 @@
+"""A plan read back, checked against what it claims: every figure re-derived.
+
+``plan_findings`` rebuilds the plan from the file's own evidence (the lowering's tensors at
+the file's batch and precision, each step's figures re-derived by the model at its
+placement, the claimed levels, offsets and prefetch steps) with the same ``assemble`` that
+made it, and lists every difference; plus the layout's own soundness (``ir.plan.check_plan``:
+offsets aligned and inside the L2, no two live tensors sharing a byte), pinned tensors in
+HBM, prefetches inside their window, and each step's placement matching its tensors' levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autotune.ir.lowering import Lowering
+from autotune.ir.machine import Machine
+from autotune.ir.plan import NetworkPlan, check_plan
+from autotune.plans.options import StepOption
+from autotune.plans.problem import Choice, assemble, consistent_option, make_problem
+from autotune.plans.tensors import plan_tensors
+
+KNOWN_STATUS = ("OPTIMAL", "FEASIBLE", "GREEDY", "PER_LAYER")
+
+
+def plan_findings(
+    claim: NetworkPlan,
+    lowering: Lowering,
+    machine: Machine,
+    batch: int,
+    precision: str,
+    figures: Sequence[StepOption],
+) -> list[tuple[str, str]]:
+    """(field, problem) pairs; ``figures``: each step's option as re-derived (placement,
+    mapping, the model's cycles, HBM bytes and L2 bytes at that placement)."""
+    found = [("plan.tensors", p) for p in check_plan(claim)]
+    if claim.status not in KNOWN_STATUS:
+        found.append(("plan.status", f"unknown status {claim.status!r}"))
+    if claim.l2_capacity != (machine.l2_bytes if machine.has_l2 else 0) and claim.l2_capacity:
+        found.append(
+            ("plan.l2_capacity", f"{claim.l2_capacity}, the machine has {machine.l2_bytes}")
+        )
+    if claim.l2_capacity > machine.l2_bytes:
+        return found + [("plan.l2_capacity", f"beyond the machine's L2 of {machine.l2_bytes} B")]
+    names = [s.name for s in lowering.steps]
+    if [s.name for s in claim.steps] != names:
+        return found + [("plan.steps", "are not the layers in order")]
+    tensors = plan_tensors(lowering, batch, precision)
+    expected = {t.name: t for t in tensors}
+    claimed = {t.name: t for t in claim.tensors}
+    if set(claimed) != set(expected) or len(claim.tensors) != len(tensors):
+        missing = sorted(set(expected) - set(claimed))[:2]
+        extra = sorted(set(claimed) - set(expected))[:2]
+        return found + [
+            ("plan.tensors", f"are not the network's (missing {missing}, extra {extra})")
+        ]
+    problem = make_problem(lowering, tensors, [[f] for f in figures], machine, claim.l2_capacity)
+    offsets = {t.name: t.offset or 0 for t in claim.tensors if t.level == "l2"}
+    prefetch = {w: i for i, s in enumerate(claim.steps) for w in s.prefetch}
+    for name in offsets:
+        if not problem.placeable(name):
+            found.append((f"plan.tensors.{name}", "cannot be in L2 (pinned to HBM or too large)"))
+    for w, j in prefetch.items():
+        t = expected.get(w)
+        if t is None or t.role != "weights" or w not in offsets:
+            found.append((f"plan.steps.{names[j]}.prefetch", f"{w!r} is no L2 weights tensor"))
+        elif not t.readers[0] - problem.prefetch_window <= j < t.readers[0]:
+            found.append((f"plan.steps.{names[j]}.prefetch", f"{w!r} outside its window"))
+    for w in offsets:
+        if expected[w].role == "weights" and w not in prefetch:
+            found.append((f"plan.tensors.{w}", "weights in L2 that no step prefetches"))
+    for i, s in enumerate(claim.steps):
+        if consistent_option(problem, i, set(offsets)) is None:
+            found.append((f"plan.steps.{s.name}.placement", "does not match its tensors' levels"))
+        if s.placement != figures[i].placement:
+            found.append((f"plan.steps.{s.name}.placement", "differs from the layer's"))
+    if found:
+        return found
+    derived = assemble(
+        problem,
+        Choice(tuple(0 for _ in names), offsets, prefetch),
+        claim.mode,
+        claim.status,
+        claim.bound_cycles,
+        claim.solve_s,
+    )
+    for a, b in zip(claim.tensors, derived.tensors, strict=True):
+        if a != b:
+            found.append((f"plan.tensors.{a.name}", f"{a} in the file, {b} re-derived"))
+    for sa, sb in zip(claim.steps, derived.steps, strict=True):
+        if sa != sb:
+            found.append((f"plan.steps.{sa.name}", f"{sa} in the file, {sb} re-derived"))
+    for name in ("cycles", "hbm_bytes", "l2_peak_bytes"):
+        if getattr(claim, name) != getattr(derived, name):
+            found.append(
+                (
+                    f"plan.{name}",
+                    f"{getattr(claim, name)} in the file, {getattr(derived, name)} re-derived",
+                )
+            )
+    if claim.bound_cycles > claim.cycles:
+        found.append(("plan.bound_cycles", "above the plan's cycles"))
+    if claim.status in ("OPTIMAL", "PER_LAYER", "GREEDY") and claim.bound_cycles != claim.cycles:
+        found.append(("plan.bound_cycles", f"a {claim.status} plan's bound is its cycles"))
+    if claim.mode == "per-layer" and offsets:
+        found.append(("plan.mode", "a per-layer plan keeps everything in HBM"))
+    return found
