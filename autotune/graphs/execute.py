@@ -5,18 +5,22 @@
 memory and L1 that checks every operation), on buffers laid out as the lowering placed
 them: a concat's producers write channel slices of one buffer, a flatten reads its source's
 bytes, an add reads its operands interleaved, a fused add reads its residual. The weights
-are the graph's (``graphs.weights``), folded as the lowering folded them.
+are the graph's (``graphs.weights``), folded as the lowering folded them. Given a network
+plan (``ir.plan``), the buffers and weights it keeps in the shared L2 are views into one byte
+array at their offsets, so a layout that lets live tensors share bytes corrupts them.
 
 ``verify_network`` compares every stored tensor with the independent reference
 (``graphs.reference``: the graph as written, in float64, without folding, fusion or tiling).
 The error of a tensor is its largest absolute difference relative to its largest magnitude;
 it must stay within ``TOLERANCE[precision]``: a few hundred units in the last place of the
 storage format, which rounding once per layer over a hundred layers stays within (seeded
-weights keep activations of order one).
+weights keep activations of order one). Each tensor is compared as it was at the end of its
+life (``buffer_lifetimes``): the L2 reuses a dead tensor's bytes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -25,10 +29,11 @@ import numpy as np
 from autotune.graphs.reference import run_reference
 from autotune.graphs.weights import Array, Weights, check_weights, step_weights
 from autotune.ir.graph import Graph
-from autotune.ir.lowering import Lowering, TensorRef
+from autotune.ir.lowering import Lowering, Step, TensorRef
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping as LayerMapping
 from autotune.ir.network import Network
+from autotune.ir.plan import NetworkPlan, PlannedTensor, weights_tensor
 from autotune.verification.executor import DTYPES
 from autotune.verification.run import execute_layer, interleave
 
@@ -108,46 +113,29 @@ def execute_network(
     precision: str | None = None,
     batch: int | None = None,
     progress: Callable[[str], None] | None = None,
+    plan: NetworkPlan | None = None,
 ) -> dict[str, Array]:
     """Every buffer after running the network's steps with their mappings (NCHW, in the
     storage dtype of ``precision``). Raises ``NetworkError``; the executor's own errors
-    (a mapping that does not apply, an L1 overflow) propagate."""
-    graph, lowering = _graph_of(network)
-    precision = precision or network.precision
-    batch = batch or network.batch
-    check_inputs(graph, inputs, batch)
-    check_weights(graph, weights)
-    dtype = DTYPES[precision]
-    buffers: dict[str, Array] = {}
-    for buffer in lowering.buffers:
-        h, w, c = buffer.shape
-        if buffer.producer is None:
-            buffers[buffer.name] = np.asarray(inputs[buffer.name]).astype(dtype)
-        else:
-            buffers[buffer.name] = np.zeros((batch, c, h, w), dtype=dtype)
-    for step in lowering.steps:
-        if step.name not in mappings:
-            raise NetworkError(f"layer {step.name!r} has no mapping in the schedule")
-        if progress is not None:
-            progress(step.name)
-        # an fc's kernel covers its input as stored (behind a flatten: the same words)
-        stored = step.layer.kind == "fc"
-        operands = [_read(buffers, ref, batch, stored) for ref in step.inputs]
-        x = operands[0] if len(operands) == 1 else interleave(operands)
-        filters, bias = step_weights(step, graph, weights)
-        residual = None if step.residual is None else _read(buffers, step.residual, batch)
-        run = execute_layer(
-            step.layer,
-            mappings[step.name],
-            machine,
-            x,
-            filters,
-            bias,
-            residual,
-            precision=precision,
-        )
-        _write(buffers, step.output, run.output)
-    return buffers
+    (a mapping that does not apply, an L1 overflow) propagate.
+
+    ``plan``: the buffers and weights it keeps in L2 live in one byte array of
+    ``plan.l2_capacity`` bytes, each a view at its offset (``_Memory``), so a layout
+    that lets two live tensors share bytes corrupts them as the hardware would. A buffer in
+    L2 is returned as that view: at the end it holds what the L2 holds at its bytes, which a
+    tensor placed there after it died has overwritten (``verify_network`` compares each
+    tensor at the end of its life instead)."""
+    return _execute(
+        network,
+        mappings,
+        machine,
+        inputs,
+        weights,
+        precision=precision,
+        batch=batch,
+        progress=progress,
+        plan=plan,
+    )
 
 
 def verify_network(
@@ -161,15 +149,37 @@ def verify_network(
     batch: int | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    plan: NetworkPlan | None = None,
 ) -> NetworkVerification:
-    """Execute the network through its schedules and compare every stored tensor (each
-    step's output, each concat buffer) with the reference (seeded inputs unless given)."""
+    """Execute the network through its schedules (in the L2 layout of ``plan`` when given,
+    ``execute_network``) and compare every stored tensor (each step's output, each concat
+    buffer) with the reference (seeded inputs unless given).
+
+    Each tensor is compared as it was at the end of its life (``buffer_lifetimes`` of its
+    buffer): copied after the last step that reads its buffer, or after the last that
+    writes it when nothing reads it, a network output after the last step. L2 bytes are
+    legitimately reused once a tensor is dead; a tensor overwritten while still live fails
+    its own check or, through the wrong operand, its readers' (weights overwritten in L2:
+    their step's output)."""
     graph, lowering = _graph_of(network)
     precision = precision or network.precision
     batch = batch or network.batch
     given = network_inputs(graph, batch, seed) if inputs is None else inputs
     rounded = {k: np.asarray(v).astype(DTYPES[precision]) for k, v in given.items()}
-    buffers = execute_network(
+    tensors = stored_tensors(lowering)
+    lifetimes = buffer_lifetimes(lowering)
+    due: dict[int, list[str]] = {}
+    for tensor, ref in tensors.items():
+        due.setdefault(lifetimes[ref.buffer][1], []).append(tensor)
+    snapshots: dict[str, Array] = {}
+
+    def snapshot(index: int, buffers: Mapping[str, Array]) -> None:
+        for tensor in due.get(index, ()):
+            value = _read(buffers, tensors[tensor], batch, stored=True)
+            # without a plan nothing is overwritten: the buffer itself is the snapshot
+            snapshots[tensor] = value if plan is None else value.copy()
+
+    _execute(
         network,
         mappings,
         machine,
@@ -178,18 +188,42 @@ def verify_network(
         precision=precision,
         batch=batch,
         progress=progress,
+        plan=plan,
+        after_step=snapshot,
     )
     reference = run_reference(graph, rounded, weights)
     tolerance = TOLERANCE[precision]
     checks = []
-    for tensor, ref in stored_tensors(lowering).items():
-        got = _read(buffers, ref, batch, stored=True).astype(np.float64)
+    for tensor in tensors:
+        got = snapshots[tensor].astype(np.float64)
         want = reference[tensor].reshape(got.shape)
         err = float(np.max(np.abs(got - want))) if got.size else 0.0
         scale = float(np.max(np.abs(want))) if want.size else 0.0
         rel = err / scale if scale > 0 else err
         checks.append(TensorCheck(tensor, err, rel, bool(rel <= tolerance)))
     return NetworkVerification(all(c.ok for c in checks), tuple(checks), tolerance)
+
+
+def buffer_lifetimes(lowering: Lowering) -> dict[str, tuple[int, int]]:
+    """Each buffer's life in step indices (``Lowering.steps``), ``(first, last)``: from the
+    first step that writes it (a network input: step 0) to the last that reads it (an
+    operand or a residual; a flatten reads its source's buffer); a network output to the
+    last step, a buffer nothing reads to the last step that writes it."""
+    writes: dict[str, list[int]] = {}
+    reads: dict[str, list[int]] = {}
+    for index, step in enumerate(lowering.steps):
+        writes.setdefault(step.output.buffer, []).append(index)
+        for ref in (*step.inputs, *(() if step.residual is None else (step.residual,))):
+            reads.setdefault(ref.buffer, []).append(index)
+    end = len(lowering.steps) - 1
+    outputs = {ref.buffer for ref in lowering.outputs}
+    lives = {}
+    for buffer in lowering.buffers:
+        first = 0 if buffer.producer is None else min(writes.get(buffer.name, [end]))
+        ends = [*writes.get(buffer.name, [first]), *reads.get(buffer.name, [])]
+        last = end if buffer.name in outputs else max(ends)
+        lives[buffer.name] = (first, last)
+    return lives
 
 
 def stored_tensors(lowering: Lowering) -> dict[str, TensorRef]:
@@ -215,6 +249,178 @@ def output_arrays(lowering: Lowering, buffers: Mapping[str, Array], batch: int) 
             value = value.reshape(batch, -1)
         out.append(value)
     return out
+
+
+def _execute(
+    network: Network,
+    mappings: Mapping[str, LayerMapping],
+    machine: Machine,
+    inputs: Mapping[str, Array],
+    weights: Weights,
+    *,
+    precision: str | None,
+    batch: int | None,
+    progress: Callable[[str], None] | None,
+    plan: NetworkPlan | None,
+    after_step: Callable[[int, dict[str, Array]], None] | None = None,
+) -> dict[str, Array]:
+    """``execute_network``; ``after_step(index, buffers)`` is called after each step."""
+    graph, lowering = _graph_of(network)
+    precision = precision or network.precision
+    batch = batch or network.batch
+    check_inputs(graph, inputs, batch)
+    check_weights(graph, weights)
+    memory = _Memory(lowering, graph, weights, batch, precision, plan)
+    buffers = memory.buffers
+    for buffer in lowering.buffers:
+        if buffer.producer is None:
+            buffers[buffer.name][...] = np.asarray(inputs[buffer.name]).astype(memory.dtype)
+    for index, step in enumerate(lowering.steps):
+        if step.name not in mappings:
+            raise NetworkError(f"layer {step.name!r} has no mapping in the schedule")
+        if progress is not None:
+            progress(step.name)
+        memory.prefetch(index)
+        # an fc's kernel covers its input as stored (behind a flatten: the same words)
+        stored = step.layer.kind == "fc"
+        operands = [_read(buffers, ref, batch, stored) for ref in step.inputs]
+        x = operands[0] if len(operands) == 1 else interleave(operands)
+        filters, bias = step_weights(step, graph, weights)
+        residual = None if step.residual is None else _read(buffers, step.residual, batch)
+        run = execute_layer(
+            step.layer,
+            mappings[step.name],
+            machine,
+            x,
+            memory.filters(step.name, filters),
+            bias,
+            residual,
+            precision=precision,
+        )
+        _write(buffers, step.output, run.output)
+        if after_step is not None:
+            after_step(index, buffers)
+    return buffers
+
+
+class _Memory:
+    """The buffers of a run and, with a plan, the L2 they share.
+
+    Without a plan every buffer is an array of its own. With one, the L2 is one byte array of
+    ``plan.l2_capacity`` bytes; each buffer and each step's weights the plan puts in L2 is a
+    view into it at its offset (NCHW, the storage dtype), so tensors whose bytes meet really
+    overwrite each other. Weights in L2 are written there at the start of their prefetch step
+    (their plan tensor's ``first``), from the folded filters cast to the storage dtype, and
+    their step reads them back from there; the bias stays outside the L2 (the plan has no
+    tensor for it). Weights the plan does not name stay in HBM. Refused with ``NetworkError``
+    before anything runs: plan steps other than the lowering's, a buffer the plan does not
+    name, a tensor that names no buffer nor a step's weights, one smaller than what it
+    holds, one in L2 without an offset or with bytes outside the L2, weights prefetched
+    after their step. Overlapping live tensors are not refused here: running shows them."""
+
+    def __init__(
+        self,
+        lowering: Lowering,
+        graph: Graph,
+        weights: Weights,
+        batch: int,
+        precision: str,
+        plan: NetworkPlan | None,
+    ) -> None:
+        self.dtype = np.dtype(DTYPES[precision])
+        self.buffers: dict[str, Array] = {}
+        self._filters: dict[str, Array] = {}  # step -> its weights' view into the L2
+        self._prefetch: dict[int, list[tuple[Step, Array]]] = {}
+        self._graph, self._weights = graph, weights
+        if plan is None:
+            for buffer in lowering.buffers:
+                self.buffers[buffer.name] = np.zeros(_nchw(buffer.shape, batch), self.dtype)
+            return
+        _check_steps(plan, lowering)
+        self._l2 = np.zeros(plan.l2_capacity, dtype=np.uint8)
+        self._capacity = plan.l2_capacity
+        tensors: dict[str, PlannedTensor] = {}
+        for t in plan.tensors:
+            if t.name in tensors:
+                raise NetworkError(f"the plan names tensor {t.name!r} twice")
+            tensors[t.name] = t
+        what = f"batch {batch}, {precision}"
+        for buffer in lowering.buffers:
+            if buffer.name not in tensors:
+                raise NetworkError(f"buffer {buffer.name!r} is not in the plan")
+            shape = _nchw(buffer.shape, batch)
+            t = self._sized(tensors.pop(buffer.name), shape, what)
+            self.buffers[buffer.name] = (
+                self._view(t, shape) if t.level == "l2" else np.zeros(shape, self.dtype)
+            )
+        index = {step.name: i for i, step in enumerate(lowering.steps)}
+        for t in tensors.values():  # the rest: weights
+            owner = t.step if t.step is not None else t.name.removesuffix(":weights")
+            if weights_tensor(owner) != t.name or owner not in index:
+                raise NetworkError(f"tensor {t.name!r} names no buffer and no step's weights")
+            step = lowering.steps[index[owner]]
+            filters, _ = step_weights(step, graph, weights)
+            if filters is None:
+                raise NetworkError(f"tensor {t.name!r}: step {owner!r} has no weights")
+            t = self._sized(t, filters.shape, what)
+            if t.level != "l2":
+                continue
+            if not 0 <= t.first <= index[owner]:
+                raise NetworkError(
+                    f"weights {t.name!r} are prefetched at step {t.first}, step {owner!r} "
+                    f"reads them at step {index[owner]}"
+                )
+            view = self._view(t, filters.shape)
+            self._filters[owner] = view
+            self._prefetch.setdefault(t.first, []).append((step, view))
+
+    def prefetch(self, index: int) -> None:
+        """Write the weights prefetched during step ``index`` into the L2."""
+        for step, view in self._prefetch.get(index, ()):
+            filters, _ = step_weights(step, self._graph, self._weights)
+            view[...] = np.asarray(filters).astype(self.dtype)
+
+    def filters(self, step: str, filters: Array | None) -> Array | None:
+        """The filters step ``step`` reads: its view into the L2, else ``filters``."""
+        return self._filters.get(step, filters)
+
+    def _sized(self, t: PlannedTensor, shape: tuple[int, ...], what: str) -> PlannedTensor:
+        need = math.prod(shape) * self.dtype.itemsize
+        if t.bytes < need:
+            raise NetworkError(
+                f"tensor {t.name!r}: the plan gives it {t.bytes} B, it takes {need} B ({what})"
+            )
+        return t
+
+    def _view(self, t: PlannedTensor, shape: tuple[int, ...]) -> Array:
+        if t.offset is None:
+            raise NetworkError(f"tensor {t.name!r} is in L2 without an offset")
+        if t.offset < 0 or t.l2_end > self._capacity:
+            raise NetworkError(
+                f"tensor {t.name!r}: bytes {t.offset}..{t.l2_end - 1} outside the L2's "
+                f"{self._capacity} B"
+            )
+        return np.ndarray(shape, self.dtype, buffer=self._l2, offset=t.offset)
+
+
+def _check_steps(plan: NetworkPlan, lowering: Lowering) -> None:
+    """The plan's steps are the lowering's, in order (``NetworkError`` naming the first
+    that differs)."""
+    planned = [s.name for s in plan.steps]
+    lowered = [s.name for s in lowering.steps]
+    for i, (a, b) in enumerate(zip(planned, lowered, strict=False)):
+        if a != b:
+            raise NetworkError(f"plan step {i} is {a!r}, the network's step {i} is {b!r}")
+    n = min(len(planned), len(lowered))
+    if len(planned) > n:
+        raise NetworkError(f"plan step {n} {planned[n]!r} is not a step of the network")
+    if len(lowered) > n:
+        raise NetworkError(f"the network's step {n} {lowered[n]!r} is not in the plan")
+
+
+def _nchw(shape: tuple[int, int, int], batch: int) -> tuple[int, int, int, int]:
+    h, w, c = shape
+    return batch, c, h, w
 
 
 def _graph_of(network: Network) -> tuple[Graph, Lowering]:
