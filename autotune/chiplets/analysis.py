@@ -37,6 +37,7 @@ from autotune.chiplets.split import link_bytes, part_mapping, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.model.analysis import Analysis, bound_of
 from autotune.model.analysis import analyze as analyze_chiplet
@@ -44,13 +45,21 @@ from autotune.model.formulas import SCALE
 
 
 def analyze(
-    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    *,
+    placement: Placement = HBM_ONLY,
 ) -> Analysis:
     """Analytical cost of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package.
 
-    On one chiplet this is ``autotune.model.analysis.analyze``; on a package, the figures of
-    the whole split layer (``analyze_package``). Raises ``autotune.MappingError`` when the
-    mapping does not apply; a mapping that overflows L1 returns ``fits=False``.
+    On one chiplet this is ``autotune.model.analysis.analyze`` (each stream at the memory
+    level ``placement`` gives it); on a package, the figures of the whole split layer
+    (``analyze_package``), every stream in HBM. Raises ``autotune.MappingError`` when the
+    mapping does not apply; a mapping that overflows L1 returns ``fits=False``; an L2
+    placement on a package raises ``NotImplementedError`` (``check_package_placement``).
 
     Example:
         >>> from autotune import Layer, Machine, Mapping, analyze
@@ -62,9 +71,22 @@ def analyze(
         (4, True, True)
     """
     if machine.chiplets == 1:
-        return analyze_chiplet(layer, mapping, machine, precision, batch)
+        return analyze_chiplet(layer, mapping, machine, precision, batch, placement=placement)
+    check_package_placement(machine, placement)
     machine.check_precision(precision)
     return analyze_package(layer, mapping, machine, precision, batch)
+
+
+def check_package_placement(machine: Machine, placement: Placement) -> None:
+    """A package's layers keep every stream in HBM: raise ``NotImplementedError`` for an L2
+    placement (``ValueError`` if the chiplets have no L2 at all)."""
+    placement.check(machine)
+    if placement.uses_l2:
+        raise NotImplementedError(
+            f"placement {placement.label()} on package {machine.name!r} "
+            f"({machine.chiplets} chiplets): a split layer is costed with every stream in "
+            "HBM; L2 placements are modelled on one chiplet only"
+        )
 
 
 def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:

@@ -13,12 +13,13 @@ optimum and the package totals (all parts) decide between splits.
 
 from __future__ import annotations
 
-from autotune.chiplets.analysis import analyze
+from autotune.chiplets.analysis import analyze, check_package_placement
 from autotune.chiplets.split import SPLITS, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import TuneOptions
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.model.analysis import Analysis
 from autotune.search.objective import ORDER
@@ -38,12 +39,15 @@ def solve_layer(
     precision: str = "fp32",
     batch: int = 1,
     options: TuneOptions = DEFAULT_OPTIONS,
+    placement: Placement = HBM_ONLY,
 ) -> LayerSolution:
     """The best mapping of ``layer`` on ``machine``, one chiplet or a package (see the module
     docstring); the search settings come from ``options``. Raises ``InfeasibleError`` when no
-    mapping fits L1."""
+    mapping fits L1. ``placement`` puts streams in the chiplet's L2 (one chiplet only: an L2
+    placement on a package raises ``NotImplementedError``)."""
     if machine.chiplets == 1:
-        return solve_chiplet(layer, machine, precision, batch, options)
+        return solve_chiplet(layer, machine, precision, batch, options, placement)
+    check_package_placement(machine, placement)
     machine.check_precision(precision)
     chiplet = machine.chiplet()
     objective = options.objective

@@ -10,9 +10,12 @@ each of its streams.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from itertools import product
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:
+    from autotune.ir.machine import Machine
 
 MemoryLevel = Literal["hbm", "l2"]
 MEMORY_LEVELS: tuple[MemoryLevel, ...] = get_args(MemoryLevel)
@@ -40,6 +43,30 @@ class Placement:
     @property
     def uses_l2(self) -> bool:
         return any(getattr(self, s) == "l2" for s in STREAMS)
+
+    def level(self, stream: str) -> MemoryLevel:
+        """The memory level of ``stream`` (one of ``STREAMS``)."""
+        if stream not in STREAMS:
+            raise ValueError(f"unknown stream {stream!r} (one of {', '.join(STREAMS)})")
+        level: MemoryLevel = getattr(self, stream)
+        return level
+
+    def of_layer(self, has_weights: bool, has_residual: bool) -> Placement:
+        """This placement for a layer that may lack weights or a residual: a stream the layer
+        does not have moves nothing, so it is put in HBM (equal placements then cost alike)."""
+        return replace(
+            self,
+            weights=self.weights if has_weights else "hbm",
+            residual=self.residual if has_residual else "hbm",
+        )
+
+    def check(self, machine: Machine) -> None:
+        """Raise ``ValueError`` if a stream is placed in an L2 that ``machine`` lacks."""
+        if self.uses_l2 and not machine.has_l2:
+            raise ValueError(
+                f"placement {self.label()}: machine {machine.name!r} has no L2 "
+                "the DMA can reach (l2_size, l2_bandwidth); keep every stream in hbm"
+            )
 
     def label(self) -> str:
         """A short name, e.g. ``in:l2 w:hbm out:l2`` (streams in L2 only: ``in,out@l2``)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes as precision_word_bytes
 from autotune.model.footprint import buffer_override, footprint_from
 from autotune.model.formulas import SCALE, consts, evaluate
@@ -25,6 +27,12 @@ class Analysis:
     counting loads and stores, as the report's Eq. 1/2 and 8 do; ``ccr_loads`` counts loads
     only, as Eq. 11 and 14 do ("the bulk of accesses ... are the loads"). ``flop_per_byte``
     is the roofline's operational intensity (``flops`` per off-chip byte).
+
+    Each stream (input, weights, residual, output) is at the memory level ``placement``
+    gives it: ``offchip_*`` count the HBM's streams (off-chip), ``l2_*`` the L2's; the
+    per-stream counts (``input_load_words``, ...) are wherever the stream lives. Their sums
+    are the layer's traffic with every stream in HBM. ``memory_cycles`` is the slower of the
+    two memories' floors. With nothing in HBM the per-off-chip ratios are infinite.
     """
 
     layer: str
@@ -61,6 +69,10 @@ class Analysis:
     chiplets: int = 1
     d2d_bytes: int = 0
     d2d_cycles: int = 0
+    #: The memory level of each stream, and the words from and to the L2 (0 with HBM_ONLY)
+    placement: Placement = HBM_ONLY
+    l2_load_words: int = 0
+    l2_store_words: int = 0
 
     @property
     def offchip_words(self) -> int:
@@ -68,7 +80,17 @@ class Analysis:
 
     @property
     def offchip_bytes(self) -> int:
+        """Bytes from and to the HBM."""
         return self.offchip_words * self.word_bytes
+
+    @property
+    def l2_words(self) -> int:
+        return self.l2_load_words + self.l2_store_words
+
+    @property
+    def l2_bytes(self) -> int:
+        """Bytes from and to the on-chip L2."""
+        return self.l2_words * self.word_bytes
 
     @property
     def intercluster_bytes(self) -> int:
@@ -77,12 +99,12 @@ class Analysis:
     @property
     def ccr(self) -> float:
         """MAC per off-chip word, loads and stores (report Eq. 1/2, 8)."""
-        return self.macs / self.offchip_words
+        return ratio(self.macs, self.offchip_words)
 
     @property
     def ccr_loads(self) -> float:
         """MAC per off-chip word loaded (report Eq. 11, 14)."""
-        return self.macs / self.offchip_load_words
+        return ratio(self.macs, self.offchip_load_words)
 
     @property
     def flops(self) -> int:
@@ -92,18 +114,34 @@ class Analysis:
 
     @property
     def flop_per_byte(self) -> float:
-        return self.flops / self.offchip_bytes
+        return ratio(self.flops, self.offchip_bytes)
+
+
+def ratio(work: int, words: int) -> float:
+    """``work / words``; infinite when nothing moves off chip (everything in the L2), 0 when
+    there is no work either."""
+    if words == 0:
+        return math.inf if work else 0.0
+    return work / words
 
 
 def analyze(
-    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    *,
+    placement: Placement = HBM_ONLY,
 ) -> Analysis:
     """Analytical cost of running ``layer`` for ``batch`` images under ``mapping`` on one
-    chiplet (a package's layers go through ``autotune.chiplets``, which calls this per part).
+    chiplet (a package's layers go through ``autotune.chiplets``, which calls this per part),
+    each stream at the memory level ``placement`` gives it.
 
     Raises ``autotune.tiling.MappingError`` when the mapping does not apply to the layer
     (e.g. ``input_parallel`` on a convolution); a mapping that applies but overflows L1
-    returns ``fits=False`` with the reason.
+    returns ``fits=False`` with the reason. Raises ``ValueError`` for an L2 stream on a
+    machine without an L2.
 
     Example:
         >>> from autotune import Layer, Machine, Mapping, analyze
@@ -113,8 +151,10 @@ def analyze(
         (141.8, True)
     """
     machine.check_precision(precision)
+    placement.check(machine)
     wb = precision_word_bytes(precision)
-    return analyze_grid(task_grid(layer, mapping, batch, machine), machine, precision, wb)
+    grid = task_grid(layer, mapping, batch, machine)
+    return analyze_grid(grid, machine, precision, wb, placement)
 
 
 def bound_of(compute_ideal: float, memory_ideal: float, cycles: int) -> str:
@@ -125,19 +165,53 @@ def bound_of(compute_ideal: float, memory_ideal: float, cycles: int) -> str:
     return "compute" if compute_ideal >= memory_ideal else "memory"
 
 
-def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> Analysis:
+def memory_split(
+    values: dict[str, int], placement: Placement
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(HBM, L2) words of the layer's (loads, stores), each stream counted at its level."""
+    loads = {
+        "input": values["input_load_words"],
+        "weights": values["filter_load_words"],
+        "residual": values["residual_load_words"],
+    }
+    split = {}
+    for level in ("hbm", "l2"):
+        split[level] = {
+            "loads": sum(w for s, w in loads.items() if placement.level(s) == level),
+            "stores": values["store_words"] if placement.output == level else 0,
+        }
+    return split["hbm"], split["l2"]
+
+
+def memory_ideal_cycles(values: dict[str, int], machine: Machine, placement: Placement) -> float:
+    """The memory floor: the HBM's occupancy (payload over the DMA efficiency of its runs;
+    = bytes without efficiency tables, to the bit: occupied is bytes x SCALE) over its
+    bandwidth, or the L2's bytes over its own, whichever is slower."""
+    hbm = values["memory_occupancy_scaled"] / SCALE / machine.hbm_bytes_per_cycle
+    if not placement.uses_l2:
+        return hbm
+    return max(hbm, values["l2_bytes"] / machine.l2_bytes_per_cycle)
+
+
+def analyze_grid(
+    grid: TaskGrid,
+    machine: Machine,
+    precision: str,
+    wb: int,
+    placement: Placement = HBM_ONLY,
+) -> Analysis:
     layer, mapping = grid.layer, grid.mapping
-    k = consts(layer, machine, precision, wb, grid.batch)
-    v = evaluate(NumpyOps(), grid_quantities(grid, machine, wb), k, buffer_override(grid))
-    fp = footprint_from(v, grid, machine, wb)
+    k = consts(layer, machine, precision, wb, grid.batch, placement)
+    evaluated = evaluate(NumpyOps(), grid_quantities(grid, machine, wb), k, buffer_override(grid))
+    fp = footprint_from(evaluated, grid, machine, wb)
+    v = {name: as_int(value) for name, value in evaluated.items()}
+    hbm, l2 = memory_split(v, k.placement)
     macs, ops = grid.batch * layer.macs, grid.batch * layer.ops
     # The compute floor counts FPU operations (one MAC slot each, ``formulas``): a layer
     # without weights is memory-bound, not free.
     compute_ideal = ops / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization)
-    # Main-memory occupancy: payload over the DMA efficiency of its runs (= bytes without
-    # efficiency tables, to the bit: occupied is bytes x SCALE).
-    memory_ideal = as_int(v["memory_occupancy_scaled"]) / SCALE / machine.hbm_bytes_per_cycle
-    cycles = as_int(v["cycles"])
+    memory_ideal = memory_ideal_cycles(v, machine, k.placement)
+    cycles = v["cycles"]
     bound = bound_of(compute_ideal, memory_ideal, cycles)
     return Analysis(
         layer=layer.name,
@@ -148,28 +222,29 @@ def analyze_grid(grid: TaskGrid, machine: Machine, precision: str, wb: int) -> A
         macs=macs,
         ops=ops,
         tasks=grid.n_tasks,
-        task_ops_max=as_int(v["task_ops"]),
-        waves=as_int(v["waves"]),
+        task_ops_max=v["task_ops"],
+        waves=v["waves"],
         l1_bytes=fp.l1_bytes,
         buffer_bytes=dict(fp.allocated_bytes),
         buffer_tile_words=dict(fp.tile_words),
-        offchip_load_words=as_int(v["input_load_words"])
-        + as_int(v["filter_load_words"])
-        + as_int(v["residual_load_words"]),
-        offchip_store_words=as_int(v["store_words"]),
-        input_load_words=as_int(v["input_load_words"]),
-        filter_load_words=as_int(v["filter_load_words"]),
-        residual_load_words=as_int(v["residual_load_words"]),
-        intercluster_words=as_int(v["intercluster_words"]),
+        offchip_load_words=hbm["loads"],
+        offchip_store_words=hbm["stores"],
+        input_load_words=v["input_load_words"],
+        filter_load_words=v["filter_load_words"],
+        residual_load_words=v["residual_load_words"],
+        intercluster_words=v["intercluster_words"],
         word_bytes=wb,
         cycles=cycles,
         compute_cycles=compute_ideal,
         memory_cycles=memory_ideal,
-        reduction_cycles=as_int(v["reduction_cycles"]),
-        energy_pj=as_int(v["energy"]) / 1000,
+        reduction_cycles=v["reduction_cycles"],
+        energy_pj=v["energy"] / 1000,
         bound=bound,
         fits=fp.fits,
         reason=fp.reason,
+        placement=k.placement,
+        l2_load_words=l2["loads"],
+        l2_store_words=l2["stores"],
     )
 
 

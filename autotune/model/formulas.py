@@ -6,7 +6,8 @@ constraints) evaluate *the same* model. Inputs are the ``Quantities`` ``tiling.T
 defines (stack counts and sizes, tile extents, batch tiles; see ``quantities.py``); outputs are
 footprint, traffic and cycles. ``evaluate`` composes the steps below in this order: L1
 footprint, what the largest task computes and moves, tasks and waves, DMA and compute time,
-their overlap into task, phase and layer latency, off-chip traffic, memory floor and energy.
+their overlap into task, phase and layer latency, traffic per memory level, memory floor and
+energy.
 
 Algorithms: 0 = ``output_stack`` (Alg. 1/2), 1 = ``output_stack_shared`` (Alg. 3),
 2 = ``input_parallel`` (Alg. 4/5).
@@ -27,7 +28,8 @@ Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + reduction             waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
-    cycles = max(phases x phase + store_tail, offchip_bytes / HBM bandwidth)
+    cycles = max(phases x phase + store_tail, memory_floor)
+    memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
 
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
 as its largest task: remainders cost a whole wave, as on the machine. ``compute`` runs at the
@@ -71,6 +73,20 @@ what the whole wave reads (``a'`` tiles' inputs + ``b`` stacks' filters, ``a'`` 
 wave; stores are never shared) and ``shared`` is the slowest of the HBM and the level links:
 exact for MPPA3's one-level NoC, pessimistic for deeper trees (their lower links carry only
 their subtree's data). ``memory_floor`` uses the reduced off-chip bytes.
+
+Memory levels (``ir.placement``): each stream of a layer (input, weights, the epilogue's
+residual, output) lives in the chiplet's HBM or in its shared L2, which sits at the chiplet
+root beside the HBM controller. An L2 stream crosses the quadrant tree like an HBM stream but
+not the root's uplink (the last of ``machine.levels``, the link to the HBM controller), and
+shares the L2's bandwidth (one capacity for reads and writes) instead of the HBM's; its round
+trip is the L2's latency, and the DMA efficiency tables (the HBM's behaviour) do not apply to
+it. A transfer that mixes levels (an input step from the L2 with a filter tile from the HBM)
+takes as long as its busiest resource: each of the DMA port and the links below the root,
+the root's uplink, the HBM and the L2 carries the bytes that cross it (the rule a single
+level's rate already follows: its bytes cross every resource of its path). ``offchip_bytes``
+counts the HBM streams, ``l2_bytes`` the L2 streams; the memory floor is the slower of the
+two memories, and each byte costs its memory's energy. With every stream in HBM
+(``HBM_ONLY``) the formula is built exactly as before.
 """
 
 from __future__ import annotations
@@ -82,6 +98,7 @@ import numpy as np
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
+from autotune.ir.placement import HBM_ONLY, MemoryLevel, Placement
 from autotune.model.ops import Ops, Table, Value
 from autotune.tiling import OPERANDS, filter_pixels
 
@@ -153,7 +170,7 @@ class Consts:
     output_words: int  # per image
     word_bytes: int
     clusters: int
-    latency_cycles: int  # round trip to main memory
+    latency_cycles: int  # round trip to the HBM
     dma_bytes_per_cycle: int
     dma_setup_cycles: int  # per DMA transfer
     bank_bytes: int  # L1 bank width (allocation granularity)
@@ -183,6 +200,18 @@ class Consts:
     #: The epilogue reads a residual operand (one tile of the output's size per task)
     has_residual: bool = False
     epilogue_ops: int = 0  # FPU operations per output word of the epilogue
+    #: The memory level of each stream (a stream the layer lacks is in HBM: ``of_layer``)
+    placement: Placement = HBM_ONLY
+    l2_latency_cycles: int = 0  # round trip to the L2
+    l2_bytes_per_cycle_scaled: int = 0
+    l2_byte_energy_fj: int = 0  # per L2 byte
+    #: Placements with an L2 stream, [active - 1] -> cycles per byte x SCALE (``link_tables``):
+    #: an L2 stream's path (port, links below the root, L2 share), and for transfers that mix
+    #: levels each resource apart: port and links below the root, the root's uplink, L2 share.
+    stream_l2_cycles_per_byte_scaled: Table | None = None
+    stream_tree_cycles_per_byte_scaled: Table | None = None
+    stream_root_cycles_per_byte_scaled: Table | None = None
+    stream_l2_share_cycles_per_byte_scaled: Table | None = None
 
     @property
     def has_filters(self) -> bool:
@@ -190,25 +219,61 @@ class Consts:
         formula is built without the filter stream."""
         return self.filter_words_per_output > 0
 
+    def level(self, stream: str) -> MemoryLevel:
+        """The memory level of ``stream`` (``ir.placement.STREAMS``)."""
+        return self.placement.level(stream)
+
+    def round_trip(self, stream: str) -> int:
+        """The round-trip latency of ``stream``'s memory level (the HBM's or the L2's)."""
+        return self.l2_latency_cycles if self.level(stream) == "l2" else self.latency_cycles
+
+    @property
+    def start_latency_cycles(self) -> int:
+        """A task starts once its first tiles arrive: the slower round trip of its loads."""
+        if not self.has_filters:
+            return self.round_trip("input")
+        return max(self.round_trip("input"), self.round_trip("weights"))
+
 
 def ceil_int64(values: Any) -> Table:
     """``ceil(values)`` as int64, forgiving float noise below 1e-9."""
     return np.ceil(np.asarray(values) - 1e-9).astype(np.int64)
 
 
-def stream_tables(machine: Machine) -> tuple[Table, Table]:
+def link_tables(machine: Machine) -> tuple[Table, Table]:
     """Cycles per byte x SCALE of one of ``active`` streaming clusters, indexed by
-    ``active - 1``: (ports and links, HBM share). A cluster gets the smallest of its DMA port
-    and its fair share of each uplink above it (``min(active, clusters below)`` share one),
-    and of the HBM (report Sec. 2.1.2)."""
+    ``active - 1``: (its DMA port and the uplinks below the root, the root's uplink). A
+    cluster gets the smallest of its DMA port and its fair share of each uplink above it
+    (``min(active, clusters below)`` share one; report Sec. 2.1.2). The root's uplink is the
+    link to the HBM controller, which an L2 stream does not cross."""
     c = machine.clusters
     active = np.arange(1, c + 1, dtype=np.float64)
-    inverse = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
+    tree = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
+    root = np.zeros(c)
     below = 1
-    for level in machine.levels:
+    for depth, level in enumerate(machine.levels):
         below *= level.fanout
-        inverse = np.maximum(inverse, np.minimum(active, below) / level.uplink_bytes_per_cycle)
-    return ceil_int64(inverse * SCALE), ceil_int64(active / machine.hbm_bytes_per_cycle * SCALE)
+        share = np.minimum(active, below) / level.uplink_bytes_per_cycle
+        if depth == len(machine.levels) - 1:
+            root = share
+        else:
+            tree = np.maximum(tree, share)
+    return ceil_int64(tree * SCALE), ceil_int64(root * SCALE)
+
+
+def memory_share_table(clusters: int, bytes_per_cycle: float) -> Table:
+    """Cycles per byte x SCALE of one of ``active`` clusters sharing a memory's bandwidth."""
+    active = np.arange(1, clusters + 1, dtype=np.float64)
+    return ceil_int64(active / bytes_per_cycle * SCALE)
+
+
+def stream_tables(machine: Machine) -> tuple[Table, Table]:
+    """Cycles per byte x SCALE of one of ``active`` clusters streaming from or to the HBM,
+    indexed by ``active - 1``: (ports and links, HBM share). The path is the DMA port and
+    every uplink up to the HBM controller (``link_tables``: ``ceil`` is monotone, so the
+    larger of the two rounded tables is the rounded larger one)."""
+    tree, root = link_tables(machine)
+    return np.maximum(tree, root), memory_share_table(machine.clusters, machine.hbm_bytes_per_cycle)
 
 
 def reduction_tables(machine: Machine) -> tuple[list[Table], list[int], Table]:
@@ -240,8 +305,42 @@ def shared_cycles_per_byte_scaled(machine: Machine) -> int:
     return int(np.ceil(SCALE / slowest - 1e-9))
 
 
-def consts(layer: Layer, machine: Machine, precision: str, word_bytes: int, batch: int) -> Consts:
-    """The constants the formula needs, all integers (rates in fixed point)."""
+def l2_constants(machine: Machine, placement: Placement) -> dict[str, Any]:
+    """The L2's constants for a placement with an L2 stream (none without: the formula is
+    then built exactly as with the HBM alone)."""
+    if not placement.uses_l2:
+        return {}
+    tree, root = link_tables(machine)
+    l2_share = memory_share_table(machine.clusters, machine.l2_bytes_per_cycle)
+    return {
+        "l2_latency_cycles": machine.l2_latency_cycles,
+        "l2_bytes_per_cycle_scaled": int(round(machine.l2_bytes_per_cycle * SCALE)),
+        "l2_byte_energy_fj": int(round(machine.energy_pj.get("l2_byte", 0.0) * 1000)),
+        "stream_l2_cycles_per_byte_scaled": np.maximum(tree, l2_share),
+        "stream_tree_cycles_per_byte_scaled": tree,
+        "stream_root_cycles_per_byte_scaled": root,
+        "stream_l2_share_cycles_per_byte_scaled": l2_share,
+    }
+
+
+def consts(
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    word_bytes: int,
+    batch: int,
+    placement: Placement = HBM_ONLY,
+) -> Consts:
+    """The constants the formula needs, all integers (rates in fixed point), with each
+    stream at its memory level (``placement``). Raises ``ValueError`` for an L2 stream on a
+    machine without an L2."""
+    placement.check(machine)
+    if placement.uses_l2 and machine.dma_multicast:
+        raise NotImplementedError(
+            f"machine {machine.name!r} multicasts and has an L2: the model's multicast streams "
+            "come from the HBM only"
+        )
+    placement = placement.of_layer(layer.filter_words_per_output > 0, layer.epilogue.residual)
     net, hbm = stream_tables(machine)
     steps, links, latency_sum = reduction_tables(machine)
     energy = machine.energy_pj
@@ -282,6 +381,8 @@ def consts(layer: Layer, machine: Machine, precision: str, word_bytes: int, batc
         shared_cycles_per_byte_scaled=shared_cycles_per_byte_scaled(machine),
         has_residual=layer.epilogue.residual,
         epilogue_ops=layer.epilogue.ops,
+        placement=placement,
+        **l2_constants(machine, placement),
     )
 
 
@@ -522,110 +623,154 @@ def schedule(ops: Ops, q: Quantities, k: Consts) -> Schedule:
 # -- DMA and compute time ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class StreamRates:
-    """Cycles per byte x SCALE of one of the ``active`` streaming clusters: ``total`` (ports,
-    links and HBM), or ``net`` and ``hbm`` apart when the machine has DMA efficiency tables;
-    ``multicast`` is the mapping's flag."""
+    """Cycles per byte x SCALE of one of the ``active`` streaming clusters over each path or
+    resource (``Consts``' tables: ``hbm_path`` = ports, links and HBM share, no efficiency
+    tables; ``net`` = ports and links to the HBM; ``hbm`` = HBM share; ``l2_path``, ``tree``,
+    ``root``, ``l2_share`` with an L2 stream); ``multicast`` is the mapping's flag. A table is
+    looked up when the formula first reads it, so the integer program holds the element
+    constraints of the rates the layer's streams use and no others."""
 
-    total: Value | None
-    net: Value | None
-    hbm: Value | None
-    multicast: Value
+    TABLES = {
+        "hbm_path": "stream_cycles_per_byte_scaled",
+        "net": "stream_net_cycles_per_byte_scaled",
+        "hbm": "stream_hbm_cycles_per_byte_scaled",
+        "l2_path": "stream_l2_cycles_per_byte_scaled",
+        "tree": "stream_tree_cycles_per_byte_scaled",
+        "root": "stream_root_cycles_per_byte_scaled",
+        "l2_share": "stream_l2_share_cycles_per_byte_scaled",
+    }
+
+    def __init__(self, ops: Ops, k: Consts, active: Value, multicast: Value) -> None:
+        self.ops, self.k, self.index, self.multicast = ops, k, active - 1, multicast
+        self.looked_up: dict[str, Value] = {}
+
+    def __getitem__(self, name: str) -> Value:
+        """The rate over ``name`` (a key of ``TABLES``)."""
+        if name not in self.looked_up:
+            table = getattr(self.k, self.TABLES[name])
+            assert table is not None, f"Consts has no {self.TABLES[name]}"
+            self.looked_up[name] = self.ops.lookup(self.index, table)
+        return self.looked_up[name]
 
 
 def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
-    """Look up the streaming rate of ``sched.active`` clusters (report Sec. 2.1.2)."""
-    index = sched.active - 1
-    if not k.has_dma_efficiency:
-        return StreamRates(
-            ops.lookup(index, k.stream_cycles_per_byte_scaled), None, None, q.multicast
-        )
-    assert k.stream_net_cycles_per_byte_scaled is not None
-    assert k.stream_hbm_cycles_per_byte_scaled is not None
-    net = ops.lookup(index, k.stream_net_cycles_per_byte_scaled)
-    hbm = ops.lookup(index, k.stream_hbm_cycles_per_byte_scaled)
-    return StreamRates(None, net, hbm, q.multicast)
+    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2)."""
+    return StreamRates(ops, k, sched.active, q.multicast)
 
 
 @dataclass(frozen=True)
 class Stream:
-    """Bytes one cluster moves, with what they cost elsewhere: main-memory occupancy
-    (bytes x inverse efficiency; machines with DMA efficiency tables) and the distinct bytes
-    of the whole wave (machines that multicast)."""
+    """Bytes one cluster moves from or to each memory level (None: nothing at that level),
+    with what they cost elsewhere: HBM occupancy (HBM bytes x inverse efficiency; machines
+    with DMA efficiency tables) and the distinct bytes of the whole wave (machines that
+    multicast; their streams are all HBM)."""
 
-    nbytes: Value
+    hbm_bytes: Value = None  # from or to the HBM
     occupied: Value = None
     wave_bytes: Value = None
+    l2_bytes: Value = None  # from or to the L2
+
+    @property
+    def payload(self) -> Value:
+        """Every byte through the cluster's DMA port, whatever its level."""
+        if self.l2_bytes is None:
+            return self.hbm_bytes
+        return self.l2_bytes if self.hbm_bytes is None else self.hbm_bytes + self.l2_bytes
 
 
-def plain_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
-    """Cycles to move ``stream.nbytes`` at this cluster's share of the bandwidth.
+def hbm_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
+    """Cycles to move ``stream.hbm_bytes`` from or to the HBM at this cluster's share.
 
-    ``occupied``: main-memory bytes x SCALE the transfer takes, ``bytes x`` the inverse DMA
-    efficiency of its runs (seed 004 Table II). Only the HBM's term of the share is slowed by
-    it; ports and links carry payload. Without efficiency tables the inverse efficiency is
-    ``SCALE`` and this is ``nbytes x rate`` exactly, so it is not built at all.
+    ``occupied``: HBM bytes x SCALE the transfer takes, ``bytes x`` the inverse DMA efficiency
+    of its runs (seed 004 Table II). Only the HBM's term of the share is slowed by it; ports
+    and links carry payload. Without efficiency tables the inverse efficiency is ``SCALE`` and
+    this is ``hbm_bytes x rate`` exactly, so it is not built at all.
     """
     if not k.has_dma_efficiency:
-        return ops.cdiv(ops.mul(stream.nbytes, rates.total), SCALE)
+        return ops.cdiv(ops.mul(stream.hbm_bytes, rates["hbm_path"]), SCALE)
     return ops.max(
-        ops.cdiv(ops.mul(stream.nbytes, rates.net), SCALE),
-        ops.cdiv(ops.mul(stream.occupied, rates.hbm), SCALE * SCALE),
+        ops.cdiv(ops.mul(stream.hbm_bytes, rates["net"]), SCALE),
+        ops.cdiv(ops.mul(stream.occupied, rates["hbm"]), SCALE * SCALE),
     )
 
 
+def mixed_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
+    """Cycles of a transfer with bytes at both levels: its busiest resource, each resource
+    carrying the bytes that cross it (the port and the links below the root all of them,
+    the root's uplink and the HBM the HBM's, the L2 the L2's)."""
+    hbm_share = (
+        ops.cdiv(ops.mul(stream.occupied, rates["hbm"]), SCALE * SCALE)
+        if k.has_dma_efficiency
+        else ops.cdiv(ops.mul(stream.hbm_bytes, rates["hbm"]), SCALE)
+    )
+    return ops.max(
+        ops.cdiv(ops.mul(stream.payload, rates["tree"]), SCALE),
+        ops.cdiv(ops.mul(stream.hbm_bytes, rates["root"]), SCALE),
+        hbm_share,
+        ops.cdiv(ops.mul(stream.l2_bytes, rates["l2_share"]), SCALE),
+    )
+
+
+def plain_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
+    """Cycles to move ``stream`` at this cluster's share of the bandwidth of the resources it
+    crosses: an HBM stream's path and the HBM, an L2 stream's (the links below the root and
+    the L2, efficiency 1), or, for both at once, its busiest resource."""
+    if stream.l2_bytes is None:
+        return hbm_stream_cycles(ops, k, rates, stream)
+    if stream.hbm_bytes is None:
+        return ops.cdiv(ops.mul(stream.l2_bytes, rates["l2_path"]), SCALE)
+    return mixed_stream_cycles(ops, k, rates, stream)
+
+
 def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
-    """As ``plain_stream_cycles``; with multicast, ``nbytes`` through this cluster's port
+    """As ``plain_stream_cycles``; with multicast, ``hbm_bytes`` through this cluster's port
     while the shared HBM and links carry the wave's distinct ``wave_bytes`` (charged as
-    payload: no preset both multicasts and has DMA efficiency tables)."""
+    payload: no preset both multicasts and has DMA efficiency tables, or an L2)."""
     if not k.can_multicast:
         return plain_stream_cycles(ops, k, rates, stream)
     shared = ops.max(
-        ops.cdiv(stream.nbytes * k.port_cycles_per_byte_scaled, SCALE),
+        ops.cdiv(stream.hbm_bytes * k.port_cycles_per_byte_scaled, SCALE),
         ops.cdiv(stream.wave_bytes * k.shared_cycles_per_byte_scaled, SCALE),
     )
     return ops.choose(rates.multicast, [plain_stream_cycles(ops, k, rates, stream), shared])
 
 
-def by_buffering(
-    ops: Ops, q: Quantities, input_value: Value, filter_value: Value
-) -> tuple[Value, Value]:
-    """(double-buffered, single-buffered) parts of an input and a filter figure: the depths
-    are 1 or 2, so ``depth - 1`` and ``2 - depth`` are 0/1 flags."""
-    input_depth, filter_depth = q.input_buffer_depth, q.filter_buffer_depth
-    double = ops.mul(input_depth - 1, input_value) + ops.mul(filter_depth - 1, filter_value)
-    single = ops.mul(2 - input_depth, input_value) + ops.mul(2 - filter_depth, filter_value)
-    return double, single
+def operand_stream(
+    ops: Ops, k: Consts, stream: str, nbytes: Value, inverse_efficiency: Value, wave: Value
+) -> Stream:
+    """``nbytes`` of one of the layer's streams (``stream``: ``ir.placement.STREAMS``) at its
+    memory level; from or to the HBM with its occupancy (efficiency tables) and, multicast,
+    ``wave`` times as many distinct bytes in the wave (None: no multicast)."""
+    if k.level(stream) == "l2":
+        return Stream(l2_bytes=nbytes)
+    occupied = ops.mul(nbytes, inverse_efficiency) if k.has_dma_efficiency else None
+    wave_bytes = None if wave is None else ops.mul(nbytes, wave)
+    return Stream(nbytes, occupied, wave_bytes)
 
 
 def split_streams(
     ops: Ops, q: Quantities, k: Consts, sched: Schedule, in_bytes: Value, filter_bytes: Value
 ) -> tuple[Stream, Stream]:
     """``in_bytes`` of input and ``filter_bytes`` of filters one cluster loads, as
-    (double-buffered, single-buffered) streams. A multicast wave reads the inputs of its tiles
-    (x its stacks when groups > 1: they read different slices) and the filters of its
-    stacks."""
-    double_bytes, single_bytes = by_buffering(ops, q, in_bytes, filter_bytes)
-    double_occupied = single_occupied = None
-    if k.has_dma_efficiency:
-        double_occupied, single_occupied = by_buffering(
-            ops,
-            q,
-            ops.mul(in_bytes, q.input_inverse_efficiency),
-            ops.mul(filter_bytes, q.filter_inverse_efficiency),
-        )
-    double_wave = single_wave = None
+    (double-buffered, single-buffered) streams: the depths are 1 or 2, so ``depth - 1`` and
+    ``2 - depth`` are 0/1 flags. A multicast wave reads the inputs of its tiles (x its stacks
+    when groups > 1: they read different slices) and the filters of its stacks."""
+    input_wave = filter_wave = None
     if sched.wave is not None:
         wave = sched.wave
-        input_tiles = wave.tiles if k.groups == 1 else ops.mul(wave.tiles, wave.stacks)
-        double_wave, single_wave = by_buffering(
-            ops, q, ops.mul(in_bytes, input_tiles), ops.mul(filter_bytes, wave.stacks)
+        input_wave = wave.tiles if k.groups == 1 else ops.mul(wave.tiles, wave.stacks)
+        filter_wave = wave.stacks
+    inputs = operand_stream(ops, k, "input", in_bytes, q.input_inverse_efficiency, input_wave)
+    double = scaled(ops, q.input_buffer_depth - 1, inputs)
+    single = scaled(ops, 2 - q.input_buffer_depth, inputs)
+    if k.has_filters:
+        filters = operand_stream(
+            ops, k, "weights", filter_bytes, q.filter_inverse_efficiency, filter_wave
         )
-    return (
-        Stream(double_bytes, double_occupied, double_wave),
-        Stream(single_bytes, single_occupied, single_wave),
-    )
+        double = plus(double, scaled(ops, q.filter_buffer_depth - 1, filters))
+        single = plus(single, scaled(ops, 2 - q.filter_buffer_depth, filters))
+    return double, single
 
 
 @dataclass(frozen=True)
@@ -643,21 +788,33 @@ class Loads:
 
 
 def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
-    """The part of stream ``a`` that is not ``b`` (``b`` is a prefix of ``a``)."""
+    """The part of stream ``a`` that is not ``b`` (``b`` is a prefix of ``a``: same levels)."""
 
     def sub(x: Value, y: Value) -> Value:
         return None if x is None else x - y
 
-    return Stream(a.nbytes - b.nbytes, sub(a.occupied, b.occupied), sub(a.wave_bytes, b.wave_bytes))
+    return Stream(
+        sub(a.hbm_bytes, b.hbm_bytes),
+        sub(a.occupied, b.occupied),
+        sub(a.wave_bytes, b.wave_bytes),
+        sub(a.l2_bytes, b.l2_bytes),
+    )
 
 
 def plus(a: Stream, b: Stream) -> Stream:
     """Streams ``a`` and ``b`` at once: they share the cluster's bandwidth."""
 
     def add(x: Value, y: Value) -> Value:
-        return None if x is None else x + y
+        if x is None or y is None:
+            return y if x is None else x
+        return x + y
 
-    return Stream(a.nbytes + b.nbytes, add(a.occupied, b.occupied), add(a.wave_bytes, b.wave_bytes))
+    return Stream(
+        add(a.hbm_bytes, b.hbm_bytes),
+        add(a.occupied, b.occupied),
+        add(a.wave_bytes, b.wave_bytes),
+        add(a.l2_bytes, b.l2_bytes),
+    )
 
 
 def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
@@ -666,7 +823,7 @@ def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
     def times(x: Value) -> Value:
         return None if x is None else ops.mul(flag, x)
 
-    return Stream(ops.mul(flag, a.nbytes), times(a.occupied), times(a.wave_bytes))
+    return Stream(times(a.hbm_bytes), times(a.occupied), times(a.wave_bytes), times(a.l2_bytes))
 
 
 def load_streams(
@@ -688,30 +845,37 @@ def load_streams(
     )
 
 
-def round_trip_wait(ops: Ops, k: Consts, depth: Value, nbytes: Value, in_flight: Value) -> Value:
+def round_trip_wait(
+    ops: Ops, round_trip: int, depth: Value, nbytes: Value, in_flight: Value
+) -> Value:
     """Cycles a double-buffered stream of ``nbytes`` needs to keep ``in_flight`` bytes in
-    flight over the round trip (0 when single buffered: ``depth - 1`` is a 0/1 flag)."""
-    return ops.cdiv(ops.mul(ops.mul(depth - 1, nbytes), k.latency_cycles), in_flight)
+    flight over its memory's ``round_trip`` (0 when single buffered: ``depth - 1`` is a 0/1
+    flag)."""
+    return ops.cdiv(ops.mul(ops.mul(depth - 1, nbytes), round_trip), in_flight)
 
 
 def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Loads) -> Value:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
     each cover the round trip), so a tiny filter buffer is not rescued by a big input buffer:
-    every filter tile then waits a whole round trip. The first tiles' round trip is the task's
-    start-up ``L``; the law paces the tiles after them."""
+    every filter tile then waits a whole round trip (of its own memory level). The first
+    tiles' round trip is the task's start-up ``L``; the law paces the tiles after them."""
     w = k.word_bytes
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
     input_wait = round_trip_wait(
-        ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
+        ops, k.round_trip("input"), q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
     )
     if not k.has_filters:
         return input_wait
     in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
-    return ops.max(
-        input_wait,
-        round_trip_wait(ops, k, q.filter_buffer_depth, loads.rest_filter_bytes, in_flight_filter),
+    filter_wait = round_trip_wait(
+        ops,
+        k.round_trip("weights"),
+        q.filter_buffer_depth,
+        loads.rest_filter_bytes,
+        in_flight_filter,
     )
+    return ops.max(input_wait, filter_wait)
 
 
 @dataclass(frozen=True)
@@ -751,7 +915,8 @@ def dma_cycles(
     its store. A double output buffer has a second residual slot, so the read is issued when
     the stream starts and shares the cluster's bandwidth with it: the overlapped part lasts
     at least its round trip. A single one reads it after compute (exposed, like a
-    single-buffered load, with its set-up)."""
+    single-buffered load, with its set-up). Each round trip is that of the stream's memory
+    level."""
     loads = load_streams(ops, q, k, l1, work, sched)
     little = little_cycles(ops, q, k, l1, loads)
     filter_loads = ops.mul(work.steps, q.stack_out_channels_max) if k.has_filters else 0
@@ -770,7 +935,7 @@ def dma_cycles(
         late = stores - early  # 1: read after compute
         rest = plus(rest, scaled(ops, early, residual))
         transfers = transfers + early
-        residual_time = stream_cycles(ops, k, rates, residual) + k.latency_cycles
+        residual_time = stream_cycles(ops, k, rates, residual) + k.round_trip("residual")
         floor = ops.max(little, ops.mul(early, residual_time))
         exposed_residual = ops.mul(late, residual_time + k.dma_setup_cycles)
     overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
@@ -779,14 +944,11 @@ def dma_cycles(
         + ops.cdiv(work.forwarded_words * k.word_bytes, k.dma_bytes_per_cycle)
         + overhead
     )
-    single_loads = ops.mul(2 - q.input_buffer_depth, work.steps)
+    round_trips = ops.mul(2 - q.input_buffer_depth, work.steps) * k.round_trip("input")
     if k.has_filters:
-        single_loads = single_loads + ops.mul(2 - q.filter_buffer_depth, filter_loads)
-    exposed = (
-        stream_cycles(ops, k, rates, loads.single)
-        + single_loads * k.latency_cycles
-        + exposed_residual
-    )
+        single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
+        round_trips = round_trips + single_filter_loads * k.round_trip("weights")
+    exposed = stream_cycles(ops, k, rates, loads.single) + round_trips + exposed_residual
     prologue = stream_cycles(ops, k, rates, loads.first) + first_overhead
     return DmaCycles(prologue, overlapped, exposed)
 
@@ -801,20 +963,19 @@ def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
 
 
 def private_stream(
-    ops: Ops, k: Consts, sched: Schedule, words: Value, inverse_efficiency: Value
+    ops: Ops, k: Consts, sched: Schedule, stream: str, words: Value, inverse_efficiency: Value
 ) -> Stream:
     """``words`` of the largest task that no other task moves (its output, its residual
-    tile): a multicast wave moves ``active`` tasks' worth (never shared)."""
-    nbytes = words * k.word_bytes
-    occupied = ops.mul(nbytes, inverse_efficiency) if k.has_dma_efficiency else None
-    wave_bytes = ops.mul(nbytes, sched.active) if k.can_multicast else None
-    return Stream(nbytes, occupied, wave_bytes)
+    tile; ``stream`` names it) at their memory level: a multicast wave moves ``active``
+    tasks' worth (never shared)."""
+    wave = sched.active if k.can_multicast else None
+    return operand_stream(ops, k, stream, words * k.word_bytes, inverse_efficiency, wave)
 
 
 def store_stream(ops: Ops, q: Quantities, k: Consts, work: TaskWork, sched: Schedule) -> Stream:
     """The largest task's output store; outputs are distinct, so a multicast wave stores
     ``active`` tasks' outputs (never shared)."""
-    return private_stream(ops, k, sched, work.store_words, q.output_inverse_efficiency)
+    return private_stream(ops, k, sched, "output", work.store_words, q.output_inverse_efficiency)
 
 
 def residual_stream(
@@ -824,7 +985,9 @@ def residual_stream(
     residual operand, read with the read efficiency of the output's runs); None without."""
     if not k.has_residual:
         return None
-    return private_stream(ops, k, sched, work.residual_words, q.residual_inverse_efficiency)
+    return private_stream(
+        ops, k, sched, "residual", work.residual_words, q.residual_inverse_efficiency
+    )
 
 
 # -- overlap: task, phase and layer latency ----------------------------------------------------
@@ -833,17 +996,19 @@ def residual_stream(
 def exposed_store_cycles(
     ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
 ) -> Value:
-    """Unless its output is double buffered, a task pays ``L`` plus the transfer to store
-    (``input_parallel`` tasks store nothing: their phase does, after the reduction)."""
-    store_time = stream_cycles(ops, k, rates, store) + k.latency_cycles
+    """Unless its output is double buffered, a task pays the output's round trip plus the
+    transfer to store (``input_parallel`` tasks store nothing: their phase does, after the
+    reduction)."""
+    store_time = stream_cycles(ops, k, rates, store) + k.round_trip("output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 
 def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value) -> Value:
-    """The largest task: ``L`` and the first tiles to start, compute overlapped with the rest
-    of the double-buffered streams, then what cannot overlap (module docstring)."""
+    """The largest task: ``L`` (the slower round trip of its first loads) and the first
+    tiles to start, compute overlapped with the rest of the double-buffered streams, then what
+    cannot overlap (module docstring)."""
     return (
-        k.latency_cycles
+        k.start_latency_cycles
         + dma.prologue
         + ops.max(compute, dma.overlapped)
         + dma.exposed
@@ -855,13 +1020,15 @@ def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Val
     """``input_parallel``: each phase ends with the tree reduction of the ``active`` private
     stacks level by level and one store of the stack (Sec. 3.1.3); 0 for the others. The
     root applies the epilogue to the reduced stack before storing it, after reading the
-    stack's residual operand (a set-up, the round trip and the transfer, as the store)."""
+    stack's residual operand (a set-up, the round trip and the transfer, as the store). The
+    round trips are those of the output's and the residual's memory levels; the transfers
+    are costed at the DMA port."""
     stack_words = ops.mul(q.stack_out_channels_max, q.batch_tile_images_max)
     stack_bytes = stack_words * k.word_bytes
     index = sched.active - 1
     reduce = (
         ops.lookup(index, k.reduction_latency_cycles)
-        + k.latency_cycles
+        + k.round_trip("output")
         + ops.cdiv(stack_bytes, k.dma_bytes_per_cycle)
     )
     if k.epilogue_ops:
@@ -870,7 +1037,7 @@ def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Val
         reduce = (
             reduce
             + k.dma_setup_cycles
-            + k.latency_cycles
+            + k.round_trip("residual")
             + ops.cdiv(stack_bytes, k.dma_bytes_per_cycle)
         )
     for level_steps, link in zip(k.reduction_steps, k.link_bytes_per_cycle_scaled, strict=True):
@@ -908,19 +1075,40 @@ def latency_cycles(ops: Ops, phases: Value, memory_floor: Value) -> Value:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Words the whole layer moves (report Eq. 7, 9, 10, 12/13 generalised)."""
+    """Words the whole layer moves (report Eq. 7, 9, 10, 12/13 generalised): each stream
+    from or to its memory level (``placement``), and between clusters."""
 
     input_load_words: Value
     filter_load_words: Value
     residual_load_words: int  # the epilogue's residual operand, read once
     store_words: int
     intercluster_words: Value
+    placement: Placement = HBM_ONLY
 
-    def load_words(self) -> Value:
-        return self.input_load_words + self.filter_load_words + self.residual_load_words
+    def stream_words(self) -> dict[str, Value]:
+        """Words of each stream (``ir.placement.STREAMS``)."""
+        return {
+            "input": self.input_load_words,
+            "weights": self.filter_load_words,
+            "residual": self.residual_load_words,
+            "output": self.store_words,
+        }
+
+    def words_at(self, level: MemoryLevel) -> Value:
+        """Words of the streams placed at ``level`` (0 if none is)."""
+        total: Value = None
+        for stream, words in self.stream_words().items():
+            if self.placement.level(stream) == level:
+                total = words if total is None else total + words
+        return 0 if total is None else total
 
     def offchip_words(self) -> Value:
-        return self.load_words() + self.store_words
+        """Words from and to the HBM (off-chip)."""
+        return self.words_at("hbm")
+
+    def l2_words(self) -> Value:
+        """Words from and to the on-chip L2."""
+        return self.words_at("l2")
 
 
 def multicast_loads(
@@ -938,13 +1126,14 @@ def multicast_loads(
     return stack_input, stack_filter
 
 
-def offchip_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traffic:
+def memory_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traffic:
     """Alg. 1/2 read each stack's input slices of every tile (halos included) and the filters
     once per tile (Eq. 7); Alg. 3 reads the input once per share group and forwards it to the
     other members (Eq. 9, 10); Alg. 4/5 read the input once per stack and the filters once
     per batch tile, and reduce ``active - 1`` private stacks between clusters (Eq. 12/13).
     A layer without weights loads no filters. Every output is stored once, and its residual
-    operand (if any) read once."""
+    operand (if any) read once. Each stream's words are at its memory level; forwarded and
+    reduced words move between clusters wherever the stream lives."""
     alg, pixels = q.algorithm, q.tile_in_pixels_sum
     one_pass = k.batch * k.in_channels  # words of one input pass, per pixel
     stack_input = ops.mul(q.stack_in_channels_sum, pixels) * k.batch
@@ -979,37 +1168,49 @@ def offchip_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traf
     )
     stores = k.batch * k.output_words
     residual = stores if k.has_residual else 0
-    return Traffic(input_load, filter_load, residual, stores, intercluster)
+    return Traffic(input_load, filter_load, residual, stores, intercluster, k.placement)
 
 
 def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic) -> Value:
-    """Main-memory occupancy (bytes x SCALE): payload over the DMA efficiency of each
-    operand's runs (seed 004 Table II); the traffic in bytes is unchanged by it."""
+    """HBM occupancy (bytes x SCALE) of the HBM streams: payload over the DMA efficiency of
+    each operand's runs (seed 004 Table II); the traffic in bytes is unchanged by it."""
     if not k.has_dma_efficiency:
         return traffic.offchip_words() * k.word_bytes * SCALE
-    occupied = (
-        ops.mul(traffic.input_load_words, q.input_inverse_efficiency)
-        + ops.mul(traffic.filter_load_words, q.filter_inverse_efficiency)
-        + traffic.store_words * q.output_inverse_efficiency
-    )
-    if traffic.residual_load_words:
-        occupied = occupied + traffic.residual_load_words * q.residual_inverse_efficiency
+    words = traffic.stream_words()
+    inverse_efficiency = {
+        "input": q.input_inverse_efficiency,
+        "weights": q.filter_inverse_efficiency,
+        "output": q.output_inverse_efficiency,
+        "residual": q.residual_inverse_efficiency,
+    }
+    occupied: Value = 0
+    for stream, inverse in inverse_efficiency.items():
+        if k.level(stream) == "hbm" and not (stream == "residual" and not words[stream]):
+            occupied = occupied + ops.mul(words[stream], inverse)
     return occupied * k.word_bytes
 
 
-def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value) -> Value:
-    """No mapping is faster than main memory delivers its occupancy at the HBM bandwidth."""
-    return ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)
+def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: Value) -> Value:
+    """No mapping is faster than the HBM delivers its occupancy at its bandwidth, nor than
+    the L2 delivers its bytes at its own (two memories, working at once)."""
+    hbm_floor = ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)
+    if not k.placement.uses_l2:
+        return hbm_floor
+    return ops.max(hbm_floor, ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
 
 
 def energy_fj(k: Consts, traffic: Traffic) -> Value:
     """Energy (fJ): the FPU operations are fixed by the layer (ASSUMPTION: each costs the
-    machine's energy of a MAC); mappings differ in the bytes they move."""
-    return (
+    machine's energy of a MAC); mappings differ in the bytes they move, each byte at its
+    memory's energy (HBM or L2)."""
+    energy = (
         k.batch * k.output_words * k.ops_per_output * k.op_energy_fj
         + traffic.offchip_words() * k.word_bytes * k.hbm_byte_energy_fj
         + traffic.intercluster_words * (k.word_bytes * k.noc_byte_energy_fj)
     )
+    if k.placement.uses_l2:
+        energy = energy + traffic.l2_words() * (k.word_bytes * k.l2_byte_energy_fj)
+    return energy
 
 
 # -- the formula -------------------------------------------------------------------------------
@@ -1026,8 +1227,9 @@ def evaluate(
     ``alloc_override`` (scalar evaluation only) gives explicit buffer bytes, as the report's
     fixed 16 KiB buffers; otherwise each buffer is ``depth x tile`` rounded up to the bank.
     Outputs: ``l1`` bytes, per operand ``tile_words_*``, ``need_bytes_*`` and
-    ``alloc_bytes_*``, word counts of the traffic, ``offchip_bytes``, the cycle figures,
-    ``cycles`` (the latency) and ``energy`` (fJ).
+    ``alloc_bytes_*``, word counts of the traffic (each stream's, wherever it lives),
+    ``offchip_bytes`` (the HBM streams') and ``l2_bytes`` (the L2 streams'), the cycle
+    figures, ``cycles`` (the latency) and ``energy`` (fJ).
     """
     q = Quantities(**quantities)
     tiles = task_tiles(ops, q, k)
@@ -1041,9 +1243,10 @@ def evaluate(
     task = task_cycles(ops, k, compute, dma, exposed_store_cycles(ops, q, k, store, rates))
     reduction = reduction_cycles(ops, q, k, sched)
     phases = phases_cycles(ops, sched, task, reduction, store_tail_cycles(ops, q, k, store, rates))
-    traffic = offchip_traffic(ops, q, k, sched)
+    traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
-    memory_floor = memory_floor_cycles(ops, k, occupancy)
+    l2_bytes = traffic.l2_words() * k.word_bytes
+    memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},
@@ -1066,6 +1269,7 @@ def evaluate(
         "store_words": traffic.store_words,
         "intercluster_words": traffic.intercluster_words,
         "offchip_bytes": traffic.offchip_words() * k.word_bytes,
+        "l2_bytes": l2_bytes,
         "memory_floor_cycles": memory_floor,
         "memory_occupancy_scaled": occupancy,
         "cycles": latency_cycles(ops, phases, memory_floor),

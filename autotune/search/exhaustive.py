@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.ir.machine import Machine
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.model.formulas import OUTPUT_STACK, SHARED, consts, evaluate
 from autotune.model.ops import NumpyOps
@@ -70,29 +71,47 @@ def quantities(
 
 
 def search(
-    space: SearchSpace, machine: Machine, precision: str, objective: str = "latency"
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    objective: str = "latency",
+    *,
+    placement: Placement = HBM_ONLY,
 ) -> Best | None:
     """The best candidate under ``objective`` (None if nothing fits; see ``min_l1``)."""
-    ranked = ranking(space, machine, precision, objective, 1)
+    ranked = ranking(space, machine, precision, objective, 1, placement=placement)
     return ranked[0] if ranked else None
 
 
 def top_k(
-    space: SearchSpace, machine: Machine, precision: str, objective: str, k: int
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    objective: str,
+    k: int,
+    *,
+    placement: Placement = HBM_ONLY,
 ) -> list[dict[str, int]]:
     """Indices of the ``k`` best fitting candidates, best first (same order as ``search``)."""
-    ranked = ranking(space, machine, precision, objective, k)
+    ranked = ranking(space, machine, precision, objective, k, placement=placement)
     return [b.index for b in ranked if b.index]
 
 
 def ranking(
-    space: SearchSpace, machine: Machine, precision: str, objective: str, count: int
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    objective: str,
+    count: int,
+    *,
+    placement: Placement = HBM_ONLY,
 ) -> list[Best]:
     """The ``count`` best candidates (one ``Best`` each; an infeasible layer gives one ``Best``
-    with an empty index and the smallest footprint; an empty space gives [])."""
+    with an empty index and the smallest footprint; an empty space gives []), each stream of
+    the layer at the memory level ``placement`` gives it (the space does not depend on it)."""
     check_objective(objective)
     start = time.perf_counter()
-    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
+    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch, placement)
     efficiency = efficiency_tables(space, machine, precision)
     order = ORDER[objective]
     kept: list[tuple[tuple, dict[str, int], dict[str, int]]] = []
@@ -115,7 +134,7 @@ def ranking(
                 # a step cannot exceed the slices a stack reads
                 legal &= q["step_in_channels"] <= q["stack_in_channels_max"]
             values = evaluate(NumpyOps(), q, k)
-            for name in ("cycles", "energy", "offchip_bytes"):
+            for name in ("cycles", "energy", "offchip_bytes", "l2_bytes"):
                 if np.max(values[name]) >= LIMIT:  # the integer program clamps there
                     raise OverflowError(f"layer {space.layer.name!r}: {name} reaches {LIMIT}")
             l1 = np.broadcast_to(values["l1"], legal.shape)

@@ -8,6 +8,7 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import SEARCH_MODES, TuneOptions
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.model.analysis import Analysis, analyze
 from autotune.search import exhaustive
 from autotune.search.ilp import model as ilp
@@ -63,23 +64,28 @@ def solve_layer(
     precision: str = "fp32",
     batch: int = 1,
     options: TuneOptions = DEFAULT_OPTIONS,
+    placement: Placement = HBM_ONLY,
 ) -> LayerSolution:
-    """The best mapping of one layer on one chiplet under the analytical model.
+    """The best mapping of one layer on one chiplet under the analytical model, each of its
+    streams at the memory level ``placement`` gives it (HBM or the chiplet's L2).
 
     The search settings come from ``options`` (``objective``, ``search``, ``time_limit``,
     ``solver_workers``, ``seed``); ``precision`` and ``batch`` are the resolved ones (a
     package's parts run at their own batch). ``search="ilp"`` solves the CP-SAT program
     (proven optimal unless ``time_limit`` cuts it short: see ``search.status``);
     ``"exhaustive"`` evaluates every candidate with numpy. Both return the same mapping.
-    Raises ``InfeasibleError`` if nothing fits L1. A package's layers are solved by
+    Raises ``InfeasibleError`` if nothing fits L1, ``ValueError`` for an L2 stream on a
+    machine without an L2. The solution's ``analysis`` has the chosen mapping's figures:
+    ``cycles``, ``offchip_bytes`` (HBM) and ``l2_bytes``. A package's layers are solved by
     ``autotune.chiplets.solve_layer``, which calls this for each split's largest part.
     """
     machine.check_precision(precision)
+    placement.check(machine)
     objective = options.objective
     space = search_space(layer, machine, batch)
     key = OBJECTIVE_FIGURE[objective]
     if options.search == "exhaustive":
-        best = exhaustive.search(space, machine, precision, objective)
+        best = exhaustive.search(space, machine, precision, objective, placement=placement)
         if best is None or not best.index:
             raise InfeasibleError(
                 layer.name, machine.l1_bytes, None if best is None else best.min_l1
@@ -104,6 +110,7 @@ def solve_layer(
             time_limit=options.time_limit,
             workers=options.solver_workers,
             seed=options.seed,
+            placement=placement,
         )
         if result.index is None:
             raise InfeasibleError(layer.name, machine.l1_bytes, result.min_l1)
@@ -119,10 +126,12 @@ def solve_layer(
             result.candidates,
         )
     mapping = space.decode(index)
-    analysis = analyze(layer, mapping, machine, precision, batch)
-    if analysis.cycles != values["cycles"] or not analysis.fits:  # the model is one formula
+    analysis = analyze(layer, mapping, machine, precision, batch, placement=placement)
+    searched = (values["cycles"], values["offchip_bytes"], values["l2_bytes"])
+    analysed = (analysis.cycles, analysis.offchip_bytes, analysis.l2_bytes)
+    if searched != analysed or not analysis.fits:  # the model is one formula
         raise AssertionError(
             f"layer {layer.name!r}: search and analyze disagree "
-            f"({values['cycles']} vs {analysis.cycles} cycles)"
+            f"(cycles, HBM and L2 bytes: {searched} vs {analysed})"
         )
     return LayerSolution(layer, mapping, analysis, report)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from autotune import Layer, Machine, Network, analyze
 from autotune.api import solve_network
 from autotune.ir.options import TuneOptions
+from autotune.ir.placement import HBM_ONLY, placements
 from autotune.search.exhaustive import search as exhaustive_search
 from autotune.search.ilp.model import count_candidates, solve
 from autotune.search.solve import InfeasibleError, solve_layer
@@ -37,26 +38,34 @@ def small_layers():
     )
 
 
+#: Every placement of a layer's streams; half the draws keep everything in HBM.
+PLACEMENTS = st.one_of(st.just(HBM_ONLY), st.sampled_from(placements(True, True)))
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     layer=small_layers(),
     batch=st.sampled_from([1, 1, 2, 3]),
     precision=st.sampled_from(["fp32", "fp64"]),
     objective=st.sampled_from(["latency", "latency", "traffic", "energy"]),
+    placement=PLACEMENTS,
 )
-def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objective):
+def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objective, placement):
+    """For every placement of the layer's streams (HBM or the chiplet's L2)."""
     space = search_space(layer, manticore, batch)
-    best = exhaustive_search(space, manticore, precision, objective)
-    result = solve(space, manticore, precision, objective)
+    best = exhaustive_search(space, manticore, precision, objective, placement=placement)
+    result = solve(space, manticore, precision, objective, placement=placement)
     assert result.status == "OPTIMAL"
     assert result.candidates == best.candidates
     assert result.index == best.index  # same mapping: same lexicographic tie-breaks
-    for key in ("cycles", "offchip_bytes", "l1", "energy"):
+    for key in ("cycles", "offchip_bytes", "l2_bytes", "l1", "energy"):
         assert result.values[key] == best.values[key]
     # the decoded mapping, analysed on its own, has exactly those costs
-    a = analyze(layer, space.decode(best.index), manticore, precision, batch)
+    mapping = space.decode(best.index)
+    a = analyze(layer, mapping, manticore, precision, batch, placement=placement)
     assert a.fits and a.cycles == best.values["cycles"]
     assert a.offchip_bytes == best.values["offchip_bytes"]
+    assert a.l2_bytes == best.values["l2_bytes"]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,23 +79,35 @@ def test_ilp_optimum_equals_exhaustive(manticore, layer, batch, precision, objec
     batch=st.sampled_from([1, 2, 3]),
     precision=st.sampled_from(["fp32", "fp64"]),
     objective=st.sampled_from(["latency", "latency", "traffic"]),
+    placement=PLACEMENTS,
 )
-def test_ilp_optimum_equals_exhaustive_with_dma_efficiency(layer, batch, precision, objective):
+def test_ilp_optimum_equals_exhaustive_with_dma_efficiency(
+    layer, batch, precision, objective, placement
+):
     """The same law with the inverse DMA efficiencies active (SW26010's measured tables,
-    seed 004 Table II: two-variable tables read with element constraints)."""
+    seed 004 Table II: two-variable tables read with element constraints). The core group
+    is given a made-up L2 so that transfers mixing an HBM part (slowed by the efficiency)
+    and an L2 part (not) are built too."""
     sw = Machine.preset("sw26010-cg")
+    sw = dataclasses.replace(
+        sw,
+        l2_bytes=1 << 20,
+        l2_bytes_per_cycle=sw.hbm_bytes_per_cycle,
+        l2_latency_cycles=sw.hbm_latency_cycles // 2,
+    )
     space = search_space(layer, sw, batch)
-    best = exhaustive_search(space, sw, precision, objective)
+    best = exhaustive_search(space, sw, precision, objective, placement=placement)
     if best is None or not best.index:
         return  # nothing fits the 64 KB LDM
-    result = solve(space, sw, precision, objective)
+    result = solve(space, sw, precision, objective, placement=placement)
     assert result.status == "OPTIMAL"
     assert result.index == best.index
-    for key in ("cycles", "offchip_bytes", "l1", "memory_occupancy_scaled"):
+    for key in ("cycles", "offchip_bytes", "l2_bytes", "l1", "memory_occupancy_scaled"):
         assert result.values[key] == best.values[key]
-    a = analyze(layer, space.decode(best.index), sw, precision, batch)
+    a = analyze(layer, space.decode(best.index), sw, precision, batch, placement=placement)
     assert a.fits and a.cycles == best.values["cycles"]
     assert a.offchip_bytes == best.values["offchip_bytes"]
+    assert a.l2_bytes == best.values["l2_bytes"]
 
 
 def test_optimum_beats_every_report_mapping(manticore):

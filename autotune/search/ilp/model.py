@@ -23,6 +23,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from autotune.ir.machine import Machine
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.model.formulas import INPUT_PARALLEL, OUTPUT_STACK, SHARED, consts, evaluate
 from autotune.search.ilp.ops import CpSatOps, Expr
@@ -83,9 +84,17 @@ class Built:
     rank: Any
 
 
-def build(space: SearchSpace, machine: Machine, precision: str, *, capacity: bool = True) -> Built:
-    """The CP-SAT model; ``capacity=False`` leaves out the L1 constraint (to find the
-    smallest footprint of an infeasible layer)."""
+def build(
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    *,
+    capacity: bool = True,
+    placement: Placement = HBM_ONLY,
+) -> Built:
+    """The CP-SAT model, each stream of the layer at the memory level ``placement`` gives it;
+    ``capacity=False`` leaves out the L1 constraint (to find the smallest footprint of an
+    infeasible layer)."""
     cpm = cp_model.CpModel()
     ops = CpSatOps(cpm)
     name = space.layer.name
@@ -132,7 +141,7 @@ def build(space: SearchSpace, machine: Machine, precision: str, *, capacity: boo
         constraint = cpm.add(_expr(step_in) <= _expr(stack_in))
         if isinstance(alg, Expr):
             constraint.only_enforce_if(~ops.literal_equals(alg, INPUT_PARALLEL))
-    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch)
+    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch, placement)
     values = evaluate(ops, q, k)
     l1 = values["l1"]
     if capacity and isinstance(l1, Expr):
@@ -158,11 +167,13 @@ def solve(
     time_limit: float | None = 60.0,
     workers: int = 1,
     seed: int = 0,
+    placement: Placement = HBM_ONLY,
 ) -> IlpResult:
-    """Solve the layer's integer program; lexicographic stages make the answer unique."""
+    """Solve the layer's integer program (each stream at the memory level ``placement``
+    gives it); lexicographic stages make the answer unique."""
     check_objective(objective)
     start = time.perf_counter()
-    built = build(space, machine, precision)
+    built = build(space, machine, precision, placement=placement)
     cpm = built.cpm
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
@@ -185,7 +196,7 @@ def solve(
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             name = solver.status_name(status)
             if stage == stages[0]:
-                smallest = _smallest_footprint(space, machine, precision, solver)
+                smallest = _smallest_footprint(space, machine, precision, solver, placement)
                 return IlpResult(
                     None,
                     {},
@@ -235,10 +246,14 @@ def solve(
 
 
 def _smallest_footprint(
-    space: SearchSpace, machine: Machine, precision: str, solver: cp_model.CpSolver
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    solver: cp_model.CpSolver,
+    placement: Placement,
 ) -> int | None:
     """When nothing fits: the smallest L1 footprint any candidate needs (for the error)."""
-    relaxed = build(space, machine, precision, capacity=False)
+    relaxed = build(space, machine, precision, capacity=False, placement=placement)
     l1 = relaxed.values["l1"]
     if not isinstance(l1, Expr):
         return int(l1)

@@ -1,0 +1,230 @@
+"""Memory levels (``ir.placement``): each stream of a layer in the chiplet's HBM or its shared
+L2. Laws of the cost model that hold for every layer, mapping and placement (hypothesis),
+the L2's rates and round trips on small cases, and the machines without an L2."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze
+from autotune.ir.options import TuneOptions
+from autotune.ir.placement import HBM_ONLY, Placement, placements
+from autotune.ir.precision import word_bytes
+from autotune.model.formulas import SCALE, consts, evaluate
+from autotune.model.ops import NumpyOps
+from autotune.search.exhaustive import _variable_values, quantities, ranking
+from autotune.search.objective import VARIABLES
+from autotune.search.solve import solve_layer
+from autotune.search.space import efficiency_tables, search_space
+from tests.strategies import every_layer, mapped_layers
+
+SETTINGS = settings(max_examples=200, deadline=None)
+#: Every placement of a layer with weights and a residual (a layer without them ignores
+#: the level of the streams it lacks).
+PLACEMENTS = placements(has_weights=True, has_residual=True)
+MANTICORE = Machine.preset("manticore")
+
+
+def with_l2(machine: Machine, bytes_per_cycle: float, latency: int) -> Machine:
+    """``machine`` with a shared L2 of this bandwidth and round trip."""
+    return dataclasses.replace(
+        machine,
+        l2_bytes=27_000_000,
+        l2_bytes_per_cycle=bytes_per_cycle,
+        l2_latency_cycles=latency,
+    )
+
+
+def fast_l2_machines() -> st.SearchStrategy[Machine]:
+    """Manticore with an L2 at least as fast as its HBM (bandwidth and latency) and no DMA
+    efficiency tables: the preset's, one exactly as fast as the HBM, a faster one."""
+    hbm, latency = MANTICORE.hbm_bytes_per_cycle, MANTICORE.hbm_latency_cycles
+    return st.sampled_from(
+        [MANTICORE, with_l2(MANTICORE, hbm, latency), with_l2(MANTICORE, 4 * hbm, 1)]
+    )
+
+
+@SETTINGS
+@given(mapped_layers(), st.sampled_from(PLACEMENTS))
+def test_hbm_and_l2_traffic_add_up_to_the_hbm_only_traffic(case, placement):
+    layer, mapping, batch, precision = case
+    everything_in_hbm = analyze(layer, mapping, MANTICORE, precision, batch)
+    placed = analyze(layer, mapping, MANTICORE, precision, batch, placement=placement)
+    assert placed.offchip_bytes + placed.l2_bytes == everything_in_hbm.offchip_bytes
+    assert placed.offchip_load_words + placed.l2_load_words == (
+        everything_in_hbm.offchip_load_words
+    )
+    assert placed.offchip_store_words + placed.l2_store_words == (
+        everything_in_hbm.offchip_store_words
+    )
+    # each stream moves the same words wherever it lives, and counts at its own level
+    streams = {
+        "input": placed.input_load_words,
+        "weights": placed.filter_load_words,
+        "residual": placed.residual_load_words,
+    }
+    assert placed.l2_load_words == sum(
+        words for stream, words in streams.items() if placement.level(stream) == "l2"
+    )
+    stores_in_l2 = everything_in_hbm.offchip_store_words if placement.output == "l2" else 0
+    assert placed.l2_store_words == stores_in_l2
+    for figure in ("input_load_words", "filter_load_words", "residual_load_words"):
+        assert getattr(placed, figure) == getattr(everything_in_hbm, figure)
+    assert placed.intercluster_words == everything_in_hbm.intercluster_words
+    assert (placed.l1_bytes, placed.fits) == (everything_in_hbm.l1_bytes, everything_in_hbm.fits)
+    # a byte moved to the L2 costs the L2's energy instead of the HBM's
+    e = MANTICORE.energy_pj
+    assert placed.energy_pj == pytest.approx(
+        everything_in_hbm.energy_pj - placed.l2_bytes * (e["hbm_byte"] - e["l2_byte"]), rel=1e-9
+    )
+
+
+@SETTINGS
+@given(mapped_layers(), st.sampled_from(PLACEMENTS), fast_l2_machines())
+def test_an_l2_as_fast_as_the_hbm_never_costs_cycles(case, placement, machine):
+    """With an L2 at least as wide and as near as the HBM (and no DMA efficiency tables),
+    moving streams out of the HBM never slows a layer: every rate and round trip is no
+    larger, and the two memories' floors are each no higher than the HBM's alone."""
+    layer, mapping, batch, precision = case
+    everything_in_hbm = analyze(layer, mapping, machine, precision, batch)
+    placed = analyze(layer, mapping, machine, precision, batch, placement=placement)
+    assert placed.cycles <= everything_in_hbm.cycles
+    assert placed.memory_cycles <= everything_in_hbm.memory_cycles
+    assert placed.cycles >= placed.memory_cycles  # the floor holds with both memories
+    # a wider L2 never slows it either
+    wider = with_l2(machine, 2 * machine.l2_bytes_per_cycle, machine.l2_latency_cycles)
+    assert analyze(layer, mapping, wider, precision, batch, placement=placement).cycles <= (
+        placed.cycles
+    )
+
+
+@SETTINGS
+@given(mapped_layers())
+def test_hbm_only_is_the_default(case):
+    layer, mapping, batch, precision = case
+    default = analyze(layer, mapping, MANTICORE, precision, batch)
+    assert analyze(layer, mapping, MANTICORE, precision, batch, placement=HBM_ONLY) == default
+    assert default.l2_bytes == 0 and default.placement == HBM_ONLY
+
+
+def sw26010_with_l2() -> Machine:
+    """SW26010's core group (DMA efficiency tables) with a made-up L2: the formula's streams
+    that mix levels then have an HBM part slowed by the efficiency and an L2 part not."""
+    sw = Machine.preset("sw26010-cg")
+    return with_l2(sw, sw.hbm_bytes_per_cycle, sw.hbm_latency_cycles // 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layer=every_layer(max_hw=20, max_c=32),
+    batch=st.sampled_from([1, 2, 3]),
+    precision=st.sampled_from(["fp32", "fp64"]),
+    machine=st.sampled_from([MANTICORE, sw26010_with_l2()]),
+    placement=st.sampled_from(PLACEMENTS),
+    data=st.data(),
+)
+def test_analysis_equals_the_vectorised_figures(layer, batch, precision, machine, placement, data):
+    """``analyze`` (Python ints, from the mapping's task grid) and exhaustive search's
+    evaluation (numpy, from the search space's tables) of random candidates agree on every
+    figure, for every placement."""
+    space = search_space(layer, machine, batch)
+    ranges = _variable_values(space, data.draw(st.integers(0, len(space.algorithms) - 1)))
+    index = {v: int(data.draw(st.sampled_from(list(ranges[v])))) for v in VARIABLES}
+    q = quantities(
+        space,
+        {v: np.array([i]) for v, i in index.items()},
+        efficiency_tables(space, machine, precision),
+    )
+    if space.algorithms[index["alg"]] != "input_parallel":
+        assume(q["step_in_channels"][0] <= q["stack_in_channels_max"][0])
+    k = consts(layer, machine, precision, word_bytes(precision), batch, placement)
+    vectorised = {
+        name: int(np.broadcast_to(value, (1,))[0])
+        for name, value in evaluate(NumpyOps(), q, k).items()
+    }
+    a = analyze(layer, space.decode(index), machine, precision, batch, placement=placement)
+    assert a.cycles == vectorised["cycles"]
+    assert a.offchip_bytes == vectorised["offchip_bytes"]
+    assert a.l2_bytes == vectorised["l2_bytes"]
+    assert a.l1_bytes == vectorised["l1"]
+    assert round(a.energy_pj * 1000) == vectorised["energy"]
+
+
+def test_l2_rates_skip_the_root_uplink_and_share_the_l2():
+    """An L2 stream's rate (cycles per byte x SCALE for one of ``active`` clusters): its DMA
+    port and its share of every uplink below the root, and its share of the L2."""
+    layer = Layer("c", "conv", 14, 14, 16, 16, 3, 3, pad_h=1, pad_w=1)
+    k = consts(layer, MANTICORE, "fp32", 4, 1, Placement(input="l2"))
+    assert k.stream_l2_cycles_per_byte_scaled is not None
+    for active in (1, 4, 5, 16, 64, 100, 128):
+        inverse, below = 1 / MANTICORE.dma_bytes_per_cycle, 1
+        for level in MANTICORE.levels[:-1]:  # not the root's: the link to the HBM controller
+            below *= level.fanout
+            inverse = max(inverse, min(active, below) / level.uplink_bytes_per_cycle)
+        inverse = max(inverse, active / MANTICORE.l2_bytes_per_cycle)
+        expected = int(np.ceil(inverse * SCALE - 1e-9))
+        assert k.stream_l2_cycles_per_byte_scaled[active - 1] == expected, active
+
+
+def test_an_l2_stream_pays_the_l2_round_trip():
+    """One task on one cluster (every rate is the DMA port's, whatever the level), all
+    single buffered: the input in the L2 saves the HBM's extra round trip on every input
+    step, the output in the L2 on its store."""
+    layer = Layer("c", "conv", 8, 8, 64, 16, 3, 3, pad_h=1, pad_w=1)
+    single = Buffers(input_depth=1, filter_depth=1, output_depth=1)
+    mapping = Mapping("output_stack", delta_o=16, tile=Tile(in_c=8), buffers=single)
+    saved = MANTICORE.hbm_latency_cycles - MANTICORE.l2_latency_cycles
+    everything_in_hbm = analyze(layer, mapping, MANTICORE)
+    steps = 64 // 8
+    input_in_l2 = analyze(layer, mapping, MANTICORE, placement=Placement(input="l2"))
+    assert input_in_l2.cycles == everything_in_hbm.cycles - steps * saved
+    output_in_l2 = analyze(layer, mapping, MANTICORE, placement=Placement(output="l2"))
+    assert output_in_l2.cycles == everything_in_hbm.cycles - saved
+
+
+def test_a_layer_without_weights_ignores_their_level():
+    pool = Layer("pool", "maxpool", 28, 28, 16, 16, 3, 3, 2, 2, 1, 1, groups=16)
+    mapping = Mapping("output_stack", delta_o=16)
+    a = analyze(pool, mapping, MANTICORE, placement=Placement(weights="l2", residual="l2"))
+    assert a == analyze(pool, mapping, MANTICORE)
+
+
+@pytest.mark.parametrize("name", ["sw26010-cg", "mppa3"])
+def test_l2_placement_on_a_machine_without_l2_is_refused(name):
+    machine = Machine.preset(name)
+    assert not machine.has_l2
+    precision = "fp16" if name == "mppa3" else "fp32"
+    layer = Layer("c", "conv", 8, 8, 4, 4, 3, 3, pad_h=1, pad_w=1)
+    placement = Placement(weights="l2")
+    message = f"machine {name!r} has no L2"
+    with pytest.raises(ValueError, match=message):
+        analyze(layer, Mapping("output_stack"), machine, precision, placement=placement)
+    with pytest.raises(ValueError, match=message):
+        consts(layer, machine, precision, word_bytes(precision), 1, placement)
+    with pytest.raises(ValueError, match=message):
+        ranking(
+            search_space(layer, machine, 1), machine, precision, "latency", 1, placement=placement
+        )
+    for search in ("exhaustive", "ilp"):
+        with pytest.raises(ValueError, match=message):
+            solve_layer(layer, machine, precision, 1, TuneOptions(search=search), placement)
+    # everything in HBM is what these machines always did
+    assert analyze(layer, Mapping("output_stack"), machine, precision, placement=HBM_ONLY).fits
+
+
+def test_l2_placement_on_a_package_is_not_modelled():
+    from autotune.chiplets import solve_layer as solve_any
+
+    package = Machine.preset("manticore-package")
+    layer = Layer("c", "conv", 8, 8, 4, 4, 3, 3, pad_h=1, pad_w=1)
+    mapping = Mapping("output_stack").with_(chiplet_split="output_channels")
+    with pytest.raises(NotImplementedError, match="package 'manticore-package'"):
+        analyze(layer, mapping, package, placement=Placement(output="l2"))
+    with pytest.raises(NotImplementedError, match="one chiplet only"):
+        solve_any(layer, package, placement=Placement(input="l2"))
+    assert analyze(layer, mapping, package, placement=HBM_ONLY).chiplets == 4
