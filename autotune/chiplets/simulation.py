@@ -20,6 +20,7 @@ from autotune.chiplets.split import link_bytes, part_mapping, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.sim.result import SimResult
 from autotune.sim.simulate import simulate as simulate_chiplet
@@ -31,13 +32,17 @@ def simulate(
     machine: Machine,
     precision: str = "fp32",
     batch: int = 1,
+    placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
     *,
     trace: bool = False,
 ) -> SimResult:
     """Simulate ``layer`` under ``mapping`` on ``machine``, one chiplet or a package.
 
-    On one chiplet this is ``autotune.sim.simulate``; on a package, every part of the split
-    on its chiplet (``simulate_package``).
+    On one chiplet this is ``autotune.sim.simulate`` (with the streams' ``placement`` and an
+    L2 ``prefetch_bytes``); on a package, every part of the split on its chiplet
+    (``simulate_package``), with every stream in HBM: ``ValueError`` for an L2 placement or a
+    prefetch.
 
     Example:
         >>> from autotune import Layer, Machine, Mapping, simulate
@@ -48,7 +53,14 @@ def simulate(
         (4, True)
     """
     if machine.chiplets == 1:
-        return simulate_chiplet(layer, mapping, machine, precision, batch, trace=trace)
+        return simulate_chiplet(
+            layer, mapping, machine, precision, batch, placement, prefetch_bytes, trace=trace
+        )
+    if placement.uses_l2 or prefetch_bytes:
+        raise ValueError(
+            f"machine {machine.name!r} is a package of {machine.chiplets} chiplets: its layers "
+            "are simulated with every stream in HBM (no L2 placement, no prefetch)"
+        )
     machine.check_precision(precision)
     return simulate_package(layer, mapping, machine, precision, batch, trace=trace)
 

@@ -16,7 +16,7 @@ from typing import Any
 from autotune.files import write_atomic
 from autotune.sim.result import SimResult, trace_events
 
-#: The process id of the network's own track (the layers' tracks use 1..4).
+#: The process id of the network's own track (the layers' tracks use 1..6).
 NETWORK_PID = 0
 
 

@@ -16,6 +16,10 @@ A program is a generator of instructions:
                    output (kind "store"), or a read ahead ("load"): the next task's input
                    (Alg. 4/5) or the task's residual tile (Alg. 1-3).
 ``WaitTransfer``   waits until the agent's background transfers of that kind are done.
+
+Besides the agents' flows, a run may carry the layer's *prefetch* (``simulate``'s
+``prefetch_bytes``): one background copy from the HBM into the L2, on the slot after all the
+clusters' (``PREFETCH``), that no program waits for; the last run lasts until it is done.
 ``SetFlag`` / ``WaitFlag``  point-to-point synchronisation (the reduction tree of Alg. 4/5).
 
 Between two events every rate is constant, so the loop jumps from event to event: the next
@@ -27,8 +31,9 @@ Time accounting per cluster (what ``SimResult.breakdown`` reports): a Work's dur
 ``compute`` (the cores busy), ``dma_wait`` (stalls an uncontended network still causes:
 latency, setup, beats, serialised single buffers), ``sync`` (waiting for the slowest member
 of a lockstep group, for a reduction partner, at a phase barrier) and ``contention`` (the
-rest: time lost to sharing ports, links and HBM). Waiting for one's own background transfer
-is ``dma_wait``; time with no work assigned is ``idle``.
+rest: time lost to sharing ports, links, HBM and L2). Waiting for one's own background
+transfer is ``dma_wait``; time with no work assigned is ``idle`` (also the tail in which only
+the prefetch still runs).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ class Work:
 
 #: Kinds of background transfer, each with its own flow per cluster.
 KINDS = ("store", "load")
+#: The kind of the prefetch's flow: one flow, on the slot after the clusters' ``KINDS``.
+PREFETCH = "prefetch"
 
 
 @dataclass(slots=True)
@@ -118,10 +125,13 @@ class RunResult:
     hbm_store_bytes: float
     intercluster_bytes: float
     level_bytes: np.ndarray
+    l2_load_bytes: float
+    l2_store_bytes: float
     carry: list[Background]
     events: int
     spans: list[tuple] = field(default_factory=list)  # (track, cluster, t0, t1, label)
-    counters: list[tuple] = field(default_factory=list)  # (t, hbm load, hbm store) B/cycle
+    #: (t, HBM load, HBM store, L2 load, L2 store) B/cycle from t on
+    counters: list[tuple] = field(default_factory=list)
 
 
 class Engine:
@@ -132,6 +142,16 @@ class Engine:
         self.clusters = c = net.clusters
         self.agents = c // block
         self.starts = np.arange(0, c, block)
+
+    def prefetch(self, nbytes: float) -> Background:
+        """The layer's copy of ``nbytes`` from the HBM into the L2, to carry into its first
+        run: from time 0, as fast as the two memories allow when alone (each read or
+        written at full bandwidth), and shared max-min fairly with the layer's flows."""
+        m = self.net.machine
+        demand = min(m.hbm_bytes_per_cycle, m.l2_bytes_per_cycle)
+        route = self.net.prefetch_route()
+        slot = len(KINDS) * self.clusters
+        return Background(slot, float(nbytes), demand, route, 0.0, "prefetch to L2")
 
     def run(
         self,
@@ -165,13 +185,17 @@ class _Run:
         self.c = c
         self.t = self.t0 = t0
         self.programs = programs
-        # Flows: one foreground flow per cluster, then one per background kind and cluster.
-        n_bg = len(KINDS) * c
+        # Flows: one foreground flow per cluster, then one per background kind and cluster,
+        # then the prefetch's if the run carries it.
+        self.prefetch_slot = len(KINDS) * c
+        n_bg = self.prefetch_slot + any(bg.slot == self.prefetch_slot for bg in carry)
         self.idx = np.zeros((c + n_bg, k), dtype=np.int64)
         self.w = np.zeros((c + n_bg, k))
         self.demand = np.zeros(c + n_bg)
         self.load_frac = np.zeros(c + n_bg)
         self.store_frac = np.zeros(c + n_bg)
+        self.l2_load_frac = np.zeros(c + n_bg)
+        self.l2_store_frac = np.zeros(c + n_bg)
         self.fg_bytes = np.zeros(c)
         self.bg_left = np.zeros(n_bg)
         self.bg_start = np.zeros(n_bg)
@@ -206,6 +230,7 @@ class _Run:
         self.idx[f], self.w[f] = route.idx, route.w
         self.demand[f] = demand
         self.load_frac[f], self.store_frac[f] = route.load, route.store
+        self.l2_load_frac[f], self.l2_store_frac[f] = route.l2_load, route.l2_store
         self.dirty = True
 
     def _account_bytes(self, nbytes: float, route: Route) -> None:
@@ -215,16 +240,19 @@ class _Run:
         else:
             self.moved[key] = [route, nbytes]
 
-    def _bytes_moved(self) -> tuple[float, float, float, np.ndarray]:
-        """(HBM load, HBM store, intercluster, per level) payload bytes of every flow."""
-        load = store = peer = 0.0
+    def _bytes_moved(self) -> tuple[float, float, float, np.ndarray, float, float]:
+        """(HBM load, HBM store, intercluster, per level, L2 load, L2 store) payload bytes
+        of every flow."""
+        load = store = peer = l2_load = l2_store = 0.0
         levels = np.zeros(len(self.net.machine.levels))
         for route, nbytes in self.moved.values():
             load += nbytes * route.load
             store += nbytes * route.store
             peer += nbytes * route.peer
             levels += nbytes * route.level_bytes
-        return load, store, peer, levels
+            l2_load += nbytes * route.l2_load
+            l2_store += nbytes * route.l2_store
+        return load, store, peer, levels, l2_load, l2_store
 
     def _start_background(
         self,
@@ -344,6 +372,10 @@ class _Run:
         self.bg_left[slot] = 0.0
         self.demand[self.c + slot] = 0.0
         self.dirty = True
+        if slot == self.prefetch_slot:
+            if self.eng.trace:
+                self.spans.append((PREFETCH, 0, self.bg_start[slot], self.t, self.bg_label[slot]))
+            return
         kind, c = KINDS[slot // self.c], slot % self.c
         if self.eng.trace:
             self.spans.append((kind, c, self.bg_start[slot], self.t, self.bg_label[slot]))
@@ -419,7 +451,13 @@ class _Run:
     def _record_counters(self, rho: np.ndarray) -> None:
         agent_of = np.arange(self.c) // self.eng.block
         use = np.concatenate([self.fg_bytes * rho[agent_of], self.rates[self.c :]])
-        sample = (self.t, float(use @ self.load_frac), float(use @ self.store_frac))
+        sample = (
+            self.t,
+            float(use @ self.load_frac),
+            float(use @ self.store_frac),
+            float(use @ self.l2_load_frac),
+            float(use @ self.l2_store_frac),
+        )
         if not self.counters or self.counters[-1][1:] != sample[1:]:
             self.counters.append(sample)
 
@@ -483,4 +521,6 @@ class _Run:
             float(self.store_frac[f]),
             0.0,
             np.zeros(len(self.net.machine.levels)),
+            float(self.l2_load_frac[f]),
+            float(self.l2_store_frac[f]),
         )

@@ -9,14 +9,20 @@ Resources (each with a bandwidth in B/cycle, all from the machine file):
   (``uplink_bytes_per_cycle``); the root level's link is the one to the HBM controller;
 * the HBM (``hbm_bytes_per_cycle``), shared by loads and stores; a transfer whose runs reach
   only a fraction of its bandwidth (the machine's DMA efficiency tables) occupies it for
-  payload / fraction bytes.
+  payload / fraction bytes;
+* the shared L2 (``l2_bytes_per_cycle``; capacity 0 on a machine without one), shared by
+  loads and stores. It sits at the chiplet root beside the HBM controller: an L2 transfer
+  crosses the quadrant levels as an HBM transfer does, except the root level's link (the one
+  to the HBM controller), and occupies the L2 with its payload (the efficiency tables are
+  the HBM's).
 
 A *route* says what fraction of a flow's payload goes where: loaded from HBM, stored to HBM,
-or read from a peer cluster's L1. Its row of weights is bytes of resource capacity per payload
-byte. On the DMA ports a short run occupies whole bus beats of the DMA width, so the port
-weights include that padding; the quadrant links and the HBM are charged payload only (the
-machine file gives their bandwidth, not their widths or the HBM access granularity, so this
-is the optimistic choice, and it keeps a wider DMA from looking slower on the network).
+loaded from or stored to the L2, or read from a peer cluster's L1. Its row of weights is bytes
+of resource capacity per payload byte. On the DMA ports a short run occupies whole bus beats
+of the DMA width, so the port weights include that padding; the quadrant links and the
+memories are charged payload only (the machine file gives their bandwidth, not their widths
+or the HBM access granularity, so this is the optimistic choice, and it keeps a wider DMA
+from looking slower on the network).
 
 ``max_min_rates`` is the fluid model: concurrent flows share every resource max-min fairly
 (progressive filling), each flow capped by its own demand. Re-solved at every event, this is
@@ -41,8 +47,9 @@ class Route:
 
     ``idx``/``w``: resource indices and weights (capacity bytes per payload byte), fixed width
     so that rows stack into arrays. ``load``/``store``/``peer``: payload fractions from HBM,
-    to HBM, and from another cluster's L1. ``level_bytes``: payload bytes carried over each
-    level's links per payload byte (a peer read crossing a level counts once up, once down).
+    to HBM, and from another cluster's L1; ``l2_load``/``l2_store``: from and to the L2.
+    ``level_bytes``: payload bytes carried over each level's links per payload byte (a peer
+    read crossing a level counts once up, once down).
     """
 
     idx: np.ndarray
@@ -51,6 +58,8 @@ class Route:
     store: float
     peer: float
     level_bytes: np.ndarray
+    l2_load: float = 0.0
+    l2_store: float = 0.0
 
 
 @dataclass
@@ -80,9 +89,12 @@ class Interconnect:
             cap += [float(level.uplink_bytes_per_cycle)] * nodes
         self.hbm = len(cap)
         cap.append(float(m.hbm_bytes_per_cycle))
+        self.l2 = len(cap)
+        cap.append(float(m.l2_bytes_per_cycle))
         self.capacity = np.asarray(cap)
         self._anc = np.asarray(anc)
-        self.width = 2 + 3 * len(m.levels) + 1  # port, slave, down(c), up(c), up(peer), hbm
+        # port, slave, down(c), up(c), up(peer), l2, hbm
+        self.width = 2 + 3 * len(m.levels) + 2
 
     @property
     def resources(self) -> int:
@@ -108,9 +120,13 @@ class Interconnect:
         pad: float = 1.0,
         hbm: float | None = None,
         received: float | None = None,
+        l2_load: float = 0.0,
+        l2_store: float = 0.0,
     ) -> Route:
         """The route of a flow of ``cluster``: payload fractions ``load`` (from HBM),
-        ``store`` (to HBM) and ``peer_frac`` (read from cluster ``peer``); ``pad`` >= 1 is
+        ``store`` (to HBM), ``l2_load``/``l2_store`` (from and to the L2: below the root
+        level's link, charged payload on the L2) and ``peer_frac`` (read from cluster
+        ``peer``); ``pad`` >= 1 is
         DMA bus-beat bytes per payload byte (charged on the ports); ``hbm`` is HBM bandwidth
         bytes per payload byte, ``load + store`` unless short runs reach only a fraction of
         the memory's bandwidth (``costs``: payload / DMA efficiency). ``received`` (default
@@ -120,7 +136,7 @@ class Interconnect:
         the tasks of a layer repeat a few shapes on every cluster."""
         if hbm is None:
             hbm = load + store
-        key = (cluster, load, store, peer, peer_frac, pad, hbm, received)
+        key = (cluster, load, store, peer, peer_frac, pad, hbm, received, l2_load, l2_store)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -128,7 +144,7 @@ class Interconnect:
         idx = np.zeros(self.width, dtype=np.int64)
         w = np.zeros(self.width)
         port_load = load if received is None else received
-        idx[0], w[0] = cluster, (port_load + store + peer_frac) * pad
+        idx[0], w[0] = cluster, (port_load + store + peer_frac + l2_load + l2_store) * pad
         levels = np.zeros(n)
         lca = self.lca_level(cluster, peer) if peer_frac > 0 else 0
         if peer_frac > 0:
@@ -136,16 +152,30 @@ class Interconnect:
         for lv in range(n):
             node = self._anc[lv, cluster]
             crosses = peer_frac if lv < lca else 0.0
-            idx[2 + lv], w[2 + lv] = self._down0[lv] + node, load + crosses
-            idx[2 + n + lv], w[2 + n + lv] = self._up0[lv] + node, store
+            # The L2 sits below the root level's link (the one to the HBM controller).
+            l2_in, l2_out = (l2_load, l2_store) if lv < n - 1 else (0.0, 0.0)
+            idx[2 + lv], w[2 + lv] = self._down0[lv] + node, load + crosses + l2_in
+            idx[2 + n + lv], w[2 + n + lv] = self._up0[lv] + node, store + l2_out
             if peer_frac > 0:
                 idx[2 + 2 * n + lv] = self._up0[lv] + self._anc[lv, peer]
                 w[2 + 2 * n + lv] = crosses
-            levels[lv] = load + store + 2 * crosses
+            levels[lv] = load + store + 2 * crosses + l2_in + l2_out
+        idx[-2], w[-2] = self.l2, l2_load + l2_store
         idx[-1], w[-1] = self.hbm, hbm
-        route = Route(idx, w, load, store, peer_frac, levels)
+        route = Route(idx, w, load, store, peer_frac, levels, l2_load, l2_store)
         self._cache[key] = route
         return route
+
+    def prefetch_route(self) -> Route:
+        """A copy from the HBM into the L2 (``simulate``'s ``prefetch_bytes``): both memories
+        sit at the chiplet root, so it crosses no port and no quadrant link; the HBM is read
+        in long contiguous blocks (occupancy = payload)."""
+        idx = np.zeros(self.width, dtype=np.int64)
+        w = np.zeros(self.width)
+        idx[-2], w[-2] = self.l2, 1.0
+        idx[-1], w[-1] = self.hbm, 1.0
+        levels = np.zeros(len(self.machine.levels))
+        return Route(idx, w, 1.0, 0.0, 0.0, levels, 0.0, 1.0)
 
 
 def max_min_rates(

@@ -28,6 +28,11 @@ the levels; 127 reads of D_O·B words for 128 clusters), the root applies the ep
 (reading the stack's residual operand first, if it has one) and stores the stack, and all
 clusters meet at a barrier (an atomic round trip to the top level of the tree).
 
+**Memories.** Each stream (input, weights, residual, output) is loaded from or stored to
+the memory its ``Placement`` names (``memory``): an L2 transfer waits the L2's round trip
+instead of the HBM's and is routed to the L2. A prologue that loads its input tile from
+memory and then its filter tile waits until the later of the two arrives.
+
 **Residual operands.** An output-stack task whose layer's epilogue adds a residual reads the
 residual tile (its output tile's region) before its store: with a double output buffer the
 read is issued when the stream starts and runs behind it (a background "load"; the
@@ -62,7 +67,7 @@ from functools import partial
 import numpy as np
 
 from autotune.ir.machine import Machine
-from autotune.sim.costs import TaskCosts, stream_own
+from autotune.sim.costs import TaskCosts, Transfers, stream_own
 from autotune.sim.engine import (
     Instr,
     MemberShare,
@@ -72,14 +77,29 @@ from autotune.sim.engine import (
     WaitTransfer,
     Work,
 )
-from autotune.sim.interconnect import Interconnect
+from autotune.sim.interconnect import Interconnect, Route
 from autotune.sim.l1 import L1Plan
+from autotune.sim.memory import Memories
 from autotune.tiling import TaskGrid, dma_efficiency, output_runs
 
 #: Agent items per run beyond which an agent's middle tasks are merged into chunks.
 ITEM_BUDGET = 1024
 
-_FIELDS = ("bytes", "own", "own_agent", "compute", "load", "store", "peer", "beats", "hbm")
+_FIELDS = (
+    "bytes",
+    "own",
+    "own_agent",
+    "compute",
+    "load",
+    "store",
+    "peer",
+    "beats",
+    "hbm",
+    "l2_load",
+    "l2_store",
+)
+#: The fields a merged chunk sums over its tasks (its durations are costed apart).
+_SUMMED = tuple(f for f in _FIELDS if f not in ("own", "own_agent"))
 
 
 @dataclass(frozen=True)
@@ -105,6 +125,8 @@ class _ProgramPart:
     peer: np.ndarray
     beats: np.ndarray
     hbm: np.ndarray  # HBM bandwidth bytes the loads and stores occupy (costs)
+    l2_load: np.ndarray  # payload bytes from and to the L2 (``memory``)
+    l2_store: np.ndarray
     received: np.ndarray | None = None  # multicast: bytes through the port from main memory
 
 
@@ -142,6 +164,8 @@ class _Tasks:
                 float(v.beats[t]) * self.width / b,
                 float(v.hbm[t]) / b,
                 received,
+                float(v.l2_load[t]) / b,
+                float(v.l2_store[t]) / b,
             )
         return MemberShare(cluster, b, route, float(v.compute[t]), float(v.own[t]))
 
@@ -235,10 +259,7 @@ def _chunks(
     def over(values: list[np.ndarray]) -> np.ndarray:
         return np.sum(values, axis=0)
 
-    sums = {
-        f: over([total(getattr(tasks.arrays[p], f)) for p in parts])
-        for f in ("bytes", "compute", "load", "store", "peer", "beats", "hbm")
-    }
+    sums = {f: over([total(getattr(tasks.arrays[p], f)) for p in parts]) for f in _SUMMED}
     multicast = any(tasks.arrays[p].received is not None for p in parts)
     if multicast:
         sums["received"] = over([total(_received(tasks.arrays[p])) for p in parts])
@@ -269,6 +290,8 @@ def _chunks(
                 sums["beats"][i] * tasks.width / b,
                 sums["hbm"][i] / b,
                 sums["received"][i] / b if multicast else None,
+                sums["l2_load"][i] / b,
+                sums["l2_store"][i] / b,
             )
         out.setdefault((a, c), []).append(
             MemberShare(cluster, b, route, float(sums["compute"][i]), float(own[i]))
@@ -311,11 +334,18 @@ def _sequences(
 
 # -- output stacks (Alg. 1-3) --------------------------------------------------------------
 def stack_runs(
-    grid: TaskGrid, costs: TaskCosts, plan: L1Plan, net: Interconnect, budget: int = ITEM_BUDGET
+    grid: TaskGrid,
+    costs: TaskCosts,
+    plan: L1Plan,
+    net: Interconnect,
+    mem: Memories,
+    budget: int = ITEM_BUDGET,
 ) -> tuple[int, list[RunSpec]]:
-    """(agent block size, the one run) of an output-stack mapping."""
+    """(agent block size, the one run) of an output-stack mapping whose streams live in
+    ``mem``."""
     m = net.machine
-    setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
+    setup, width = m.dma_setup_cycles, m.dma_bytes_per_cycle
+    lat_in, lat_w = mem.latency("input"), mem.latency("weights")
     c_total = net.clusters
     shared = grid.algorithm == "output_stack_shared"
     multicast = grid.mapping.multicast
@@ -343,7 +373,7 @@ def stack_runs(
         )
     else:
         first_hbm, h, fwd = np.ones(len(slot), dtype=bool), np.ones(len(slot)), np.zeros(0)
-    hbm_unit = in_eng + lat
+    hbm_unit = in_eng + lat_in  # a tile from memory (HBM or L2)
     k_in = plan.spare_tiles("input", in_tile)
     k_f = plan.spare_tiles("filter", f_tile)
     if shared:
@@ -352,34 +382,56 @@ def stack_runs(
     else:
         in_unit, in_window = hbm_unit, k_in
 
-    first_lat = np.where(first_hbm, lat, 1.5 * net.latency(cluster, peer)) if shared else lat
+    mem_lat = _round_trip(lat_in, lat_w, f_eng, np.ones(len(slot), dtype=bool), f_tile > 0)
+    first_lat = (
+        np.where(first_hbm, mem_lat, 1.5 * net.latency(cluster, peer)) if shared else mem_lat
+    )
     pro_bytes = in_tile + f_tile
-    pro_in_hbm = np.where(first_hbm, in_tile, 0.0)
+    pro_in_hbm = np.where(first_hbm, in_tile, 0.0)  # from memory (HBM or L2), not the ring
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
+    zero = np.zeros(len(slot))
+    pro_load, pro_l2, pro_hbm = mem.split(
+        ("input", pro_in_hbm, pro_in_hbm * in_occ), ("weights", f_tile, f_tile * f_occ)
+    )
     pro = _ProgramPart(
         pro_bytes,
         in_eng + f_eng + first_lat,
         np.zeros(0),
         np.zeros_like(in_tile),
-        pro_in_hbm + f_tile,
+        pro_load,
         np.zeros_like(in_tile),
         in_tile - pro_in_hbm,
         inp.beats / steps + fil.beats / n_f,
-        pro_in_hbm * in_occ + f_tile * f_occ,
+        pro_hbm,
+        pro_l2,
+        zero,
     )
     in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
+    st_load, st_l2, st_hbm = mem.split(
+        ("input", h * in_rest, h * in_rest * in_occ), ("weights", f_rest, f_rest * f_occ)
+    )
     st = _ProgramPart(
         in_rest + f_rest,
         stream_own(
-            costs.compute, steps - 1, in_unit, in_eng, in_window, n_f - 1, f_eng + lat, f_eng, k_f
+            costs.compute,
+            steps - 1,
+            in_unit,
+            in_eng,
+            in_window,
+            n_f - 1,
+            f_eng + lat_w,
+            f_eng,
+            k_f,
         ),
         np.zeros(0),
         costs.compute,
-        h * in_rest + f_rest,
+        st_load,
         np.zeros_like(in_tile),
         (1 - h) * in_rest,
         inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f,
-        h * in_rest * in_occ + f_rest * f_occ,
+        st_hbm,
+        st_l2,
+        zero,
     )
     if multicast:
         # A wave moves in lockstep; each datum is read once and multicast to the wave's tasks
@@ -393,34 +445,11 @@ def stack_runs(
             part.received = part.load
             part.load = in_carrier * in_bytes + f_carrier * f_bytes
             part.hbm = in_carrier * in_bytes * in_occ + f_carrier * f_bytes * f_occ
-    zero = np.zeros(len(slot))
-    store = _ProgramPart(
-        out.bytes.astype(float),
-        out.count * setup + out.beats + lat,
-        np.zeros(0),
-        zero,
-        zero,
-        out.bytes.astype(float),
-        zero,
-        out.beats.astype(float),
-        out.hbm.astype(float),
-    )
-    parts = dict(load=pro, stream=st, store=store)
-    res = costs.residual
+    parts = dict(load=pro, stream=st, store=_tile_part(out, setup, mem, "output"))
     if grid.layer.epilogue.residual:
         # The output tile's region of the residual operand: one read, costed as the store
         # (set-ups, beats, round trip). Every task reads its own (never multicast).
-        parts["residual"] = _ProgramPart(
-            res.bytes.astype(float),
-            res.count * setup + res.beats + lat,
-            np.zeros(0),
-            zero,
-            res.bytes.astype(float),
-            zero,
-            zero,
-            res.beats.astype(float),
-            res.hbm.astype(float),
-        )
+        parts["residual"] = _tile_part(costs.residual, setup, mem, "residual")
     group = slot // g
     for part in parts.values():
         lock = np.zeros(int(group.max()) + 1)
@@ -449,6 +478,37 @@ def stack_runs(
     return g, [RunSpec(None, lambda: [program(s) for s in seqs])]
 
 
+def _round_trip(
+    lat_in: int, lat_w: int, f_eng: np.ndarray, inputs: np.ndarray, filters: np.ndarray
+) -> np.ndarray:
+    """Cycles a prologue waits after its engine issued an input tile (where ``inputs``) and,
+    ``f_eng`` cycles before the engine is done, a filter tile (where ``filters``): until the
+    later of the two arrives (the round trips of their memories, ``lat_in`` and ``lat_w``)."""
+    both = np.maximum(lat_w, lat_in - f_eng)
+    return np.where(inputs & filters, both, np.where(filters, lat_w, lat_in))
+
+
+def _tile_part(t: Transfers, setup: int, mem: Memories, stream: str) -> _ProgramPart:
+    """The store (``stream`` "output") or the residual read of a task's output tile region:
+    its set-ups, bus beats and one round trip to the memory ``stream`` lives in."""
+    payload = t.bytes.astype(float)
+    zero = np.zeros(len(payload))
+    write, l2 = stream == "output", mem.in_l2(stream)
+    return _ProgramPart(
+        payload,
+        t.count * setup + t.beats + mem.latency(stream),
+        np.zeros(0),
+        zero,
+        zero if write or l2 else payload,
+        zero if not write or l2 else payload,
+        zero,
+        t.beats.astype(float),
+        zero if l2 else t.hbm.astype(float),
+        payload if l2 and not write else zero,
+        payload if l2 and write else zero,
+    )
+
+
 # -- input parallel (Alg. 4/5) -------------------------------------------------------------
 def fc_runs(
     grid: TaskGrid,
@@ -457,11 +517,13 @@ def fc_runs(
     net: Interconnect,
     precision: str,
     word_bytes: int,
+    mem: Memories,
     budget: int = ITEM_BUDGET,
 ) -> tuple[int, list[RunSpec]]:
-    """(1, one run per phase) of an input-parallel mapping."""
+    """(1, one run per phase) of an input-parallel mapping whose streams live in ``mem``."""
     m: Machine = net.machine
-    setup, lat, width = m.dma_setup_cycles, m.hbm_latency_cycles, m.dma_bytes_per_cycle
+    setup, width = m.dma_setup_cycles, m.dma_bytes_per_cycle
+    lat_in, lat_w = mem.latency("input"), mem.latency("weights")
     c_total = net.clusters
     per_phase = len(grid.in_steps)
     n = grid.n_tasks
@@ -479,33 +541,43 @@ def fc_runs(
     pro_bytes = keep * inp.bytes + f_tile
     zero = np.zeros(n)
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
+    pro_in = keep * inp.bytes
+    pro_load, pro_l2, pro_hbm = mem.split(
+        ("input", pro_in, pro_in * in_occ), ("weights", f_tile, f_tile * f_occ)
+    )
     pro = _ProgramPart(
         pro_bytes,
-        keep * in_eng + f_eng + lat,
+        keep * in_eng + f_eng + _round_trip(lat_in, lat_w, f_eng, keep, f_tile > 0),
         np.zeros(0),
         zero,
-        pro_bytes,
+        pro_load,
         zero,
         zero,
         keep * inp.beats + f_beats,
-        keep * inp.bytes * in_occ + f_tile * f_occ,
+        pro_hbm,
+        pro_l2,
+        zero,
     )
     # A double input buffer prefetches the next task's input in the background while this
     # task streams its filters; the next prologue waits for it (Alg. 2's prefetch applied to
     # Alg. 4/5's input batch). Its engine time still delays the filter tiles behind it.
     next_bytes = has_next * inp.bytes[nxt]
+    fetch_load, fetch_l2, fetch_hbm = mem.split(("input", next_bytes, next_bytes * in_occ[nxt]))
     fetch = _ProgramPart(
         next_bytes,
-        in_eng[nxt] + lat,
+        in_eng[nxt] + lat_in,
         np.zeros(0),
         zero,
-        next_bytes,
+        fetch_load,
         zero,
         zero,
         has_next * inp.beats[nxt],
-        next_bytes * in_occ[nxt],
+        fetch_hbm,
+        fetch_l2,
+        zero,
     )
     st_bytes = (fil.tiles - 1) * f_tile
+    st_load, st_l2, st_hbm = mem.split(("weights", st_bytes, st_bytes * f_occ))
     st = _ProgramPart(
         st_bytes,
         stream_own(
@@ -515,17 +587,19 @@ def fc_runs(
             in_eng[nxt],
             np.ones(n),
             fil.tiles - 1,
-            f_eng + lat,
+            f_eng + lat_w,
             f_eng,
             plan.spare_tiles("filter", f_tile),
         ),
         np.zeros(0),
         costs.compute,
-        st_bytes,
+        st_load,
         zero,
         zero,
         (fil.tiles - 1) * f_beats,
-        st_bytes * f_occ,
+        st_hbm,
+        st_l2,
+        zero,
     )
     for part in (pro, st, fetch):
         part.own_agent = part.own
@@ -549,7 +623,7 @@ def fc_runs(
             reduce = _Reduction(
                 net,
                 setup,
-                lat,
+                mem,
                 width,
                 stack * images / rate,
                 stack * images * word_bytes,
@@ -603,7 +677,7 @@ class _Reduction:
 
     net: Interconnect
     setup: int
-    latency: int
+    mem: Memories  # where the residual read and the store go (their round trips, routes)
     width: int
     adds: float  # cycles to add one private output into another
     stack_bytes: int
@@ -639,19 +713,17 @@ class _Reduction:
         if c == 0:
             # The root applies the epilogue to the reduced stack (after reading its residual
             # operand, a transfer shaped as the store) and stores it.
-            own = (
-                self.setup
-                + self.images * (-(-self.stack_bytes // self.images // self.width))
-                + self.latency
-            )
+            engine = self.setup + self.images * (-(-self.stack_bytes // self.images // self.width))
             if self.residual_occupancy is not None:
-                route = self.net.route(0, load=1.0, hbm=self.residual_occupancy)
+                own = engine + self.mem.latency("residual")
+                route = self._route("residual", self.residual_occupancy)
                 read = MemberShare(0, float(self.stack_bytes), route, 0.0, own)
                 yield Work("residual", own, (read,))
             if self.epilogue > 0:
                 work = MemberShare(0, 0.0, None, self.epilogue, self.epilogue)
                 yield Work("epilogue", self.epilogue, (work,))
-            route = self.net.route(0, store=1.0, hbm=self.store_occupancy)
+            own = engine + self.mem.latency("output")
+            route = self._route("output", self.store_occupancy)
             part = MemberShare(0, float(self.stack_bytes), route, 0.0, own)
             if self.out_depth == 1:
                 yield Work("store", own, (part,))
@@ -660,6 +732,16 @@ class _Reduction:
                 yield StartTransfer("store", "store", (part,))
                 if self.last:
                     yield WaitTransfer("store")
+
+    def _route(self, stream: str, occupancy: float) -> Route:
+        """The root's read of the residual or store of the output stack (``stream``), from
+        or to the memory the stream lives in (``occupancy``: HBM bytes per byte)."""
+        write = stream == "output"
+        if self.mem.in_l2(stream):
+            return self.net.route(0, l2_load=float(not write), l2_store=float(write))
+        if write:
+            return self.net.route(0, store=1.0, hbm=occupancy)
+        return self.net.route(0, load=1.0, hbm=occupancy)
 
 
 def _fc_programs(

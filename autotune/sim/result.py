@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.files import atomic_path
+from autotune.ir.placement import HBM_ONLY, Placement
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class Breakdown:
 
 @dataclass(frozen=True)
 class Trace:
-    """Per-cluster spans (track, cluster, start, end, label) and HBM rate samples, in cycles."""
+    """Per-cluster spans (track, cluster, start, end, label) and memory rate samples (cycle,
+    HBM load, HBM store, L2 load, L2 store in B/cycle from that cycle on), in cycles."""
 
     spans: list[tuple]
     counters: list[tuple]
@@ -60,9 +62,13 @@ class SimResult:
     """A simulated layer: makespan, where it went, and what moved where.
 
     ``level_bytes`` counts the payload carried over each quadrant level's links (a transfer
-    between two clusters counts once on the way up and once down); ``hbm_*_bytes`` is the
-    off-chip payload; ``intercluster_bytes`` what clusters read from other clusters' L1
-    (Alg. 3 forwarding, Alg. 4/5 reduction). ``events`` is how many events were simulated.
+    between two clusters counts once on the way up and once down; an L2 transfer does not
+    cross the root level's link); ``hbm_*_bytes`` is the off-chip payload, ``l2_*_bytes`` the
+    payload from and to the shared L2 (the streams ``placement`` puts there);
+    ``intercluster_bytes`` what clusters read from other clusters' L1 (Alg. 3 forwarding,
+    Alg. 4/5 reduction). ``prefetch_bytes``: the background copy from HBM into L2 that ran
+    beside the layer (also counted in ``hbm_load_bytes`` and ``l2_store_bytes``). ``events``
+    is how many events were simulated.
     """
 
     layer: str
@@ -89,10 +95,18 @@ class SimResult:
     chiplets: int = 1
     d2d_bytes: int = 0
     d2d_cycles: int = 0
+    l2_load_bytes: int = 0
+    l2_store_bytes: int = 0
+    prefetch_bytes: int = 0
+    placement: Placement = HBM_ONLY
 
     @property
     def hbm_bytes(self) -> int:
         return self.hbm_load_bytes + self.hbm_store_bytes
+
+    @property
+    def l2_bytes(self) -> int:
+        return self.l2_load_bytes + self.l2_store_bytes
 
     @property
     def hbm_bytes_per_cycle(self) -> float:
@@ -109,7 +123,8 @@ class SimResult:
         """Write the timeline as Chrome Trace Event JSON (Perfetto, chrome://tracing).
 
         One thread per cluster for its program, one per cluster for its background stores
-        and input prefetches, and an HBM bandwidth counter. Written atomically (temporary
+        and input prefetches, and an HBM bandwidth counter; with L2 traffic, an L2 bandwidth
+        counter and the L2 prefetch's track besides. Written atomically (temporary
         file, then rename). Needs ``simulate(..., trace=True)``.
         """
         if self.trace is None:
@@ -121,7 +136,7 @@ class SimResult:
         return path
 
 
-_PIDS = {"cluster": 1, "store": 2, "load": 3, "hbm": 4}
+_PIDS = {"cluster": 1, "store": 2, "load": 3, "hbm": 4, "l2": 5, "prefetch": 6}
 _TRACKS = {"cluster": "clusters", "store": "background stores", "load": "input prefetches"}
 
 
@@ -132,6 +147,17 @@ def trace_events(result: SimResult) -> dict[str, Any]:
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": _PIDS["hbm"], "args": {"name": "HBM"}}
     ]
+    l2 = result.l2_bytes > 0
+    if l2:
+        events.append(
+            {"ph": "M", "name": "process_name", "pid": _PIDS["l2"], "args": {"name": "L2"}}
+        )
+    if result.prefetch_bytes:
+        pid = _PIDS["prefetch"]
+        events += [
+            {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "L2 prefetch"}},
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "HBM to L2"}},
+        ]
     for track, title in _TRACKS.items():
         events.append(
             {"ph": "M", "name": "process_name", "pid": _PIDS[track], "args": {"name": title}}
@@ -159,16 +185,18 @@ def trace_events(result: SimResult) -> dict[str, Any]:
                 "args": {"start_cycle": t0, "cycles": t1 - t0},
             }
         )
-    for t, load, store in result.trace.counters:
-        events.append(
-            {
-                "ph": "C",
-                "name": "HBM B/cycle",
-                "pid": _PIDS["hbm"],
-                "ts": t * us,
-                "args": {"load": load, "store": store},
-            }
-        )
+    for t, load, store, l2_load, l2_store in result.trace.counters:
+        series = [("HBM", load, store)] + ([("L2", l2_load, l2_store)] if l2 else [])
+        for name, rd, wr in series:
+            events.append(
+                {
+                    "ph": "C",
+                    "name": f"{name} B/cycle",
+                    "pid": _PIDS[name.lower()],
+                    "ts": t * us,
+                    "args": {"load": rd, "store": wr},
+                }
+            )
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",

@@ -7,11 +7,13 @@ import numpy as np
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.sim.costs import TaskCosts, task_costs
 from autotune.sim.engine import Background, Engine, RunResult
 from autotune.sim.interconnect import Interconnect
 from autotune.sim.l1 import plan_l1
+from autotune.sim.memory import Memories, check_placement
 from autotune.sim.program import fc_runs, stack_runs
 from autotune.sim.result import Breakdown, SimResult, Trace
 from autotune.tiling import TaskGrid, task_grid
@@ -23,11 +25,21 @@ def simulate(
     machine: Machine,
     precision: str = "fp32",
     batch: int = 1,
+    placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
     *,
     trace: bool = False,
 ) -> SimResult:
     """Simulate ``layer`` for ``batch`` images under ``mapping`` on one chiplet of ``machine``
     (a package's layers go through ``autotune.chiplets``, which simulates each part).
+
+    ``placement`` says which of the layer's streams (input, weights, residual, output) live
+    in the chiplet's shared L2 instead of its HBM (``autotune.sim.memory``). With
+    ``prefetch_bytes`` the chiplet copies that many bytes from the HBM into the L2 while the
+    layer runs (a network plan fetching a later layer's weights): a background flow from
+    time 0 over the two memories only, sharing them fairly with the layer's transfers; the
+    layer lasts until both its work and the copy are done. Raises ``ValueError`` when the
+    machine has no L2 but the placement or a prefetch needs one.
 
     Independent of the analytical model (``autotune.analyze``): it reads only the task
     structure (``autotune.tiling``) and the machine. Raises ``autotune.MappingError`` when the
@@ -42,19 +54,21 @@ def simulate(
         (6, True)
     """
     machine.check_precision(precision)
+    check_placement(machine, mapping, placement, prefetch_bytes)
+    mem = Memories(machine, placement)
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch, machine)
     plan = plan_l1(grid, machine, wb)
     costs = task_costs(grid, machine, precision, wb)
     net = Interconnect(machine)
     if grid.algorithm == "input_parallel":
-        block, runs = fc_runs(grid, costs, plan, net, precision, wb)
+        block, runs = fc_runs(grid, costs, plan, net, precision, wb, mem)
     else:
-        block, runs = stack_runs(grid, costs, plan, net)
+        block, runs = stack_runs(grid, costs, plan, net, mem)
     engine = Engine(net, block, trace)
 
     t = 0.0
-    carry: list[Background] = []
+    carry: list[Background] = [engine.prefetch(prefetch_bytes)] if prefetch_bytes else []
     memo: dict[tuple, RunResult] = {}
     done: list[RunResult] = []
     for i, spec in enumerate(runs):
@@ -81,6 +95,8 @@ def simulate(
         machine,
         done,
         trace,
+        placement,
+        prefetch_bytes,
     )
 
 
@@ -115,10 +131,12 @@ def _shifted(res: RunResult, dt: float) -> RunResult:
         res.hbm_store_bytes,
         res.intercluster_bytes,
         res.level_bytes,
+        res.l2_load_bytes,
+        res.l2_store_bytes,
         carry,
         0,
         [(k, c, t0 + dt, t1 + dt, lb) for k, c, t0, t1, lb in res.spans],
-        [(t0 + dt, ld, st) for t0, ld, st in res.counters],
+        [(t0 + dt, *rates) for t0, *rates in res.counters],
     )
 
 
@@ -133,6 +151,8 @@ def _result(
     machine: Machine,
     runs: list[RunResult],
     trace: bool,
+    placement: Placement,
+    prefetch_bytes: int,
 ) -> SimResult:
     end = runs[-1].end
     parts = {
@@ -161,8 +181,13 @@ def _result(
         clusters=machine.clusters,
         peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
         clock_hz=machine.clock_hz,
-        hbm_load_bytes=round(sum(r.hbm_load_bytes for r in runs)),
+        # The prefetch is carried into the first run, which does not count carried bytes.
+        hbm_load_bytes=round(sum(r.hbm_load_bytes for r in runs)) + prefetch_bytes,
         hbm_store_bytes=round(sum(r.hbm_store_bytes for r in runs)),
+        l2_load_bytes=round(sum(r.l2_load_bytes for r in runs)),
+        l2_store_bytes=round(sum(r.l2_store_bytes for r in runs)) + prefetch_bytes,
+        prefetch_bytes=prefetch_bytes,
+        placement=placement,
         level_bytes={
             lv.name: round(float(b)) for lv, b in zip(machine.levels, level_bytes, strict=True)
         },
