@@ -38,8 +38,10 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
-from autotune.result import LayerResult, TuneResult, totals_of
+from autotune.plans import plan_applies, plan_network
+from autotune.result import LayerResult, TuneResult, step_placement, totals_of
 from autotune.search.exhaustive import top_k
 from autotune.search.parallel import map_processes
 from autotune.search.refine import refine_layer
@@ -158,15 +160,20 @@ def tune_network(
     machine.check_precision(precision)
     check_fits(network, machine, precision, batch)  # the input limits, before any work
     options = with_storage(options)
-    solutions = solve_network(network, machine, options, lambda name: progress("solve", name))
+    plan = None
+    if options.plan == "network" and plan_applies(network, machine):
+        planned = plan_network(network, machine, options, lambda name: progress("plan", name))
+        solutions, plan = list(planned.solutions), planned.plan
+    else:
+        solutions = solve_network(network, machine, options, lambda n: progress("solve", n))
     finished: dict[tuple[object, ...], LayerResult] = {}
-    for sol in solutions:
-        key = sol.layer.shape_key()
-        if key not in finished:
-            finished[key] = finish_layer(sol, machine, options, progress)
     layers = []
     for sol in solutions:
-        first = finished[sol.layer.shape_key()]
+        placement, prefetch = step_placement(plan, sol.layer.name)
+        key = (sol.layer.shape_key(), placement, prefetch)
+        if key not in finished:
+            finished[key] = finish_layer(sol, machine, options, progress, placement, prefetch)
+        first = finished[key]
         layers.append(
             replace(
                 first,
@@ -186,6 +193,7 @@ def tune_network(
         totals_of(layers, machine, precision, batch),
         network.graph,
         network.lowering,
+        plan=plan,
     )
     if options.verify and network.graph is not None:
         checked = verify_network_schedule(
@@ -265,13 +273,21 @@ def solve_network(
 
 
 def finish_layer(
-    solution: LayerSolution, machine: Machine, options: TuneOptions, progress: Progress
+    solution: LayerSolution,
+    machine: Machine,
+    options: TuneOptions,
+    progress: Progress,
+    placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
 ) -> LayerResult:
-    """Refine (if asked), simulate, verify (if asked) and re-analyze one solved layer."""
+    """Refine (if asked), simulate, verify (if asked) and re-analyze one solved layer, its
+    streams at ``placement`` while it prefetches ``prefetch_bytes`` (a network plan's). The
+    refinement measures layers on their own with every stream in HBM, so a planned layer
+    that uses the L2 keeps the integer program's mapping for its placement."""
     layer, mapping = solution.layer, solution.mapping
     precision, batch = str(options.precision), int(options.batch or 1)
     n_trials, ilp_cycles = 0, None
-    if options.refine:
+    if options.refine and placement == HBM_ONLY and not prefetch_bytes:
         # on a package: the split's largest part on one chiplet, the split fixed
         part, part_machine, part_batch, inner = refinement_target(
             layer, mapping, machine, precision, batch
@@ -287,16 +303,33 @@ def finish_layer(
             mapping = mapping.with_(chiplet_split=solution.mapping.chiplet_split)
             ilp_cycles = None  # the study's cycles are the part's, not the package's
         progress("refine", layer.name)
-    simulated = simulate(layer, mapping, machine, precision, batch)
+    simulated = simulate(
+        layer,
+        mapping,
+        machine,
+        precision,
+        batch,
+        placement=placement,
+        prefetch_bytes=prefetch_bytes,
+    )
     if ilp_cycles is None:
         ilp_cycles = simulated.cycles if mapping == solution.mapping else None
     verified = None
     if options.verify:
         verified = verify(layer, mapping, machine, precision, batch, seed=options.seed)
         progress("verify", layer.name)
-    predicted = analyze(layer, mapping, machine, precision, batch)
+    predicted = analyze(layer, mapping, machine, precision, batch, placement=placement)
     return LayerResult(
-        layer, mapping, predicted, solution.search, simulated, verified, n_trials, ilp_cycles
+        layer,
+        mapping,
+        predicted,
+        solution.search,
+        simulated,
+        verified,
+        n_trials,
+        ilp_cycles,
+        placement,
+        prefetch_bytes,
     )
 
 
@@ -351,6 +384,7 @@ def verify_network_schedule(
         batch=result.batch,
         seed=seed,
         progress=progress,
+        plan=result.plan,
     )
 
 
@@ -383,6 +417,7 @@ def run_network(
         precision=result.precision,
         batch=result.batch,
         progress=progress,
+        plan=result.plan,
     )
     outputs = output_arrays(network.lowering, buffers, result.batch)
     return dict(zip(network.graph.outputs, outputs, strict=True))
@@ -400,7 +435,14 @@ def simulate_schedule(
         (
             r,
             simulate(
-                r.layer, r.mapping, result.machine, result.precision, result.batch, trace=trace
+                r.layer,
+                r.mapping,
+                result.machine,
+                result.precision,
+                result.batch,
+                placement=r.placement,
+                prefetch_bytes=r.prefetch_bytes,
+                trace=trace,
             ),
         )
         for r in chosen

@@ -30,10 +30,16 @@ What is checked, and how:
   integer program's mapping, which no other mapping beats under the model, the candidate count
   is the search space's, a layer said to share another's solution has that layer's shape and
   mapping);
+* the network plan (``plan``), when there is one: every tensor and step re-derived from the
+  lowering and the layers' figures at their placements (``plans.check``): sizes, lifetimes,
+  levels (network inputs and outputs in HBM), prefetch windows, each step's placement against
+  its tensors' levels, the step and network figures, and the L2 layout: offsets aligned and
+  inside the L2, no two tensors live in the same step sharing a byte. Each layer's predicted
+  and simulated figures are re-derived at its planned placement and prefetch;
 * informational, not checked: ``tool``, ``seed``, the network's name (unless the network is
   given), each layer's ``search.wall_s`` and ``search.trials`` and the tune run's own
   ``verified`` outcome and the network's (``autotune verify`` executes the schedule again
-  instead).
+  instead), the plan's ``solve_s``.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from autotune.export import graph_of, layer_record, mapping_of, read_schedule, s
 from autotune.io.errors import InputError
 from autotune.io.graph_json import graph_record
 from autotune.io.machine_yaml import load_preset, preset_names
+from autotune.io.plan_json import plan_from_record
 from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_record
 from autotune.ir.graph import Graph, GraphError
 from autotune.ir.layer import Layer, LayerError
@@ -60,8 +67,11 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
 from autotune.ir.options import OBJECTIVES, SEARCH_MODES
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.model.analysis import Analysis
-from autotune.result import LayerResult, TuneResult
+from autotune.plans.check import plan_findings
+from autotune.plans.options import StepOption
+from autotune.result import LayerResult, TuneResult, step_placement
 from autotune.search.ilp.model import count_candidates
 from autotune.search.solve import OBJECTIVE_FIGURE
 from autotune.search.space import SearchSpace, search_space
@@ -126,18 +136,40 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
     if any(f.field.startswith("machine") for f in findings):
         # every figure depends on the machine: re-deriving them on a forged one proves nothing
         return ScheduleAudit(str(path), findings, None)
+    plan = None if schedule.plan is None else plan_from_record(schedule.plan)
+    if plan is not None and schedule.graph is None:
+        findings.append(Finding(None, "plan", "a plan needs the file's graph section"))
     layers: list[LayerResult] = []
     #: earlier layers by name: their shape and mapping, None where the layer did not rebuild
     by_name: dict[str, tuple[Layer, Mapping] | None] = {}
     simulations: dict[tuple[object, ...], SimResult] = {}
     for rec in schedule.layers:
-        rebuilt = _audit_layer(rec, schedule, machine, by_name, findings, simulations)
+        rebuilt = _audit_layer(
+            rec, schedule, machine, by_name, findings, simulations, step_placement(plan, rec.name)
+        )
         if rebuilt is not None:
             layers.append(rebuilt)
         by_name.setdefault(rec.name, None if rebuilt is None else (rebuilt.layer, rebuilt.mapping))
     if len(layers) != len(schedule.layers) or not layers:
         return ScheduleAudit(str(path), findings, None)
-    result = TuneResult.of_schedule(schedule, machine, layers, graph)
+    result = TuneResult.of_schedule(schedule, machine, layers, graph, plan)
+    if plan is not None and result.lowering is not None:
+        figures = [
+            StepOption(
+                r.placement,
+                r.mapping,
+                r.predicted.cycles,
+                r.predicted.offchip_bytes,
+                r.predicted.l2_bytes,
+            )
+            for r in layers
+        ]
+        findings += [
+            Finding(None, where, problem)
+            for where, problem in plan_findings(
+                plan, result.lowering, machine, schedule.batch, schedule.precision, figures
+            )
+        ]
     findings += _totals_findings(schedule, result)
     return ScheduleAudit(str(path), findings, result)
 
@@ -273,8 +305,10 @@ def _audit_layer(
     earlier: dict[str, tuple[Layer, Mapping] | None],
     findings: list[Finding],
     simulations: dict[tuple[object, ...], SimResult],
+    planned: tuple[Placement, int] = (HBM_ONLY, 0),
 ) -> LayerResult | None:
     name = rec.name
+    placement, prefetch = planned
     if not name.strip():
         findings.append(Finding(name, "name", "a layer needs a name"))
 
@@ -293,7 +327,7 @@ def _audit_layer(
         return None
     precision, batch = schedule.precision, schedule.batch
     try:
-        predicted = analyze(layer, mapping, machine, precision, batch)
+        predicted = analyze(layer, mapping, machine, precision, batch, placement=placement)
     except (MappingError, ValueError) as exc:
         report("mapping", f"does not apply: {exc}")
         return None
@@ -317,9 +351,9 @@ def _audit_layer(
         report("verified.ok", "contradicts its own error list")
     if len(findings) > before:
         return None  # a layer already refused is not simulated
-    key = (layer.shape_key(), mapping)
+    key = (layer.shape_key(), mapping, placement, prefetch)
     if key not in simulations:  # identical layers are simulated once
-        simulations[key] = _simulated(layer, mapping, machine, precision, batch)
+        simulations[key] = _simulated(layer, mapping, machine, precision, batch, planned)
     simulated = simulations[key]
     if rec.simulated is not None:
         measured = layer_record(
@@ -331,7 +365,15 @@ def _audit_layer(
                 path,
                 f"{_at(rec.simulated, path)} in the file, {_at(measured, path)} simulated again",
             )
-    return LayerResult(layer, mapping, predicted, search_report(rec.search), simulated)
+    return LayerResult(
+        layer,
+        mapping,
+        predicted,
+        search_report(rec.search),
+        simulated,
+        placement=placement,
+        prefetch_bytes=prefetch,
+    )
 
 
 def _audit_search(
@@ -457,10 +499,28 @@ def _remember(
 
 
 def _simulated(
-    layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    planned: tuple[Placement, int],
 ) -> SimResult:
-    key = (layer.shape_key(), mapping, _machine_key(machine), precision, batch)
-    sim = _remember(_SIMULATED, key, lambda: simulate(layer, mapping, machine, precision, batch))
+    placement, prefetch = planned
+    key = (layer.shape_key(), mapping, _machine_key(machine), precision, batch, planned)
+    sim = _remember(
+        _SIMULATED,
+        key,
+        lambda: simulate(
+            layer,
+            mapping,
+            machine,
+            precision,
+            batch,
+            placement=placement,
+            prefetch_bytes=prefetch,
+        ),
+    )
     return sim if sim.layer == layer.name else replace(sim, layer=layer.name)
 
 

@@ -8,6 +8,7 @@ the machine, layers and mappings it names. ``autotune.result.TuneResult`` uses b
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def layer_record(
             offchip_bytes=predicted.offchip_bytes,
             intercluster_bytes=predicted.intercluster_bytes,
             l1_bytes=predicted.l1_bytes,
-            ccr=round(predicted.ccr, 6),
+            ccr=round(predicted.ccr, 6) if math.isfinite(predicted.ccr) else None,
             bound=predicted.bound,
             **package_figures,
         ),

@@ -14,6 +14,7 @@ from autotune.chiplets import analyze
 from autotune.export import graph_of, layer_record, mapping_of, read_schedule, search_report
 from autotune.graphs.execute import NetworkVerification
 from autotune.io.graph_json import graph_record
+from autotune.io.plan_json import plan_from_record, plan_record
 from autotune.io.schedule_json import (
     NetworkVerifiedRecord,
     ScheduleFile,
@@ -28,6 +29,8 @@ from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering, lower
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.placement import HBM_ONLY, Placement
+from autotune.ir.plan import NetworkPlan
 from autotune.model.analysis import Analysis
 from autotune.search.solve import SearchReport
 from autotune.sim.result import SimResult
@@ -47,6 +50,10 @@ class LayerResult:
     verified: Verification | None = None
     trials: int = 0
     ilp_simulated_cycles: int | None = None
+    #: The memory level of each stream (a network plan's), and the bytes of later layers'
+    #: weights this layer prefetches into L2 while it runs.
+    placement: Placement = HBM_ONLY
+    prefetch_bytes: int = 0
 
     @property
     def cycles(self) -> int:
@@ -81,6 +88,7 @@ class TuneResult:
     graph: Graph | None = None
     lowering: Lowering | None = None
     network_verified: NetworkVerification | None = None
+    plan: NetworkPlan | None = None
 
     @property
     def failed_layers(self) -> list[str]:
@@ -125,6 +133,7 @@ class TuneResult:
                 tolerance=self.network_verified.tolerance,
                 errors=self.network_verified.errors,
             ),
+            plan=None if self.plan is None else plan_record(self.plan),
         )
 
     def to_json(self) -> str:
@@ -140,17 +149,27 @@ class TuneResult:
     def load(cls, path: str | Path) -> TuneResult:
         """Read a schedule file back; the predictions are recomputed from the mappings."""
         schedule, machine = read_schedule(path)
+        plan = None if schedule.plan is None else plan_from_record(schedule.plan)
         layers = []
         for rec in schedule.layers:
             layer = layer_from_record(rec)
             mapping = mapping_of(rec.mapping, layer, machine, schedule.precision, schedule.batch)
-            predicted = analyze(layer, mapping, machine, schedule.precision, schedule.batch)
+            placement, prefetch = step_placement(plan, rec.name)
+            predicted = analyze(
+                layer, mapping, machine, schedule.precision, schedule.batch, placement=placement
+            )
             layers.append(
                 LayerResult(
-                    layer, mapping, predicted, search_report(rec.search), trials=rec.search.trials
+                    layer,
+                    mapping,
+                    predicted,
+                    search_report(rec.search),
+                    trials=rec.search.trials,
+                    placement=placement,
+                    prefetch_bytes=prefetch,
                 )
             )
-        return cls.of_schedule(schedule, machine, layers, graph_of(schedule, path))
+        return cls.of_schedule(schedule, machine, layers, graph_of(schedule, path), plan)
 
     @classmethod
     def of_schedule(
@@ -159,6 +178,7 @@ class TuneResult:
         machine: Machine,
         layers: list[LayerResult],
         graph: Graph | None = None,
+        plan: NetworkPlan | None = None,
     ) -> TuneResult:
         """A result with a schedule file's header (network, batch, precision, objective, seed)
         and ``layers`` rebuilt from it; the totals are recomputed from the layers. ``graph``:
@@ -175,7 +195,20 @@ class TuneResult:
             totals_of(layers, machine, schedule.precision, schedule.batch),
             graph,
             lowering,
+            plan=plan,
         )
+
+
+def step_placement(plan: NetworkPlan | None, name: str) -> tuple[Placement, int]:
+    """A layer's placement and prefetched bytes in ``plan`` (all HBM, none without one or
+    when the plan does not name the layer)."""
+    if plan is None:
+        return HBM_ONLY, 0
+    try:
+        step = plan.step(name)
+        return step.placement, sum(plan.tensor(w).bytes for w in step.prefetch)
+    except KeyError:
+        return HBM_ONLY, 0
 
 
 def totals_of(layers: list[LayerResult], machine: Machine, precision: str, batch: int) -> Totals:
@@ -190,5 +223,5 @@ def totals_of(layers: list[LayerResult], machine: Machine, precision: str, batch
         images_per_s=batch / seconds if seconds else 0.0,
         tflops=2 * macs / seconds / 1e12 if seconds else 0.0,
         peak_fraction=macs / (cycles * peak) if cycles else 0.0,
-        offchip_bytes=sum(r.predicted.offchip_bytes for r in layers),
+        offchip_bytes=sum(r.predicted.offchip_bytes + r.prefetch_bytes for r in layers),
     )

@@ -192,6 +192,16 @@ def tune(
         bool, typer.Option("--no-verify", help="skip the numerical verification of the winners")
     ] = False,
     seed: Annotated[int, typer.Option(help="seed for CP-SAT, Optuna and verification data")] = 0,
+    plan: Annotated[
+        str,
+        typer.Option(
+            help="network: one CP-SAT model keeps tensors in the shared L2 where it pays "
+            "(graphs on a machine with an L2) | per-layer: every tensor in HBM"
+        ),
+    ] = "network",
+    plan_time_limit: Annotated[
+        float, typer.Option(min=0.1, help="seconds for the network CP-SAT (best plan kept)")
+    ] = 60.0,
     out: Annotated[Path | None, typer.Option(help="write the schedules as JSON here")] = None,
 ) -> None:
     """Choose, refine, simulate and verify every layer's mapping; print the schedule table.
@@ -226,6 +236,8 @@ def tune(
             refine_workers=workers,
             verify=not no_verify,
             seed=seed,
+            plan=plan,
+            plan_time_limit=plan_time_limit,
         )
     _check_out(out, "--out")
     with refusing(network):

@@ -39,6 +39,7 @@ from autotune.io.limits import (
     read_text_bounded,
 )
 from autotune.io.machine_yaml import machine_from_description
+from autotune.io.plan_json import PlanRecord
 from autotune.ir.layer import (
     WEIGHTED_KINDS,
     Activation,
@@ -178,7 +179,10 @@ class PredictedRecord(_Model):
     offchip_bytes: int
     intercluster_bytes: int
     l1_bytes: int
-    ccr: float = Field(description="MAC per off-chip word (loads and stores)")
+    ccr: float | None = Field(
+        description="MAC per off-chip word (loads and stores); null when the layer moves "
+        "nothing to or from the HBM (every stream in L2)"
+    )
     bound: str
     d2d_bytes: int | None = Field(
         default=None, description="bytes over the die-to-die links (package machines only)"
@@ -284,9 +288,14 @@ class ScheduleFile(_Model):
         description="the network's operators, what became of each, and where every "
         "layer reads and writes (absent for a network known only by its layers)",
     )
+    plan: PlanRecord | None = Field(
+        default=None,
+        description="where every tensor lives (HBM or L2 at an offset, for which steps) and "
+        "each layer's placement (graphs on one chiplet)",
+    )
 
     _omit_absent = model_serializer(mode="wrap")(
-        lambda self, handler: _omit_none(handler(self), ("graph", "verified"))
+        lambda self, handler: _omit_none(handler(self), ("graph", "verified", "plan"))
     )
 
 

@@ -7,3 +7,178 @@ network model (``network_model``) over those options, the tensors' lifetimes and
 and returns the plan with each step's solution. ``greedy`` is the baseline it is compared
 with, ``per_layer`` today's all-HBM schedule. The plan's data types live in ``ir.plan``.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.network import Network
+from autotune.ir.options import TuneOptions
+from autotune.ir.placement import HBM_ONLY, Placement, placements
+from autotune.ir.plan import NetworkPlan
+from autotune.model.analysis import analyze
+from autotune.plans.greedy import greedy_choice
+from autotune.plans.network_model import solve_plan
+from autotune.plans.options import StepOption, step_options
+from autotune.plans.problem import PlanProblem, assemble, make_problem, per_layer_choice
+from autotune.plans.tensors import plan_tensors
+from autotune.search.exhaustive import best_by_placement
+from autotune.search.parallel import map_processes
+from autotune.search.solve import OBJECTIVE_FIGURE, InfeasibleError, LayerSolution, SearchReport
+from autotune.search.space import search_space
+
+__all__ = [
+    "PlannedNetwork",
+    "greedy_plan",
+    "network_problem",
+    "per_layer_plan",
+    "plan_applies",
+    "plan_network",
+]
+
+
+@dataclass(frozen=True)
+class PlannedNetwork:
+    """A plan and, for every step, the solution of its layer at the plan's placement."""
+
+    plan: NetworkPlan
+    solutions: tuple[LayerSolution, ...]
+    problem: PlanProblem
+
+
+def plan_applies(network: Network, machine: Machine) -> bool:
+    """A network plan needs the graph (tensor lifetimes), one chiplet (``chiplets`` splits
+    layers across several; their L2s are not planned yet) and an L2 the DMA reaches."""
+    return network.lowering is not None and machine.chiplets == 1 and machine.has_l2
+
+
+@dataclass(frozen=True)
+class _ShapeJob:
+    layer: Layer
+    machine: Machine
+    options: TuneOptions
+
+
+def _solve_shape(job: _ShapeJob) -> dict[Placement, LayerSolution]:
+    """The layer's best mapping for every placement of its streams (``best_by_placement``:
+    exact for all-HBM and for all-L2, the best of their shortlists for the mixes)."""
+    opts, layer = job.options, job.layer
+    precision, batch = str(opts.precision), int(opts.batch or 1)
+    every = placements(layer.weight_words > 0, layer.epilogue.residual)
+    if not job.machine.has_l2:
+        every = (HBM_ONLY,)
+    space = search_space(layer, job.machine, batch)
+    found = best_by_placement(space, job.machine, precision, opts.objective, every)
+    key = OBJECTIVE_FIGURE[opts.objective]
+    out = {}
+    for p, best in found.items():
+        if best is None or not best.index:
+            raise InfeasibleError(layer.name, job.machine.l1_bytes, None)
+        mapping = space.decode(best.index)
+        analysis = analyze(layer, mapping, job.machine, precision, batch, placement=p)
+        exact = p in (every[0], every[-1])
+        report = SearchReport(
+            "exhaustive",
+            "OPTIMAL" if exact else "FEASIBLE",
+            opts.objective,
+            best.values[key],
+            best.values[key] if exact else None,
+            0.0 if exact else None,
+            best.wall_s,
+            best.candidates,
+        )
+        out[p] = LayerSolution(layer, mapping, analysis, report)
+    return out
+
+
+def network_problem(
+    network: Network,
+    machine: Machine,
+    options: TuneOptions,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[PlanProblem, dict[tuple[object, ...], LayerSolution]]:
+    """The plan problem of ``network`` (every step's options: each distinct layer shape
+    solved once for all its placements, over ``options.processes``) and the solutions by
+    (shape, placement)."""
+    assert network.lowering is not None
+    precision, batch = str(options.precision), int(options.batch or 1)
+    tensors = plan_tensors(network.lowering, batch, precision)
+    solutions: dict[tuple[object, ...], LayerSolution] = {}
+
+    def solve(jobs: Sequence[tuple[Layer, Placement]]) -> list[StepOption]:
+        shapes: dict[tuple[object, ...], Layer] = {}
+        for layer, _ in jobs:
+            shapes.setdefault(layer.shape_key(), layer)
+        work = [_ShapeJob(layer, machine, options) for layer in shapes.values()]
+        for job, solved in zip(
+            work, map_processes(_solve_shape, work, options.processes), strict=True
+        ):
+            for p, sol in solved.items():
+                solutions[(job.layer.shape_key(), p)] = sol
+            if progress is not None:
+                progress(job.layer.name)
+        out = []
+        for layer, p in jobs:
+            a = solutions[(layer.shape_key(), p)].analysis
+            out.append(
+                StepOption(
+                    p,
+                    solutions[(layer.shape_key(), p)].mapping,
+                    a.cycles,
+                    a.offchip_bytes,
+                    a.l2_bytes,
+                )
+            )
+        return out
+
+    options_per_step = step_options(network.lowering, tensors, machine.l2_bytes, machine, solve)
+    return make_problem(network.lowering, tensors, options_per_step, machine), solutions
+
+
+def plan_network(
+    network: Network,
+    machine: Machine,
+    options: TuneOptions,
+    progress: Callable[[str], None] | None = None,
+) -> PlannedNetwork:
+    """The plan ``options.plan`` asks for (``network``: the CP-SAT optimum within
+    ``options.plan_time_limit``, started from the greedy plan; ``per-layer``: all in HBM)."""
+    problem, solved = network_problem(network, machine, options, progress)
+    if options.plan == "per-layer" or not machine.has_l2:
+        plan = assemble(problem, per_layer_choice(problem), "per-layer", "PER_LAYER")
+    else:
+        greedy = greedy_choice(problem)
+        choice, report = solve_plan(
+            problem,
+            options.plan_time_limit or 3600.0,
+            options.solver_workers,
+            options.seed,
+            hint=greedy,
+        )
+        plan = assemble(problem, choice, "network", report.status, report.bound, report.wall_s)
+    return PlannedNetwork(plan, step_solutions(network, plan, solved), problem)
+
+
+def step_solutions(
+    network: Network, plan: NetworkPlan, solved: dict[tuple[object, ...], LayerSolution]
+) -> tuple[LayerSolution, ...]:
+    """Each step's solution at its planned placement, named after the step."""
+    out = []
+    for layer, step in zip(network.layers, plan.steps, strict=True):
+        sol = solved[(layer.shape_key(), step.placement)]
+        if sol.layer.name != layer.name:
+            sol = LayerSolution(layer, sol.mapping, sol.analysis, sol.search)
+        out.append(sol)
+    return tuple(out)
+
+
+def greedy_plan(problem: PlanProblem) -> NetworkPlan:
+    """The greedy baseline's plan (first-fit, ``greedy``)."""
+    return assemble(problem, greedy_choice(problem), "network", "GREEDY")
+
+
+def per_layer_plan(problem: PlanProblem) -> NetworkPlan:
+    return assemble(problem, per_layer_choice(problem), "per-layer", "PER_LAYER")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from autotune.report.figure import save_figure
@@ -26,7 +27,8 @@ def draw_roofline(result, path: str | Path) -> None:
         a = r.predicted
         cycles = r.simulated.cycles if r.simulated is not None else a.cycles
         seconds = cycles / machine.clock_hz
-        points.append((r.layer.name, a.flop_per_byte, a.flops / seconds, _group(r.layer.kind)))
+        if math.isfinite(a.flop_per_byte):  # a layer with every stream in L2 has no HBM bytes
+            points.append((r.layer.name, a.flop_per_byte, a.flops / seconds, _group(r.layer.kind)))
     lo = min(p[1] for p in points) / 2
     hi = max(max(p[1] for p in points) * 2, 4 * peak / bandwidth)
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)

@@ -8,6 +8,7 @@ break ties in the same order (objective, tie-break outputs, then enumeration ord
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from autotune.ir.machine import Machine
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
-from autotune.model.formulas import OUTPUT_STACK, SHARED, consts, evaluate
+from autotune.model.formulas import OUTPUT_STACK, SHARED, Consts, consts, evaluate
 from autotune.model.ops import NumpyOps
 from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
@@ -97,26 +98,24 @@ def top_k(
     return [b.index for b in ranked if b.index]
 
 
-def ranking(
-    space: SearchSpace,
-    machine: Machine,
-    precision: str,
-    objective: str,
-    count: int,
-    *,
-    placement: Placement = HBM_ONLY,
-) -> list[Best]:
-    """The ``count`` best candidates (one ``Best`` each; an infeasible layer gives one ``Best``
-    with an empty index and the smallest footprint; an empty space gives []), each stream of
-    the layer at the memory level ``placement`` gives it (the space does not depend on it)."""
-    check_objective(objective)
-    start = time.perf_counter()
-    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch, placement)
+#: Candidates per extreme placement among which ``best_by_placement`` picks the mixed ones.
+SHORTLIST = 256
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Candidates of one algorithm and a run of ``delta_o`` values, as index arrays."""
+
+    alg: int
+    d0: int
+    idx: dict[str, np.ndarray]
+    q: dict[str, np.ndarray]
+    legal: np.ndarray
+
+
+def _chunks(space: SearchSpace, machine: Machine, precision: str) -> Iterator[_Chunk]:
+    """The whole space in chunks of about ``CHUNK`` candidates, in a fixed order."""
     efficiency = efficiency_tables(space, machine, precision)
-    order = ORDER[objective]
-    kept: list[tuple[tuple, dict[str, int], dict[str, int]]] = []
-    candidates = feasible = 0
-    min_l1 = np.iinfo(np.int64).max
     for a in range(len(space.algorithms)):
         ranges = _variable_values(space, a)
         inner = [v for v in VARIABLES if v not in ("alg", "delta_o")]
@@ -133,35 +132,150 @@ def ranking(
             if space.algorithms[a] != "input_parallel":
                 # a step cannot exceed the slices a stack reads
                 legal &= q["step_in_channels"] <= q["stack_in_channels_max"]
-            values = evaluate(NumpyOps(), q, k)
-            for name in ("cycles", "energy", "offchip_bytes", "l2_bytes"):
-                if np.max(values[name]) >= LIMIT:  # the integer program clamps there
-                    raise OverflowError(f"layer {space.layer.name!r}: {name} reaches {LIMIT}")
-            l1 = np.broadcast_to(values["l1"], legal.shape)
-            fit = legal & (l1 <= k.l1_bytes)
-            candidates += int(legal.sum())
-            feasible += int(fit.sum())
-            if legal.any():
-                min_l1 = min(min_l1, int(l1[legal].min()))
-            if not fit.any():
-                continue
-            cols = [np.broadcast_to(values[key], legal.shape)[fit] for key in order]
-            # np.lexsort sorts by the last key first; the position breaks remaining ties.
-            positions = np.flatnonzero(fit)
-            for winner in np.lexsort((positions, *reversed(cols)))[:count]:
-                pos = positions[winner]
-                key = (*(int(c[winner]) for c in cols), a, d0, int(pos))
-                kept.append(
-                    (
-                        key,
-                        {v: int(idx[v][pos]) for v in VARIABLES},
-                        {
-                            name: int(np.broadcast_to(val, legal.shape)[pos])
-                            for name, val in values.items()
-                        },
-                    )
-                )
-            kept = sorted(kept, key=lambda item: item[0])[:count]
+            yield _Chunk(a, d0, idx, q, legal)
+
+
+def _evaluated(space: SearchSpace, q: dict[str, np.ndarray], k: Consts) -> dict[str, np.ndarray]:
+    values = evaluate(NumpyOps(), q, k)
+    for name in ("cycles", "energy", "offchip_bytes", "l2_bytes"):
+        if np.max(values[name]) >= LIMIT:  # the integer program clamps there
+            raise OverflowError(f"layer {space.layer.name!r}: {name} reaches {LIMIT}")
+    return values
+
+
+def _kept_best(
+    kept: list[tuple[tuple, dict[str, int], dict[str, int]]],
+    chunk: _Chunk,
+    values: dict[str, np.ndarray],
+    positions: np.ndarray,
+    order: tuple[str, ...],
+    count: int,
+) -> list[tuple[tuple, dict[str, int], dict[str, int]]]:
+    """``kept`` with this chunk's ``count`` best candidates merged in: ``values`` are the
+    formula's outputs of the chunk's candidates at ``positions`` (ties: earlier first)."""
+    cols = [values[key] for key in order]
+    # np.lexsort sorts by the last key first; the position breaks remaining ties.
+    for winner in np.lexsort((positions, *reversed(cols)))[:count]:
+        pos = positions[winner]
+        key = (*(int(c[winner]) for c in cols), chunk.alg, chunk.d0, int(pos))
+        kept.append(
+            (
+                key,
+                {v: int(chunk.idx[v][pos]) for v in VARIABLES},
+                {name: int(val[winner]) for name, val in values.items()},
+            )
+        )
+    return sorted(kept, key=lambda item: item[0])[:count]
+
+
+def _at(
+    values: dict[str, np.ndarray], shape: tuple[int, ...], rows: np.ndarray | slice
+) -> dict[str, np.ndarray]:
+    """Every output (array or broadcast scalar) at the candidates ``rows`` of a chunk."""
+    return {name: np.broadcast_to(v, shape)[rows] for name, v in values.items()}
+
+
+def best_by_placement(
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    objective: str,
+    placements: Sequence[Placement],
+    shortlist: int = SHORTLIST,
+) -> dict[Placement, Best | None]:
+    """The best candidate for each placement of the layer's streams (a network plan's
+    per-step options), in one pass over the space.
+
+    The first and the last placement (all in HBM, everything the layer may keep in L2)
+    are ranked over the whole space: their winners are ``search``'s, exactly. Every other
+    placement (a mix) is the best, under its own formula, of the union of those two
+    rankings' ``shortlist`` best candidates: a placement between the two extremes changes
+    which streams pay the HBM and which the L2, and its winner is near the top of one of them
+    (``benchmarks/bench_plan.py --check-shortlist`` measures how often it is not).
+    """
+    check_objective(objective)
+    start = time.perf_counter()
+    wb = word_bytes(precision)
+    ks = {p: consts(space.layer, machine, precision, wb, space.batch, p) for p in placements}
+    order = ORDER[objective]
+    extremes = list(dict.fromkeys([placements[0], placements[-1]]))
+    kept: dict[Placement, list[tuple[tuple, dict[str, int], dict[str, int]]]] = {
+        p: [] for p in extremes
+    }
+    candidates = feasible = 0
+    min_l1 = np.iinfo(np.int64).max
+    first = ks[placements[0]]
+    for chunk in _chunks(space, machine, precision):
+        values = _evaluated(space, chunk.q, first)
+        l1 = np.broadcast_to(values["l1"], chunk.legal.shape)
+        fit = chunk.legal & (l1 <= first.l1_bytes)
+        candidates += int(chunk.legal.sum())
+        feasible += int(fit.sum())
+        if chunk.legal.any():
+            min_l1 = min(min_l1, int(l1[chunk.legal].min()))
+        if not fit.any():
+            continue
+        positions = np.flatnonzero(fit)
+        for p in extremes:
+            if p == placements[0]:
+                vals = _at(values, chunk.legal.shape, positions)
+            else:
+                sub = _at(chunk.q, chunk.legal.shape, positions)
+                vals = _at(_evaluated(space, sub, ks[p]), positions.shape, slice(None))
+            kept[p] = _kept_best(kept[p], chunk, vals, positions, order, shortlist)
+    wall = time.perf_counter() - start
+    if not feasible:
+        return {p: None for p in placements}
+    # the shortlist, in the space's order (the ranking keys' tail: algorithm, chunk, position)
+    pool = sorted({item[0][-3:]: item[1] for p in extremes for item in kept[p]}.items())
+    idx = {v: np.array([index[v] for _, index in pool]) for v in VARIABLES}
+    q = quantities(space, idx, efficiency_tables(space, machine, precision))
+    out: dict[Placement, Best | None] = {}
+    for p in placements:
+        if p in kept:
+            best = kept[p][0]
+        else:
+            vals = _at(_evaluated(space, q, ks[p]), (len(pool),), slice(None))
+            cols = [vals[key] for key in order]
+            w = int(np.lexsort((np.arange(len(pool)), *reversed(cols)))[0])
+            best = ((), pool[w][1], {name: int(v[w]) for name, v in vals.items()})
+        out[p] = Best(best[1], best[2], candidates, feasible, int(min_l1), wall)
+    return out
+
+
+def ranking(
+    space: SearchSpace,
+    machine: Machine,
+    precision: str,
+    objective: str,
+    count: int,
+    *,
+    placement: Placement = HBM_ONLY,
+) -> list[Best]:
+    """The ``count`` best candidates (one ``Best`` each; an infeasible layer gives one ``Best``
+    with an empty index and the smallest footprint; an empty space gives []), each stream of
+    the layer at the memory level ``placement`` gives it (the space does not depend on it)."""
+    check_objective(objective)
+    start = time.perf_counter()
+    k = consts(space.layer, machine, precision, word_bytes(precision), space.batch, placement)
+    order = ORDER[objective]
+    kept: list[tuple[tuple, dict[str, int], dict[str, int]]] = []
+    candidates = feasible = 0
+    min_l1 = np.iinfo(np.int64).max
+    for chunk in _chunks(space, machine, precision):
+        values = _evaluated(space, chunk.q, k)
+        l1 = np.broadcast_to(values["l1"], chunk.legal.shape)
+        fit = chunk.legal & (l1 <= k.l1_bytes)
+        candidates += int(chunk.legal.sum())
+        feasible += int(fit.sum())
+        if chunk.legal.any():
+            min_l1 = min(min_l1, int(l1[chunk.legal].min()))
+        if not fit.any():
+            continue
+        positions = np.flatnonzero(fit)
+        kept = _kept_best(
+            kept, chunk, _at(values, chunk.legal.shape, positions), positions, order, count
+        )
     wall = time.perf_counter() - start
     if not kept:
         return [Best({}, {}, candidates, 0, int(min_l1), wall)] if candidates else []

@@ -1,0 +1,49 @@
+"""A plan simulated step by step: each layer with its streams at their planned levels and
+the weights it prefetches for later steps competing for the HBM and the L2 (``sim``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from autotune.ir.layer import Layer
+from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
+from autotune.ir.plan import NetworkPlan
+from autotune.sim.result import SimResult
+from autotune.sim.simulate import simulate
+
+
+def prefetch_bytes(plan: NetworkPlan, step: str) -> int:
+    """Bytes of the weights ``step`` prefetches into L2."""
+    return sum(plan.tensor(w).bytes for w in plan.step(step).prefetch)
+
+
+def simulate_plan(
+    layers: Sequence[Layer],
+    mappings: Sequence[Mapping],
+    plan: NetworkPlan,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[SimResult]:
+    """Every step simulated at its placement with its prefetches; identical steps once."""
+    done: dict[tuple[object, ...], SimResult] = {}
+    out = []
+    for layer, mapping, step in zip(layers, mappings, plan.steps, strict=True):
+        extra = prefetch_bytes(plan, step.name)
+        key = (layer.shape_key(), mapping, step.placement, extra)
+        if key not in done:
+            done[key] = simulate(
+                layer,
+                mapping,
+                machine,
+                precision,
+                batch,
+                placement=step.placement,
+                prefetch_bytes=extra,
+            )
+            if progress is not None:
+                progress(layer.name)
+        out.append(done[key])
+    return out

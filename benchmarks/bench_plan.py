@@ -1,0 +1,152 @@
+"""Network plans against per-layer schedules: simulated cycles, HBM bytes, L2 peak, CP-SAT.
+
+For each network and each L2 bandwidth of the sweep (1x, 2x, 4x the chiplet's HBM bandwidth;
+the machine file's default is 2x, an assumption), the same run builds every step's options
+(the integer program per placement), then three plans of them: ``per-layer`` (today's: all
+in HBM), ``greedy`` (first-fit L2 allocation, each step the option its levels allow) and the
+network CP-SAT; and simulates each plan step by step (``plans.simulation``). It prints:
+
+* predicted and simulated network cycles of each plan and the speed-up over per-layer;
+* the network bound: max(peak MACs, compulsory HBM bytes at the HBM bandwidth), compulsory
+  = the weights once plus the network's inputs and outputs; the plan's share of it;
+* HBM bytes against compulsory, the L2 high-water mark, the CP-SAT's status, gap and time.
+
+    python benchmarks/bench_plan.py [--networks mobilenetv2,resnet50] [--sweep 1,2,4]
+        [--batches 1,4,16,64] [--time-limit 60]
+
+``--batches`` adds a batch sweep (at the default bandwidth) of the first network: the largest
+set of live activations against the L2, and throughput per batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmark this tree, not an installed copy
+
+from autotune import Machine, load_network  # noqa: E402
+from autotune.ir.network import Network  # noqa: E402
+from autotune.ir.options import TuneOptions  # noqa: E402
+from autotune.ir.plan import NetworkPlan  # noqa: E402
+from autotune.ir.precision import word_bytes  # noqa: E402
+from autotune.plans import greedy_plan, network_problem, per_layer_plan  # noqa: E402
+from autotune.plans.network_model import solve_plan  # noqa: E402
+from autotune.plans.problem import PlanProblem, assemble  # noqa: E402
+from autotune.plans.simulation import simulate_plan  # noqa: E402
+
+EXAMPLES = ROOT / "examples"
+
+
+def compulsory_bytes(network: Network, precision: str, batch: int) -> int:
+    """Weights once, the network's inputs and outputs (the HBM traffic no plan avoids)."""
+    assert network.lowering is not None
+    wb = word_bytes(precision)
+    weights = sum(layer.weight_words for layer in network.layers) * wb
+    io = 0
+    outputs = {ref.buffer for ref in network.lowering.outputs}
+    for buffer in network.lowering.buffers:
+        if buffer.producer is None or buffer.name in outputs:
+            h, w, c = buffer.shape
+            io += batch * h * w * c * wb
+    return weights + io
+
+
+def network_bound(network: Network, machine: Machine, precision: str, batch: int) -> int:
+    compute = (
+        batch * sum(layer.macs for layer in network.layers) / machine.peak_macs_per_cycle(precision)
+    )
+    memory = compulsory_bytes(network, precision, batch) / machine.hbm_bytes_per_cycle
+    return int(max(compute, memory))
+
+
+def simulated(
+    problem: PlanProblem, plan: NetworkPlan, network: Network, machine: Machine, opts: TuneOptions
+) -> int:
+    mappings = [
+        problem.options[i][[o.placement for o in problem.options[i]].index(step.placement)].mapping
+        for i, step in enumerate(plan.steps)
+    ]
+    runs = simulate_plan(
+        network.layers, mappings, plan, machine, str(opts.precision), int(opts.batch or 1)
+    )
+    return sum(r.cycles for r in runs)
+
+
+def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str, float]:
+    network = load_network(EXAMPLES / f"{name}.yaml")
+    opts = TuneOptions(
+        refine=False,
+        verify=False,
+        storage="memory",
+        batch=batch,
+        precision=network.precision,
+        plan_time_limit=time_limit,
+    )
+    t0 = time.perf_counter()
+    problem, _ = network_problem(network, machine, opts)
+    t_options = time.perf_counter() - t0
+    n_options = sum(len(o) for o in problem.options)
+    base = per_layer_plan(problem)
+    greedy = greedy_plan(problem)
+    t0 = time.perf_counter()
+    choice, report = solve_plan(problem, time_limit, 1, 0, hint=None)
+    t_solve = time.perf_counter() - t0
+    plan = assemble(problem, choice, "network", report.status, report.bound, report.wall_s)
+    bound = network_bound(network, machine, network.precision, batch)
+    compulsory = compulsory_bytes(network, network.precision, batch)
+    sims = {p.status: simulated(problem, p, network, machine, opts) for p in (base, greedy, plan)}
+    s_base, s_greedy, s_plan = sims["PER_LAYER"], sims["GREEDY"], sims[plan.status]
+    print(
+        f"  options: {n_options} ({len(problem.steps)} steps) in {t_options:.1f} s; "
+        f"CP-SAT {report.status} in {t_solve:.1f} s, gap {plan.gap:.2%}"
+    )
+    for label, p, s in (
+        ("per-layer", base, s_base),
+        ("greedy", greedy, s_greedy),
+        ("network", plan, s_plan),
+    ):
+        print(
+            f"  {label:9s} predicted {p.cycles:>10,}  simulated {s:>10,}  "
+            f"x{s_base / s:5.2f} vs per-layer  {bound / s:6.1%} of bound  "
+            f"HBM {p.hbm_bytes / 1e6:8.2f} MB ({p.hbm_bytes / compulsory:5.2f}x compulsory)  "
+            f"L2 peak {p.l2_peak_bytes / 1e6:6.2f} MB"
+        )
+    print(f"  network bound {bound:,} cycles; compulsory HBM {compulsory / 1e6:.2f} MB")
+    sys.stdout.flush()
+    return {"per_layer": s_base, "greedy": s_greedy, "plan": s_plan, "bound": bound}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--networks", default="mobilenetv2,resnet50")
+    parser.add_argument("--sweep", default="1,2,4", help="L2 bandwidth / HBM bandwidth")
+    parser.add_argument("--batches", default="", help="batch sweep of the first network")
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    args = parser.parse_args()
+    base = Machine.preset("manticore")
+    for name in args.networks.split(","):
+        for factor in [float(f) for f in args.sweep.split(",")]:
+            machine = replace(base, l2_bytes_per_cycle=factor * base.hbm_bytes_per_cycle)
+            print(
+                f"== {name}, batch 1, L2 bandwidth {factor:g}x HBM "
+                f"({machine.l2_bytes_per_cycle:g} B/cycle)"
+            )
+            run(name, machine, 1, args.time_limit)
+    if args.batches:
+        name = args.networks.split(",")[0]
+        for batch in [int(b) for b in args.batches.split(",")]:
+            print(f"== {name}, batch {batch}, default L2 bandwidth")
+            r = run(name, base, batch, args.time_limit)
+            print(
+                f"  throughput: per-layer {batch * base.clock_hz / r['per_layer']:,.0f} "
+                f"images/s, network plan {batch * base.clock_hz / r['plan']:,.0f} images/s"
+            )
+
+
+if __name__ == "__main__":
+    main()
