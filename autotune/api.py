@@ -109,7 +109,7 @@ def tune(
     Example:
         >>> import autotune
         >>> result = autotune.tune("examples/alexnet.yaml", refine=False, verify=False)
-        >>> len(result.layers), result.layers[0].search.status, result.totals.images_per_s > 0
+        >>> len(result.layers), result.plan.status, result.totals.images_per_s > 0
         (11, 'OPTIMAL', True)
     """
     shorthands = {

@@ -170,6 +170,15 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
                 plan, result.lowering, machine, schedule.batch, schedule.precision, figures
             )
         ]
+        assert schedule.plan is not None
+        if schedule.plan.gap != round(plan.gap, 6):
+            findings.append(
+                Finding(
+                    None,
+                    "plan.gap",
+                    f"{schedule.plan.gap}, the bound and cycles give {plan.gap:.6f}",
+                )
+            )
     findings += _totals_findings(schedule, result)
     return ScheduleAudit(str(path), findings, result)
 
@@ -401,6 +410,9 @@ def _audit_search(
         report("search.bound", f"{s.bound} exceeds the value {s.value}")
     if s.status == "OPTIMAL" and (s.bound != s.value or s.gap not in (0, 0.0)):
         report("search.status", "OPTIMAL with a bound or gap that says otherwise")
+    if s.mode == "exhaustive" and s.status != "OPTIMAL" and (s.bound, s.gap) != (None, None):
+        # a network plan's mixed placement: the best of a shortlist, no proven bound
+        report("search.bound", "an exhaustive search that is not OPTIMAL proves no bound")
     if s.gap is not None and s.bound is not None and s.value > 0:
         gap = round((s.value - s.bound) / s.value, 9)
         if not math.isclose(s.gap, gap, rel_tol=0, abs_tol=1e-9):

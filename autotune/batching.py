@@ -341,7 +341,9 @@ def sweep(
 
     ``batches`` is sorted and deduplicated; the options' batch is ignored. Refinement and
     verification are off by default (``SWEEP_OPTIONS``): a sweep is a planning tool, and the
-    integer program plus the simulator give the same latency figure ``tune`` reports.
+    integer program plus the simulator give the same latency figure ``tune`` reports. Every
+    batch is tuned per layer (``plan="per-layer"``): the sweep judges each layer against the
+    HBM roofline on its own; ``benchmarks/bench_plan.py --batches`` sweeps network plans.
     ``progress``: True prints one line per stage to stderr; a callable gets
     ``(stage, "layer @ batch B")``. The shorthands override the same ``options`` fields, as
     for ``tune`` (``timeout``: seconds of refinement per layer).
@@ -363,7 +365,8 @@ def sweep(
         "refine_timeout": timeout,
     }
     given = {name: value for name, value in shorthands.items() if value is not None}
-    opts = replace(options or SWEEP_OPTIONS, **given)  # type: ignore[arg-type]
+    # the sweep's verdicts are per layer against the HBM roofline: layers on their own
+    opts = replace(options or SWEEP_OPTIONS, **given, plan="per-layer")  # type: ignore[arg-type]
     values = check_batches(batches)
     net = network if isinstance(network, Network) else load_network(network)
     mach = resolve_machine(machine)

@@ -39,7 +39,7 @@ layers:
 #: (``autotune.audit``'s docstring); an accepted edit may change only these.
 INFORMATIONAL = re.compile(
     r"^(tool(\..*)?|seed|network|machine\.name|verified(\..*)?|layers\[\d+\]\.(name|search\.wall_s|"
-    r"search\.trials|verified(\..*)?))$"
+    r"search\.trials|verified(\..*)?)|plan\.solve_s)$"
 )
 
 
@@ -161,12 +161,23 @@ def _normal(path: Path) -> dict[str, Any]:
     }
 
 
+#: An L2 offset is a choice, not a measurement: any layout the audit finds sound (aligned,
+#: inside the L2, no two live tensors sharing a byte) is as valid a claim as the solver's,
+#: and ``verify`` executes the network in it.
+LAYOUT_CHOICE = re.compile(r"^plan\.tensors\[\d+\]\.offset$")
+
+
 def _harmless(edited: Path, reference: dict[str, Any], path: str, new: Any) -> bool:
-    """The edited file reads to the original schedule (informational fields aside), or the
-    edit only left out an optional claim and everything else is as it was."""
+    """The edited file reads to the original schedule (informational fields aside), the edit
+    moved an L2 tensor to another sound place, or it only left out an optional claim and
+    everything else is as it was."""
     normal = _normal(edited)
     if normal == reference:
         return True
+    if LAYOUT_CHOICE.match(path):
+        return {p: v for p, v in normal.items() if p != path} == {
+            p: v for p, v in reference.items() if p != path
+        }
     if OPTIONAL_CLAIM.match(path) and (new is _REMOVE or new is None):
         dropped = {p: v for p, v in reference.items() if not p.startswith(path)}
         return {p: v for p, v in normal.items() if not p.startswith(path)} == dropped

@@ -11,7 +11,7 @@ with, ``per_layer`` today's all-HBM schedule. The plan's data types live in ``ir
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
@@ -76,7 +76,9 @@ def _solve_shape(job: _ShapeJob) -> dict[Placement, LayerSolution]:
     out = {}
     for p, best in found.items():
         if best is None or not best.index:
-            raise InfeasibleError(layer.name, job.machine.l1_bytes, None)
+            raise InfeasibleError(
+                layer.name, job.machine.l1_bytes, None if best is None else best.min_l1
+            )
         mapping = space.decode(best.index)
         analysis = analyze(layer, mapping, job.machine, precision, batch, placement=p)
         exact = p in (every[0], every[-1])
@@ -165,12 +167,21 @@ def plan_network(
 def step_solutions(
     network: Network, plan: NetworkPlan, solved: dict[tuple[object, ...], LayerSolution]
 ) -> tuple[LayerSolution, ...]:
-    """Each step's solution at its planned placement, named after the step."""
+    """Each step's solution at its planned placement, named after the step; a step with the
+    shape, placement and mapping of an earlier one says it shares that one's solution."""
     out = []
+    first: dict[tuple[object, ...], str] = {}
     for layer, step in zip(network.layers, plan.steps, strict=True):
-        sol = solved[(layer.shape_key(), step.placement)]
-        if sol.layer.name != layer.name:
-            sol = LayerSolution(layer, sol.mapping, sol.analysis, sol.search)
+        key = (layer.shape_key(), step.placement)
+        sol = solved[key]
+        earlier = first.setdefault(key, layer.name)
+        if sol.layer.name != layer.name or earlier != layer.name:
+            sol = LayerSolution(
+                layer,
+                sol.mapping,
+                replace(sol.analysis, layer=layer.name),
+                replace(sol.search, shared_with=earlier if earlier != layer.name else None),
+            )
         out.append(sol)
     return tuple(out)
 

@@ -224,8 +224,9 @@ def best_by_placement(
                 vals = _at(_evaluated(space, sub, ks[p]), positions.shape, slice(None))
             kept[p] = _kept_best(kept[p], chunk, vals, positions, order, shortlist)
     wall = time.perf_counter() - start
-    if not feasible:
-        return {p: None for p in placements}
+    if not feasible:  # nothing fits: the smallest footprint says by how much
+        nothing = Best({}, {}, candidates, 0, int(min_l1), wall) if candidates else None
+        return {p: nothing for p in placements}
     # the shortlist, in the space's order (the ranking keys' tail: algorithm, chunk, position)
     pool = sorted({item[0][-3:]: item[1] for p in extremes for item in kept[p]}.items())
     idx = {v: np.array([index[v] for _, index in pool]) for v in VARIABLES}

@@ -1,0 +1,135 @@
+"""A network plan through the product: tune with ``plan="network"``, export, re-check by an
+independent overlap script, verify (executed in a byte-addressed L2), and forged plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import TuneOptions
+from autotune.api import audit_schedule, tune_network
+from autotune.io.network_yaml import parse_network
+from autotune.ir.placement import HBM_ONLY, placements
+from autotune.ir.plan import check_plan
+from autotune.search.exhaustive import best_by_placement, search
+from autotune.search.space import search_space
+from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
+
+
+def quiet(stage: str, name: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def tuned(manticore, tmp_path_factory):
+    net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
+    options = TuneOptions(refine=False, processes=1, storage="memory")
+    planned = tune_network(net, manticore, options, quiet)
+    per_layer = tune_network(
+        net,
+        manticore,
+        TuneOptions(refine=False, verify=False, processes=1, plan="per-layer"),
+        quiet,
+    )
+    path = tmp_path_factory.mktemp("plan") / "planned.json"
+    planned.save(path)
+    return planned, per_layer, path
+
+
+def live_overlaps(record: dict) -> list[tuple[str, str]]:
+    """An independent reading of the exported plan: L2 tensors live in a common step whose
+    byte ranges intersect (written from the JSON's fields only)."""
+    l2 = [t for t in record["plan"]["tensors"] if t["level"] == "l2"]
+    found = []
+    for i, a in enumerate(l2):
+        for b in l2[i + 1 :]:
+            if a["first"] <= b["last"] and b["first"] <= a["last"]:
+                if (
+                    a["offset"] < b["offset"] + b["bytes"]
+                    and b["offset"] < a["offset"] + a["bytes"]
+                ):
+                    found.append((a["name"], b["name"]))
+    return found
+
+
+def test_the_plan_keeps_tensors_in_l2_and_is_verified(tuned) -> None:
+    planned, per_layer, path = tuned
+    plan = planned.plan
+    assert plan is not None and per_layer.plan is None
+    assert plan.status == "OPTIMAL" and check_plan(plan) == []
+    assert any(t.level == "l2" for t in plan.tensors)
+    assert all(t.level == "hbm" for t in plan.tensors if t.role in ("input", "output"))
+    assert planned.network_verified is not None and planned.network_verified.ok
+    assert plan.cycles <= sum(r.predicted.cycles for r in per_layer.layers)
+    assert planned.totals.offchip_bytes < per_layer.totals.offchip_bytes
+    record = json.loads(Path(path).read_text())
+    assert live_overlaps(record) == []
+    assert {t["name"] for t in record["plan"]["tensors"]} >= {"conv1:weights", "relu1"}
+    assert audit_schedule(path).ok
+
+
+def _forged(path: Path, tmp_path: Path, edit) -> Path:
+    record = json.loads(path.read_text())
+    edit(record["plan"])
+    out = tmp_path / "forged.json"
+    out.write_text(json.dumps(record))
+    return out
+
+
+def test_a_live_tensor_moved_onto_another_is_caught(tuned, tmp_path) -> None:
+    _, _, path = tuned
+    record = json.loads(path.read_text())
+    l2 = [t for t in record["plan"]["tensors"] if t["level"] == "l2"]
+    a, b = next(
+        (a, b)
+        for a in l2
+        for b in l2
+        if a is not b and a["first"] <= b["last"] and b["first"] <= a["last"]
+    )
+
+    def move(plan: dict) -> None:
+        for t in plan["tensors"]:
+            if t["name"] == b["name"]:
+                t["offset"] = a["offset"]
+
+    forged = _forged(path, tmp_path, move)
+    assert live_overlaps(json.loads(forged.read_text()))
+    audit = audit_schedule(forged)
+    assert not audit.ok
+    assert any("share L2 bytes" in f.message for f in audit.findings)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda p: p.update(cycles=p["cycles"] - 1),
+        lambda p: p.update(l2_peak_bytes=p["l2_peak_bytes"] + 64),
+        lambda p: p["tensors"][0].update(level="l2", offset=0),  # the network input
+        lambda p: p["steps"][1].update(prefetch=[]),
+        lambda p: p["tensors"][-1].update(last=p["tensors"][-1]["last"] + 1),
+        lambda p: p["steps"][2]["placement"].update(output="hbm"),
+    ],
+    ids=["cycles", "l2_peak", "input_in_l2", "prefetch_dropped", "lifetime", "placement"],
+)
+def test_forged_plan_figures_are_rejected(tuned, tmp_path, edit) -> None:
+    _, _, path = tuned
+    assert not audit_schedule(_forged(path, tmp_path, edit)).ok
+
+
+def test_best_by_placement_extremes_are_the_exhaustive_optima(manticore) -> None:
+    net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
+    layer = net.layers[1]  # conv2 with its residual epilogue
+    space = search_space(layer, manticore, 2)
+    every = placements(True, True)
+    found = best_by_placement(space, manticore, "fp32", "latency", every)
+    for p in (HBM_ONLY, every[-1]):
+        best = search(space, manticore, "fp32", "latency", placement=p)
+        assert best is not None and found[p] is not None
+        assert found[p].index == best.index
+    for p in every:  # a mix: never better than its exhaustive optimum
+        exact = search(space, manticore, "fp32", "latency", placement=p)
+        assert exact is not None and found[p] is not None
+        assert found[p].values["cycles"] >= exact.values["cycles"]
