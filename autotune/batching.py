@@ -510,7 +510,8 @@ def tune_within_budget(
     if not options.refine and not options.verify:
         result = choice.sweep.results[choice.batch]
     else:
-        at_batch = replace(options, batch=choice.batch)
+        # per layer, as the sweep measured it: the budget holds for that schedule
+        at_batch = replace(options, batch=choice.batch, plan="per-layer")
         result = tune_network(network, machine, at_batch, progress_reporter(progress))
     t = result.totals
     if t.cycles > choice.point.cycles or t.latency_s > latency_budget_s:
