@@ -43,6 +43,8 @@ def test_two_processes_complete_one_network(tmp_path):
         "--trials",
         str(budget),
         "--no-verify",
+        "--plan",
+        "per-layer",  # every layer refined (a plan's L2 layers keep the model's mapping)
         "--out",
     ]
     env = {**os.environ, "COLUMNS": "200"}
