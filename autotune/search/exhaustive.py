@@ -135,6 +135,36 @@ def _chunks(space: SearchSpace, machine: Machine, precision: str) -> Iterator[_C
             yield _Chunk(a, d0, idx, q, legal)
 
 
+@dataclass
+class _Tally:
+    """Counts over the chunks: legal candidates, those that fit L1, the smallest footprint."""
+
+    candidates: int = 0
+    feasible: int = 0
+    min_l1: int = int(np.iinfo(np.int64).max)
+
+    def best(self, index: dict[str, int], values: dict[str, int], wall: float) -> Best:
+        return Best(index, values, self.candidates, self.feasible, self.min_l1, wall)
+
+
+def _fitting(
+    space: SearchSpace, machine: Machine, precision: str, k: Consts, tally: _Tally
+) -> Iterator[tuple[_Chunk, dict[str, np.ndarray], np.ndarray]]:
+    """Each chunk with candidates that fit L1: its formula outputs under ``k`` and the
+    positions of the fitting candidates (the footprint does not depend on the placement);
+    ``tally`` counts every chunk."""
+    for chunk in _chunks(space, machine, precision):
+        values = _evaluated(space, chunk.q, k)
+        l1 = np.broadcast_to(values["l1"], chunk.legal.shape)
+        fit = chunk.legal & (l1 <= k.l1_bytes)
+        tally.candidates += int(chunk.legal.sum())
+        tally.feasible += int(fit.sum())
+        if chunk.legal.any():
+            tally.min_l1 = min(tally.min_l1, int(l1[chunk.legal].min()))
+        if fit.any():
+            yield chunk, values, np.flatnonzero(fit)
+
+
 def _evaluated(space: SearchSpace, q: dict[str, np.ndarray], k: Consts) -> dict[str, np.ndarray]:
     values = evaluate(NumpyOps(), q, k)
     for name in ("cycles", "energy", "offchip_bytes", "l2_bytes"):
@@ -202,20 +232,8 @@ def best_by_placement(
     kept: dict[Placement, list[tuple[tuple, dict[str, int], dict[str, int]]]] = {
         p: [] for p in extremes
     }
-    candidates = feasible = 0
-    min_l1 = np.iinfo(np.int64).max
-    first = ks[placements[0]]
-    for chunk in _chunks(space, machine, precision):
-        values = _evaluated(space, chunk.q, first)
-        l1 = np.broadcast_to(values["l1"], chunk.legal.shape)
-        fit = chunk.legal & (l1 <= first.l1_bytes)
-        candidates += int(chunk.legal.sum())
-        feasible += int(fit.sum())
-        if chunk.legal.any():
-            min_l1 = min(min_l1, int(l1[chunk.legal].min()))
-        if not fit.any():
-            continue
-        positions = np.flatnonzero(fit)
+    tally = _Tally()
+    for chunk, values, positions in _fitting(space, machine, precision, ks[placements[0]], tally):
         for p in extremes:
             if p == placements[0]:
                 vals = _at(values, chunk.legal.shape, positions)
@@ -224,8 +242,8 @@ def best_by_placement(
                 vals = _at(_evaluated(space, sub, ks[p]), positions.shape, slice(None))
             kept[p] = _kept_best(kept[p], chunk, vals, positions, order, shortlist)
     wall = time.perf_counter() - start
-    if not feasible:  # nothing fits: the smallest footprint says by how much
-        nothing = Best({}, {}, candidates, 0, int(min_l1), wall) if candidates else None
+    if not tally.feasible:  # nothing fits: the smallest footprint says by how much
+        nothing = tally.best({}, {}, wall) if tally.candidates else None
         return {p: nothing for p in placements}
     # the shortlist, in the space's order (the ranking keys' tail: algorithm, chunk, position)
     pool = sorted({item[0][-3:]: item[1] for p in extremes for item in kept[p]}.items())
@@ -240,7 +258,7 @@ def best_by_placement(
             cols = [vals[key] for key in order]
             w = int(np.lexsort((np.arange(len(pool)), *reversed(cols)))[0])
             best = ((), pool[w][1], {name: int(v[w]) for name, v in vals.items()})
-        out[p] = Best(best[1], best[2], candidates, feasible, int(min_l1), wall)
+        out[p] = tally.best(best[1], best[2], wall)
     return out
 
 
@@ -261,25 +279,12 @@ def ranking(
     k = consts(space.layer, machine, precision, word_bytes(precision), space.batch, placement)
     order = ORDER[objective]
     kept: list[tuple[tuple, dict[str, int], dict[str, int]]] = []
-    candidates = feasible = 0
-    min_l1 = np.iinfo(np.int64).max
-    for chunk in _chunks(space, machine, precision):
-        values = _evaluated(space, chunk.q, k)
-        l1 = np.broadcast_to(values["l1"], chunk.legal.shape)
-        fit = chunk.legal & (l1 <= k.l1_bytes)
-        candidates += int(chunk.legal.sum())
-        feasible += int(fit.sum())
-        if chunk.legal.any():
-            min_l1 = min(min_l1, int(l1[chunk.legal].min()))
-        if not fit.any():
-            continue
-        positions = np.flatnonzero(fit)
+    tally = _Tally()
+    for chunk, values, positions in _fitting(space, machine, precision, k, tally):
         kept = _kept_best(
             kept, chunk, _at(values, chunk.legal.shape, positions), positions, order, count
         )
     wall = time.perf_counter() - start
     if not kept:
-        return [Best({}, {}, candidates, 0, int(min_l1), wall)] if candidates else []
-    return [
-        Best(index, values, candidates, feasible, int(min_l1), wall) for _, index, values in kept
-    ]
+        return [tally.best({}, {}, wall)] if tally.candidates else []
+    return [tally.best(index, values, wall) for _, index, values in kept]
