@@ -328,7 +328,6 @@ def finish_layer(
         verified,
         n_trials,
         ilp_cycles,
-        placement,
         prefetch_bytes,
     )
 

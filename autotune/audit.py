@@ -380,7 +380,6 @@ def _audit_layer(
         predicted,
         search_report(rec.search),
         simulated,
-        placement=placement,
         prefetch_bytes=prefetch,
     )
 

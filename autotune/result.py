@@ -50,10 +50,14 @@ class LayerResult:
     verified: Verification | None = None
     trials: int = 0
     ilp_simulated_cycles: int | None = None
-    #: The memory level of each stream (a network plan's), and the bytes of later layers'
-    #: weights this layer prefetches into L2 while it runs.
-    placement: Placement = HBM_ONLY
+    #: The bytes of later layers' weights this layer prefetches into L2 while it runs (a
+    #: network plan's).
     prefetch_bytes: int = 0
+
+    @property
+    def placement(self) -> Placement:
+        """The memory level of each of the layer's streams (the model's, as analysed)."""
+        return self.predicted.placement
 
     @property
     def cycles(self) -> int:
@@ -165,7 +169,6 @@ class TuneResult:
                     predicted,
                     search_report(rec.search),
                     trials=rec.search.trials,
-                    placement=placement,
                     prefetch_bytes=prefetch,
                 )
             )
@@ -205,8 +208,7 @@ def step_placement(plan: NetworkPlan | None, name: str) -> tuple[Placement, int]
     if plan is None:
         return HBM_ONLY, 0
     try:
-        step = plan.step(name)
-        return step.placement, sum(plan.tensor(w).bytes for w in step.prefetch)
+        return plan.placement(name), plan.prefetch_bytes(name)
     except KeyError:
         return HBM_ONLY, 0
 

@@ -102,6 +102,10 @@ class NetworkPlan:
     def placement(self, step: str) -> Placement:
         return self.step(step).placement
 
+    def prefetch_bytes(self, step: str) -> int:
+        """Bytes of the weights ``step`` prefetches into L2 for later steps."""
+        return sum(self.tensor(w).bytes for w in self.step(step).prefetch)
+
 
 def l2_peak(tensors: tuple[PlannedTensor, ...] | list[PlannedTensor]) -> int:
     """The most L2 bytes live during any one step (sum over live tensors)."""

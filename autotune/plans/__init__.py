@@ -136,7 +136,7 @@ def network_problem(
             )
         return out
 
-    options_per_step = step_options(network.lowering, tensors, machine.l2_bytes, machine, solve)
+    options_per_step = step_options(network.lowering, tensors, machine, solve)
     return make_problem(network.lowering, tensors, options_per_step, machine), solutions
 
 
@@ -146,21 +146,17 @@ def plan_network(
     options: TuneOptions,
     progress: Callable[[str], None] | None = None,
 ) -> PlannedNetwork:
-    """The plan ``options.plan`` asks for (``network``: the CP-SAT optimum within
-    ``options.plan_time_limit``, started from the greedy plan; ``per-layer``: all in HBM)."""
+    """The network CP-SAT's plan within ``options.plan_time_limit``, started from the greedy
+    plan (``plan_applies`` says when there is anything to plan)."""
     problem, solved = network_problem(network, machine, options, progress)
-    if options.plan == "per-layer" or not machine.has_l2:
-        plan = assemble(problem, per_layer_choice(problem), "per-layer", "PER_LAYER")
-    else:
-        greedy = greedy_choice(problem)
-        choice, report = solve_plan(
-            problem,
-            options.plan_time_limit or 3600.0,
-            options.solver_workers,
-            options.seed,
-            hint=greedy,
-        )
-        plan = assemble(problem, choice, "network", report.status, report.bound, report.wall_s)
+    choice, report = solve_plan(
+        problem,
+        options.plan_time_limit or 3600.0,
+        options.solver_workers,
+        options.seed,
+        hint=greedy_choice(problem),
+    )
+    plan = assemble(problem, choice, "network", report.status, report.bound, report.wall_s)
     return PlannedNetwork(plan, step_solutions(network, plan, solved), problem)
 
 

@@ -35,12 +35,11 @@ def plan_findings(
     found = [("plan.tensors", p) for p in check_plan(claim)]
     if claim.status not in KNOWN_STATUS:
         found.append(("plan.status", f"unknown status {claim.status!r}"))
-    if claim.l2_capacity != (machine.l2_bytes if machine.has_l2 else 0) and claim.l2_capacity:
+    if claim.l2_capacity != machine.l2_bytes:
         found.append(
             ("plan.l2_capacity", f"{claim.l2_capacity}, the machine has {machine.l2_bytes}")
         )
-    if claim.l2_capacity > machine.l2_bytes:
-        return found + [("plan.l2_capacity", f"beyond the machine's L2 of {machine.l2_bytes} B")]
+        return found
     names = [s.name for s in lowering.steps]
     if [s.name for s in claim.steps] != names:
         return found + [("plan.steps", "are not the layers in order")]
@@ -53,7 +52,7 @@ def plan_findings(
         return found + [
             ("plan.tensors", f"are not the network's (missing {missing}, extra {extra})")
         ]
-    problem = make_problem(lowering, tensors, [[f] for f in figures], machine, claim.l2_capacity)
+    problem = make_problem(lowering, tensors, [[f] for f in figures], machine)
     offsets = {t.name: t.offset or 0 for t in claim.tensors if t.level == "l2"}
     prefetch = {w: i for i, s in enumerate(claim.steps) for w in s.prefetch}
     for name in offsets:

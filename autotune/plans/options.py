@@ -19,7 +19,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, MEMORY_LEVELS, MemoryLevel, Placement
 from autotune.ir.plan import weights_tensor
-from autotune.plans.tensors import TensorSpec, step_buffers
+from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers
 
 
 @dataclass(frozen=True)
@@ -39,27 +39,25 @@ Solver = Callable[[Layer, Placement], StepOption]
 
 
 def stream_levels(
-    lowering: Lowering, tensors: Sequence[TensorSpec], capacity: int, machine: Machine
+    lowering: Lowering, tensors: Sequence[TensorSpec], machine: Machine
 ) -> list[dict[str, tuple[MemoryLevel, ...]]]:
     """Per step, the levels each of its streams may take."""
     spec = {t.name: t for t in tensors}
+    capacity = machine.l2_bytes if machine.has_l2 else 0
 
     def levels(names: Sequence[str]) -> tuple[MemoryLevel, ...]:
-        if not machine.has_l2 or not names:
-            return ("hbm",)
-        if any(spec[n].pinned or spec[n].bytes > capacity for n in names):
-            return ("hbm",)
-        return MEMORY_LEVELS
+        if names and all(may_live_in_l2(spec[n], capacity) for n in names):
+            return MEMORY_LEVELS
+        return ("hbm",)
 
     out = []
-    for i, step in enumerate(lowering.steps):
+    for step in lowering.steps:
         inputs, residual, output = step_buffers(step)
         weights = weights_tensor(step.name)
         out.append(
             {
                 "input": levels(inputs),
-                # prefetched during an earlier step: the first step has none before it
-                "weights": levels([weights]) if weights in spec and i > 0 else ("hbm",),
+                "weights": levels([weights]) if weights in spec else ("hbm",),
                 "residual": levels([residual]) if residual else ("hbm",),
                 "output": levels([output]),
             }
@@ -81,7 +79,6 @@ def step_placements(levels: dict[str, tuple[MemoryLevel, ...]]) -> tuple[Placeme
 def step_options(
     lowering: Lowering,
     tensors: Sequence[TensorSpec],
-    capacity: int,
     machine: Machine,
     solve: Callable[[Sequence[tuple[Layer, Placement]]], Sequence[StepOption]],
 ) -> list[list[StepOption]]:
@@ -90,9 +87,7 @@ def step_options(
     Key = tuple[tuple[object, ...], Placement]
     wanted: dict[Key, tuple[Layer, Placement]] = {}
     keys: list[list[Key]] = []
-    for step, levels in zip(
-        lowering.steps, stream_levels(lowering, tensors, capacity, machine), strict=True
-    ):
+    for step, levels in zip(lowering.steps, stream_levels(lowering, tensors, machine), strict=True):
         row = []
         for placement in step_placements(levels):
             key = (step.layer.shape_key(), placement)

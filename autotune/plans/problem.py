@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
@@ -28,7 +29,7 @@ from autotune.ir.plan import (
     weights_tensor,
 )
 from autotune.plans.options import StepOption
-from autotune.plans.tensors import TensorSpec, step_buffers
+from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers
 
 #: Steps before its reader during which a layer's weights may be prefetched into L2.
 PREFETCH_WINDOW = 4
@@ -65,17 +66,13 @@ class PlanProblem:
     l2_rate: Fraction
     prefetch_window: int = PREFETCH_WINDOW
 
-    @property
+    @cached_property
     def spec(self) -> dict[str, TensorSpec]:
         return {t.name: t for t in self.tensors}
 
     def placeable(self, name: str) -> bool:
-        """The tensor can be in L2 at all: not pinned to HBM, not larger than the L2, and
-        (weights) an earlier step exists to prefetch them in."""
-        t = self.spec[name]
-        if t.pinned or t.bytes > self.capacity or self.capacity <= 0:
-            return False
-        return t.role != "weights" or t.readers[0] > 0
+        """The tensor can be in L2 at all (``tensors.may_live_in_l2``)."""
+        return may_live_in_l2(self.spec[name], self.capacity)
 
     def step_cycles(self, i: int, option: StepOption, prefetch_bytes: int) -> int:
         return max(
@@ -90,7 +87,6 @@ def make_problem(
     tensors: Sequence[TensorSpec],
     options: Sequence[Sequence[StepOption]],
     machine: Machine,
-    capacity: int | None = None,
 ) -> PlanProblem:
     names = {t.name for t in tensors}
     streams = []
@@ -103,7 +99,7 @@ def make_problem(
         tuple(streams),
         tuple(tensors),
         tuple(tuple(o) for o in options),
-        machine.l2_bytes if capacity is None else capacity,
+        machine.l2_bytes if machine.has_l2 else 0,
         rate(machine.hbm_bytes_per_cycle),
         rate(machine.l2_bytes_per_cycle) if machine.has_l2 else Fraction(0),
     )

@@ -13,11 +13,6 @@ from autotune.sim.result import SimResult
 from autotune.sim.simulate import simulate
 
 
-def prefetch_bytes(plan: NetworkPlan, step: str) -> int:
-    """Bytes of the weights ``step`` prefetches into L2."""
-    return sum(plan.tensor(w).bytes for w in plan.step(step).prefetch)
-
-
 def simulate_plan(
     layers: Sequence[Layer],
     mappings: Sequence[Mapping],
@@ -31,7 +26,7 @@ def simulate_plan(
     done: dict[tuple[object, ...], SimResult] = {}
     out = []
     for layer, mapping, step in zip(layers, mappings, plan.steps, strict=True):
-        extra = prefetch_bytes(plan, step.name)
+        extra = plan.prefetch_bytes(step.name)
         key = (layer.shape_key(), mapping, step.placement, extra)
         if key not in done:
             done[key] = simulate(

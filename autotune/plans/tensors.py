@@ -45,6 +45,14 @@ class TensorSpec:
         return max(self.writers + self.readers)
 
 
+def may_live_in_l2(tensor: TensorSpec, capacity: int) -> bool:
+    """The tensor can be in L2 at all: not pinned to HBM, not larger than the L2, and
+    (weights) an earlier step exists to prefetch them in."""
+    if tensor.pinned or not 0 < tensor.bytes <= capacity:
+        return False
+    return tensor.role != "weights" or tensor.readers[0] > 0
+
+
 def step_buffers(step: Step) -> tuple[tuple[str, ...], str | None, str]:
     """The buffers a step reads as its input stream, as its residual, and writes."""
     inputs = tuple(dict.fromkeys(ref.buffer for ref in step.inputs))
