@@ -116,7 +116,16 @@ def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str,
             f"HBM {p.hbm_bytes / 1e6:8.2f} MB ({p.hbm_bytes / compulsory:5.2f}x compulsory)  "
             f"L2 peak {p.l2_peak_bytes / 1e6:6.2f} MB"
         )
-    print(f"  network bound {bound:,} cycles; compulsory HBM {compulsory / 1e6:.2f} MB")
+    live = max(
+        sum(t.bytes for t in problem.tensors if t.role == "activation" and t.first <= i <= t.last)
+        for i in range(len(problem.steps))
+    )
+    print(
+        f"  network bound {bound:,} cycles; compulsory HBM {compulsory / 1e6:.2f} MB; "
+        f"most activation bytes live at once {live / 1e6:.2f} MB "
+        f"({'fits' if live <= machine.l2_bytes else 'exceeds'} the "
+        f"{machine.l2_bytes / 1e6:g} MB L2)"
+    )
     sys.stdout.flush()
     return {"per_layer": s_base, "greedy": s_greedy, "plan": s_plan, "bound": bound}
 
