@@ -28,6 +28,7 @@ from ortools.sat.python import cp_model
 
 from autotune.ir.plan import L2_ALIGN
 from autotune.plans.problem import Choice, PlanProblem, aligned_units, cdiv_rate
+from autotune.search import cpsat
 
 #: Share of the time limit each stage may use at most (latency, HBM bytes, L2 peak); a
 #: stage that finishes early leaves its time to the next.
@@ -185,7 +186,7 @@ def solve_plan(
         solver.parameters.max_time_in_seconds = max(0.5, min(budget, left))
         solver.parameters.num_search_workers = workers
         solver.parameters.random_seed = seed
-        status = solver.solve(model.m)
+        status = cpsat.solve(solver, model.m)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if best is None:
                 raise RuntimeError(f"network plan: CP-SAT found no plan ({solver.status_name()})")

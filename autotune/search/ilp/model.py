@@ -26,6 +26,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.model.formulas import INPUT_PARALLEL, OUTPUT_STACK, SHARED, consts, evaluate
+from autotune.search import cpsat
 from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
@@ -192,7 +193,7 @@ def solve(
         if isinstance(target, int):
             continue  # constant: nothing to decide
         cpm.minimize(_expr(target))
-        status = solver.solve(cpm)
+        status = cpsat.solve(solver, cpm)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             name = solver.status_name(status)
             if stage == stages[0]:
@@ -258,5 +259,5 @@ def _smallest_footprint(
     if not isinstance(l1, Expr):
         return int(l1)
     relaxed.cpm.minimize(l1.expr)
-    status = solver.solve(relaxed.cpm)
+    status = cpsat.solve(solver, relaxed.cpm)
     return int(round(solver.objective_value)) if status == cp_model.OPTIMAL else None
