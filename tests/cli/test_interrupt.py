@@ -21,6 +21,9 @@ def test_ctrl_c_during_the_parallel_solve(tmp_path):
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # a shell's background job starts with Ctrl-C ignored, and children inherit that;
+        # the run under test is an interactive one
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(4)  # start-up, then the process pool is solving the distinct shapes
     proc.send_signal(signal.SIGINT)

@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from ortools.sat.python import cp_model
@@ -32,6 +33,18 @@ def hard_model() -> cp_model.CpModel:
     return m
 
 
+@pytest.fixture
+def interactive() -> Iterator[None]:
+    """Python's own Ctrl-C handler, as in an interactive run (a background job, or a test
+    before this one, may have left SIGINT ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("interactive")
 def test_ctrl_c_stops_the_solve_and_is_raised() -> None:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 60
