@@ -22,7 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from autotune.audit import ScheduleAudit, audit_schedule
-from autotune.chiplets import analyze, refinement_target, simulate, solve_layer, verify
+from autotune.chiplets import (
+    analyze,
+    execute_layer,
+    refinement_target,
+    simulate,
+    solve_by_placement,
+    solve_layer,
+    verify,
+)
 from autotune.graphs.execute import (
     NetworkError,
     NetworkVerification,
@@ -162,7 +170,9 @@ def tune_network(
     options = with_storage(options)
     plan = None
     if options.plan == "network" and plan_applies(network, machine):
-        planned = plan_network(network, machine, options, lambda name: progress("plan", name))
+        planned = plan_network(
+            network, machine, options, lambda name: progress("plan", name), solve_by_placement
+        )
         solutions, plan = list(planned.solutions), planned.plan
     else:
         solutions = solve_network(network, machine, options, lambda n: progress("solve", n))
@@ -365,10 +375,10 @@ def verify_network_schedule(
 ) -> NetworkVerification | None:
     """Execute the whole network through the schedule's tiled layers and compare every
     stored tensor with the graph's independent reference (``graphs.execute``): the file's
-    weights when the network has them (an ONNX model's), else seeded ones. None on a package
-    machine (its layers are executed per chiplet part, not as whole tensors) or for a
-    schedule without a graph."""
-    if result.machine.chiplets > 1 or (network is None and result.graph is None):
+    weights when the network has them (an ONNX model's), else seeded ones; each layer through
+    ``chiplets.execute_layer`` (on a package: part by part). None for a schedule without a
+    graph."""
+    if network is None and result.graph is None:
         return None
     net = schedule_network(result, network)
     assert net.graph is not None
@@ -384,6 +394,7 @@ def verify_network_schedule(
         seed=seed,
         progress=progress,
         plan=result.plan,
+        execute=execute_layer,
     )
 
 
@@ -400,8 +411,6 @@ def run_network(
     generates from the schedule. ``weights``: given, else the network's own (ONNX), else
     seeded. Raises ``NetworkError`` or ``WeightsError`` for inputs or weights that do not
     fit the network."""
-    if result.machine.chiplets > 1:
-        raise NetworkError("running a network on a package machine is not supported yet")
     if network.graph is None or network.lowering is None:
         raise NetworkError(f"network {network.name!r} has no graph")
     chosen = weights if weights is not None else network.weights
@@ -417,6 +426,7 @@ def run_network(
         batch=result.batch,
         progress=progress,
         plan=result.plan,
+        execute=execute_layer,
     )
     outputs = output_arrays(network.lowering, buffers, result.batch)
     return dict(zip(network.graph.outputs, outputs, strict=True))

@@ -225,5 +225,8 @@ def totals_of(layers: list[LayerResult], machine: Machine, precision: str, batch
         images_per_s=batch / seconds if seconds else 0.0,
         tflops=2 * macs / seconds / 1e12 if seconds else 0.0,
         peak_fraction=macs / (cycles * peak) if cycles else 0.0,
-        offchip_bytes=sum(r.predicted.offchip_bytes + r.prefetch_bytes for r in layers),
+        # a prefetch loads one copy of the weights into every chiplet's L2
+        offchip_bytes=sum(
+            r.predicted.offchip_bytes + r.prefetch_bytes * machine.chiplets for r in layers
+        ),
     )

@@ -9,10 +9,17 @@ network CP-SAT; and simulates each plan step by step (``plans.simulation``). It 
 * predicted and simulated network cycles of each plan and the speed-up over per-layer;
 * the network bound: max(peak MACs, compulsory HBM bytes at the HBM bandwidth), compulsory
   = the weights once plus the network's inputs and outputs; the plan's share of it;
-* HBM bytes against compulsory, the L2 high-water mark, the CP-SAT's status, gap and time.
+* HBM bytes against compulsory, the L2 high-water mark, the CP-SAT's status, gap and time;
+* the unfused bound: what any plan that runs the network layer by layer (each layer's input
+  read from and its output written to HBM or L2, as every plan here does) cannot beat. Per
+  step, max(its MACs at peak, the bytes it must read and, apart, the bytes it must write at
+  what the quadrant tree carries into and out of the level the L2 sits at (the top level's
+  fanout x its children's uplinks, per direction: Manticore 2 x 128 B/cycle); summed. The
+  L2 sits beside the HBM at the chiplet root (seed 002, Fig. 2), so a faster L2 does not
+  raise it; only keeping data inside the clusters across layers (fusion) would.
 
     python benchmarks/bench_plan.py [--networks mobilenetv2,resnet50] [--sweep 1,2,4]
-        [--batches 1,4,16,64] [--time-limit 60]
+        [--batches 1,4,16,64] [--time-limit 60] [--machine manticore]
 
 ``--batches`` adds a batch sweep (at the default bandwidth) of the first network: the largest
 set of live activations against the L2, and throughput per batch.
@@ -30,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmark this tree, not an installed copy
 
 from autotune import Machine, load_network  # noqa: E402
+from autotune.chiplets import simulate, solve_by_placement  # noqa: E402
 from autotune.ir.network import Network  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
 from autotune.ir.plan import NetworkPlan  # noqa: E402
@@ -60,8 +68,44 @@ def network_bound(network: Network, machine: Machine, precision: str, batch: int
     compute = (
         batch * sum(layer.macs for layer in network.layers) / machine.peak_macs_per_cycle(precision)
     )
-    memory = compulsory_bytes(network, precision, batch) / machine.hbm_bytes_per_cycle
+    hbm = machine.hbm_bytes_per_s / machine.clock_hz  # every chiplet's HBM
+    memory = compulsory_bytes(network, precision, batch) / hbm
     return int(max(compute, memory))
+
+
+def tree_bytes_per_cycle(machine: Machine) -> float:
+    """Per direction, what the quadrant tree carries into its top level from below (the top
+    level's fanout x its children's uplinks; the clusters' DMA when the tree has one level),
+    on every chiplet."""
+    top = machine.levels[-1]
+    below = (
+        machine.levels[-2].uplink_bytes_per_cycle
+        if len(machine.levels) > 1
+        else machine.dma_bytes_per_cycle
+    )
+    return top.fanout * below * machine.chiplets
+
+
+def unfused_bound(problem: PlanProblem, network: Network, machine: Machine, batch: int) -> int:
+    """The least cycles of any layer-by-layer plan (module docstring): per step the most of
+    its MACs at peak, its compulsory reads and its compulsory writes through the tree."""
+    peak = machine.peak_macs_per_cycle(network.precision)
+    tree = tree_bytes_per_cycle(machine)
+    total = 0.0
+    for i, layer in enumerate(network.layers):
+        # a stride above the kernel skips input pixels: only the touched share is compulsory
+        touched = min(1.0, layer.kernel_h / layer.stride_h) * min(
+            1.0, layer.kernel_w / layer.stride_w
+        )
+        inputs = problem.streams[i].inputs
+        reads = sum(
+            t.bytes * (touched if t.name in inputs else 1.0)
+            for t in problem.tensors
+            if i in t.readers
+        )
+        writes = sum(t.bytes for t in problem.tensors if i in t.writers)
+        total += max(batch * layer.macs / peak, reads / tree, writes / tree)
+    return int(total)
 
 
 def simulated(
@@ -72,7 +116,13 @@ def simulated(
         for i, step in enumerate(plan.steps)
     ]
     runs = simulate_plan(
-        network.layers, mappings, plan, machine, str(opts.precision), int(opts.batch or 1)
+        network.layers,
+        mappings,
+        plan,
+        machine,
+        str(opts.precision),
+        int(opts.batch or 1),
+        simulate=simulate,
     )
     return sum(r.cycles for r in runs)
 
@@ -88,7 +138,7 @@ def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str,
         plan_time_limit=time_limit,
     )
     t0 = time.perf_counter()
-    problem, _ = network_problem(network, machine, opts)
+    problem, _ = network_problem(network, machine, opts, solver=solve_by_placement)
     t_options = time.perf_counter() - t0
     n_options = sum(len(o) for o in problem.options)
     base = per_layer_plan(problem)
@@ -120,6 +170,12 @@ def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str,
         sum(t.bytes for t in problem.tensors if t.role == "activation" and t.first <= i <= t.last)
         for i in range(len(problem.steps))
     )
+    unfused = unfused_bound(problem, network, machine, batch)
+    print(
+        f"  unfused bound {unfused:,} cycles: no layer-by-layer plan is faster, i.e. at most "
+        f"{bound / unfused:.1%} of the network bound and x{s_base / unfused:.2f} vs per-layer; "
+        f"the plan reaches {unfused / s_plan:.1%} of it"
+    )
     print(
         f"  network bound {bound:,} cycles; compulsory HBM {compulsory / 1e6:.2f} MB; "
         f"most activation bytes live at once {live / 1e6:.2f} MB "
@@ -127,7 +183,13 @@ def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str,
         f"{machine.l2_bytes / 1e6:g} MB L2)"
     )
     sys.stdout.flush()
-    return {"per_layer": s_base, "greedy": s_greedy, "plan": s_plan, "bound": bound}
+    return {
+        "per_layer": s_base,
+        "greedy": s_greedy,
+        "plan": s_plan,
+        "bound": bound,
+        "unfused": unfused,
+    }
 
 
 def main() -> None:
@@ -136,8 +198,9 @@ def main() -> None:
     parser.add_argument("--sweep", default="1,2,4", help="L2 bandwidth / HBM bandwidth")
     parser.add_argument("--batches", default="", help="batch sweep of the first network")
     parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--machine", default="manticore", help="a preset with an L2")
     args = parser.parse_args()
-    base = Machine.preset("manticore")
+    base = Machine.preset(args.machine)
     for name in args.networks.split(","):
         for factor in [float(f) for f in args.sweep.split(",")]:
             machine = replace(base, l2_bytes_per_cycle=factor * base.hbm_bytes_per_cycle)

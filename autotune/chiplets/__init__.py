@@ -10,13 +10,19 @@ parts, calls those stages on each part, and joins the results, one dispatcher pe
 ``verify``       every part executed on its slice, the output assembled (``verification``)
 ``execute_layer`` the same on given operands: a layer's output, for running a network
 ``solve_layer``  the best split and the mapping each chiplet runs (``solve``)
+``solve_by_placement`` the same for every placement of a network plan's step
 
 On a machine of one chiplet each dispatcher is the single-chiplet stage itself.
 """
 
 from autotune.chiplets.analysis import analyze, analyze_package, d2d_cycles
 from autotune.chiplets.simulation import simulate, simulate_package, stage_in_cycles
-from autotune.chiplets.solve import package_key, refinement_target, solve_layer
+from autotune.chiplets.solve import (
+    package_key,
+    refinement_target,
+    solve_by_placement,
+    solve_layer,
+)
 from autotune.chiplets.split import (
     SPLITS,
     ChipletPart,
@@ -43,6 +49,7 @@ __all__ = [
     "refinement_target",
     "simulate",
     "simulate_package",
+    "solve_by_placement",
     "solve_layer",
     "split_parts",
     "stage_in_cycles",

@@ -6,7 +6,10 @@ to each sibling) runs a split layer as ``autotune.chiplets`` divides it. Every c
 its part as an ordinary single-chiplet sub-layer (the tiling, formula, integer program,
 simulator and executor stay single-chiplet: they see ``machine.chiplet()``). Data placement
 assumptions are those of ``autotune.chiplets``: weights replicated in every HBM, activations
-where their producer left them, remote input read over the direct link to its holder.
+where their producer left them, remote input read over the direct link to its holder. Under a
+network plan's placement (``autotune.plans``) each chiplet keeps the streams the plan puts in
+L2 in its own L2: every part runs with that placement on its chiplet, and the remote input it
+stages in lands in its L2 instead of its HBM (the same link bytes and time).
 
 Time. The remote input a part needs is copied into its chiplet before the part starts (a
 stage-in), all links at once; then the part runs from its local HBM:
@@ -57,9 +60,9 @@ def analyze(
 
     On one chiplet this is ``autotune.model.analysis.analyze`` (each stream at the memory
     level ``placement`` gives it); on a package, the figures of the whole split layer
-    (``analyze_package``), every stream in HBM. Raises ``autotune.MappingError`` when the
-    mapping does not apply; a mapping that overflows L1 returns ``fits=False``; an L2
-    placement on a package raises ``NotImplementedError`` (``check_package_placement``).
+    (``analyze_package``), every part with that placement in its own chiplet's L2 and HBM.
+    Raises ``autotune.MappingError`` when the mapping does not apply, ``ValueError`` for an
+    L2 stream on a machine without an L2; a mapping that overflows L1 returns ``fits=False``.
 
     Example:
         >>> from autotune import Layer, Machine, Mapping, analyze
@@ -72,21 +75,9 @@ def analyze(
     """
     if machine.chiplets == 1:
         return analyze_chiplet(layer, mapping, machine, precision, batch, placement=placement)
-    check_package_placement(machine, placement)
-    machine.check_precision(precision)
-    return analyze_package(layer, mapping, machine, precision, batch)
-
-
-def check_package_placement(machine: Machine, placement: Placement) -> None:
-    """A package's layers keep every stream in HBM: raise ``NotImplementedError`` for an L2
-    placement (``ValueError`` if the chiplets have no L2 at all)."""
     placement.check(machine)
-    if placement.uses_l2:
-        raise NotImplementedError(
-            f"placement {placement.label()} on package {machine.name!r} "
-            f"({machine.chiplets} chiplets): a split layer is costed with every stream in "
-            "HBM; L2 placements are modelled on one chiplet only"
-        )
+    machine.check_precision(precision)
+    return analyze_package(layer, mapping, machine, precision, batch, placement)
 
 
 def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:
@@ -103,10 +94,16 @@ def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:
 
 
 def analyze_package(
-    layer: Layer, mapping: Mapping, machine: Machine, precision: str = "fp32", batch: int = 1
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str = "fp32",
+    batch: int = 1,
+    placement: Placement = HBM_ONLY,
 ) -> Analysis:
     """``analyze`` on a package: the figures of the whole split layer (see the module
-    docstring); ``l1_bytes``, buffers, waves and the largest task are part 0's."""
+    docstring), every part at ``placement`` on its chiplet; ``l1_bytes``, buffers, waves and
+    the largest task are part 0's."""
     chiplet = machine.chiplet()
     parts = split_parts(
         layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)
@@ -117,7 +114,9 @@ def analyze_package(
         inner = part_mapping(mapping, part)
         key = (part.layer.shape_key(), part.batch, inner)
         if key not in memo:
-            memo[key] = analyze_chiplet(part.layer, inner, chiplet, precision, part.batch)
+            memo[key] = analyze_chiplet(
+                part.layer, inner, chiplet, precision, part.batch, placement=placement
+            )
         analyses.append(memo[key])
     first = analyses[0]
     links = link_bytes(parts)
@@ -139,6 +138,8 @@ def analyze_package(
         tasks=sum(a.tasks for a in analyses),
         offchip_load_words=sum(a.offchip_load_words for a in analyses),
         offchip_store_words=sum(a.offchip_store_words for a in analyses),
+        l2_load_words=sum(a.l2_load_words for a in analyses),
+        l2_store_words=sum(a.l2_store_words for a in analyses),
         input_load_words=sum(a.input_load_words for a in analyses),
         filter_load_words=sum(a.filter_load_words for a in analyses),
         residual_load_words=sum(a.residual_load_words for a in analyses),

@@ -41,8 +41,8 @@ def simulate(
 
     On one chiplet this is ``autotune.sim.simulate`` (with the streams' ``placement`` and an
     L2 ``prefetch_bytes``); on a package, every part of the split on its chiplet
-    (``simulate_package``), with every stream in HBM: ``ValueError`` for an L2 placement or a
-    prefetch.
+    (``simulate_package``), each with that placement in its own chiplet's L2 and HBM and
+    prefetching ``prefetch_bytes`` into its own L2 (weights are replicated per chiplet).
 
     Example:
         >>> from autotune import Layer, Machine, Mapping, simulate
@@ -56,13 +56,11 @@ def simulate(
         return simulate_chiplet(
             layer, mapping, machine, precision, batch, placement, prefetch_bytes, trace=trace
         )
-    if placement.uses_l2 or prefetch_bytes:
-        raise ValueError(
-            f"machine {machine.name!r} is a package of {machine.chiplets} chiplets: its layers "
-            "are simulated with every stream in HBM (no L2 placement, no prefetch)"
-        )
+    placement.check(machine)
     machine.check_precision(precision)
-    return simulate_package(layer, mapping, machine, precision, batch, trace=trace)
+    return simulate_package(
+        layer, mapping, machine, precision, batch, placement, prefetch_bytes, trace=trace
+    )
 
 
 def stage_in_cycles(incoming: list[int], machine: Machine) -> float:
@@ -78,10 +76,13 @@ def simulate_package(
     machine: Machine,
     precision: str = "fp32",
     batch: int = 1,
+    placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
     *,
     trace: bool = False,
 ) -> SimResult:
-    """``simulate`` on a package: the figures of the whole split layer.
+    """``simulate`` on a package: the figures of the whole split layer, every part at
+    ``placement`` on its chiplet and prefetching ``prefetch_bytes`` into that chiplet's L2.
 
     ``cycles``: when the last chiplet finishes (stage-in + its part); ``breakdown``: that
     chiplet's, with the stage-in as ``d2d``; bytes, MACs, operations, tasks and events: sums
@@ -99,7 +100,14 @@ def simulate_package(
         key = (part.layer.shape_key(), part.batch, inner)
         if key not in memo or (trace and part.chiplet == 0):
             memo[key] = simulate_chiplet(
-                part.layer, inner, chiplet, precision, part.batch, trace=trace and part.chiplet == 0
+                part.layer,
+                inner,
+                chiplet,
+                precision,
+                part.batch,
+                placement,
+                prefetch_bytes,
+                trace=trace and part.chiplet == 0,
             )
         stage = stage_in_cycles(
             [b for (_, dst), b in links.items() if dst == part.chiplet], machine
@@ -120,6 +128,9 @@ def simulate_package(
         peak_macs_per_cycle=machine.peak_macs_per_cycle(precision),
         hbm_load_bytes=sum(r.hbm_load_bytes for r in results),
         hbm_store_bytes=sum(r.hbm_store_bytes for r in results),
+        l2_load_bytes=sum(r.l2_load_bytes for r in results),
+        l2_store_bytes=sum(r.l2_store_bytes for r in results),
+        prefetch_bytes=sum(r.prefetch_bytes for r in results),
         level_bytes={name: sum(r.level_bytes[name] for r in results) for name in last.level_bytes},
         intercluster_bytes=sum(r.intercluster_bytes for r in results),
         events=sum(r.events for r in results),

@@ -13,7 +13,9 @@ optimum and the package totals (all parts) decide between splits.
 
 from __future__ import annotations
 
-from autotune.chiplets.analysis import analyze, check_package_placement
+from collections.abc import Sequence
+
+from autotune.chiplets.analysis import analyze
 from autotune.chiplets.split import SPLITS, split_parts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
@@ -29,6 +31,7 @@ from autotune.search.solve import (
     LayerSolution,
     SearchReport,
 )
+from autotune.search.solve import solve_by_placement as solve_placements
 from autotune.search.solve import solve_layer as solve_chiplet
 from autotune.tiling import MappingError
 
@@ -43,11 +46,10 @@ def solve_layer(
 ) -> LayerSolution:
     """The best mapping of ``layer`` on ``machine``, one chiplet or a package (see the module
     docstring); the search settings come from ``options``. Raises ``InfeasibleError`` when no
-    mapping fits L1. ``placement`` puts streams in the chiplet's L2 (one chiplet only: an L2
-    placement on a package raises ``NotImplementedError``)."""
+    mapping fits L1. ``placement`` puts streams in the L2 (on a package, each chiplet's own)."""
     if machine.chiplets == 1:
         return solve_chiplet(layer, machine, precision, batch, options, placement)
-    check_package_placement(machine, placement)
+    placement.check(machine)
     machine.check_precision(precision)
     chiplet = machine.chiplet()
     objective = options.objective
@@ -63,7 +65,9 @@ def solve_layer(
         key = (part.layer.shape_key(), part.batch)
         if key not in solved:
             try:
-                found = solve_chiplet(part.layer, chiplet, precision, part.batch, options)
+                found = solve_chiplet(
+                    part.layer, chiplet, precision, part.batch, options, placement
+                )
             except InfeasibleError as exc:
                 solved[key] = None
                 if exc.smallest is not None:
@@ -77,7 +81,7 @@ def solve_layer(
         if sub is None:
             continue
         mapping = sub.mapping.with_(chiplet_split=split)
-        analysis = analyze(layer, mapping, machine, precision, batch)
+        analysis = analyze(layer, mapping, machine, precision, batch, placement=placement)
         rank = (*package_key(analysis, objective), order)
         if best is None or rank < best[0]:
             best = (rank, mapping, analysis, sub.search)
@@ -97,6 +101,70 @@ def solve_layer(
         candidates,
     )
     return LayerSolution(layer, mapping, analysis, report)
+
+
+def solve_by_placement(
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    options: TuneOptions,
+    every: Sequence[Placement],
+) -> dict[Placement, LayerSolution]:
+    """The best mapping of ``layer`` for every placement in ``every`` (a network plan's
+    options), one chiplet or a package.
+
+    On one chiplet, ``autotune.search.solve.solve_by_placement``. On a package, every split's
+    largest part gets its best mapping for every placement on one chiplet, the die-to-die
+    cost is added (``analyze``) and the best split under the objective wins per placement,
+    as ``solve_layer`` does for one placement. A placement is ``OPTIMAL`` when every split's
+    part was (the all-HBM and all-L2 extremes), else ``FEASIBLE`` with no bound.
+    """
+    if machine.chiplets == 1:
+        return solve_placements(layer, machine, precision, batch, options, every)
+    machine.check_precision(precision)
+    chiplet = machine.chiplet()
+    best: dict[Placement, tuple[tuple[int, ...], LayerSolution]] = {}
+    wall, candidates, smallest = 0.0, 0, None
+    exact: dict[Placement, bool] = dict.fromkeys(every, True)
+    for order, split in enumerate(SPLITS):
+        try:
+            part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
+        except MappingError:
+            continue  # the split does not apply to the layer
+        try:
+            found = solve_placements(part.layer, chiplet, precision, part.batch, options, every)
+        except InfeasibleError as exc:
+            if exc.smallest is not None:
+                smallest = exc.smallest if smallest is None else min(smallest, exc.smallest)
+            continue
+        one = found[every[0]].search  # one pass over the part's space for all placements
+        wall, candidates = wall + one.wall_s, candidates + one.candidates
+        for p, sub in found.items():
+            exact[p] = exact[p] and sub.search.status == "OPTIMAL"
+            mapping = sub.mapping.with_(chiplet_split=split)
+            analysis = analyze(layer, mapping, machine, precision, batch, placement=p)
+            rank = (*package_key(analysis, options.objective), order)
+            if p not in best or rank < best[p][0]:
+                best[p] = (rank, LayerSolution(layer, mapping, analysis, sub.search))
+    if len(best) < len(every):
+        raise InfeasibleError(layer.name, machine.l1_bytes, smallest)
+    out = {}
+    for p in every:
+        rank, sol = best[p]
+        value = rank[0]
+        report = SearchReport(
+            sol.search.mode,
+            "OPTIMAL" if exact[p] else "FEASIBLE",
+            options.objective,
+            value,
+            value if exact[p] else None,
+            0.0 if exact[p] else None,
+            wall,
+            candidates,
+        )
+        out[p] = LayerSolution(layer, sol.mapping, sol.analysis, report)
+    return out
 
 
 def package_key(analysis: Analysis, objective: str) -> tuple[int, ...]:

@@ -7,7 +7,10 @@ them: a concat's producers write channel slices of one buffer, a flatten reads i
 bytes, an add reads its operands interleaved, a fused add reads its residual. The weights
 are the graph's (``graphs.weights``), folded as the lowering folded them. Given a network
 plan (``ir.plan``), the buffers and weights it keeps in the shared L2 are views into one byte
-array at their offsets, so a layout that lets live tensors share bytes corrupts them.
+array at their offsets, so a layout that lets live tensors share bytes corrupts them. Each
+layer runs through an executor given by the caller (``LayerExecutor``): on a package the API
+passes ``chiplets.execute_layer`` (every part on its chiplet, the output assembled), and the
+one L2 array stands for every chiplet's L2, which all hold the plan's layout.
 
 ``verify_network`` compares every stored tensor with the independent reference
 (``graphs.reference``: the graph as written, in float64, without folding, fusion or tiling).
@@ -29,6 +32,7 @@ import numpy as np
 from autotune.graphs.reference import run_reference
 from autotune.graphs.weights import Array, Weights, check_weights, step_weights
 from autotune.ir.graph import Graph
+from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering, Step, TensorRef
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping as LayerMapping
@@ -81,6 +85,29 @@ class NetworkVerification:
         ]
 
 
+#: ``execute(layer, mapping, machine, x, weights, bias, residual, precision=...)``: one layer's
+#: output under its mapping (``verification.run.execute_layer`` on one chiplet; the API passes
+#: ``chiplets.execute_layer`` so that a package's layers run part by part).
+LayerExecutor = Callable[..., Array]
+
+
+def execute_on_chiplet(
+    layer: Layer,
+    mapping: LayerMapping,
+    machine: Machine,
+    x: Array,
+    weights: Array | None = None,
+    bias: Array | None = None,
+    residual: Array | None = None,
+    *,
+    precision: str = "fp32",
+) -> Array:
+    """One layer's output on one chiplet (the default ``LayerExecutor``)."""
+    return execute_layer(
+        layer, mapping, machine, x, weights, bias, residual, precision=precision
+    ).output
+
+
 def network_inputs(graph: Graph, batch: int, seed: int = 0) -> dict[str, Array]:
     """Seeded inputs, NCHW, uniform in [-1, 1)."""
     rng = np.random.default_rng(seed)
@@ -114,10 +141,11 @@ def execute_network(
     batch: int | None = None,
     progress: Callable[[str], None] | None = None,
     plan: NetworkPlan | None = None,
+    execute: LayerExecutor = execute_on_chiplet,
 ) -> dict[str, Array]:
     """Every buffer after running the network's steps with their mappings (NCHW, in the
-    storage dtype of ``precision``). Raises ``NetworkError``; the executor's own errors
-    (a mapping that does not apply, an L1 overflow) propagate.
+    storage dtype of ``precision``), each layer by ``execute``. Raises ``NetworkError``; the
+    executor's own errors (a mapping that does not apply, an L1 overflow) propagate.
 
     ``plan``: the buffers and weights it keeps in L2 live in one byte array of
     ``plan.l2_capacity`` bytes, each a view at its offset (``_Memory``), so a layout
@@ -135,6 +163,7 @@ def execute_network(
         batch=batch,
         progress=progress,
         plan=plan,
+        execute=execute,
     )
 
 
@@ -150,6 +179,7 @@ def verify_network(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     plan: NetworkPlan | None = None,
+    execute: LayerExecutor = execute_on_chiplet,
 ) -> NetworkVerification:
     """Execute the network through its schedules (in the L2 layout of ``plan`` when given,
     ``execute_network``) and compare every stored tensor (each step's output, each concat
@@ -189,6 +219,7 @@ def verify_network(
         batch=batch,
         progress=progress,
         plan=plan,
+        execute=execute,
         after_step=snapshot,
     )
     reference = run_reference(graph, rounded, weights)
@@ -262,6 +293,7 @@ def _execute(
     batch: int | None,
     progress: Callable[[str], None] | None,
     plan: NetworkPlan | None,
+    execute: LayerExecutor,
     after_step: Callable[[int, dict[str, Array]], None] | None = None,
 ) -> dict[str, Array]:
     """``execute_network``; ``after_step(index, buffers)`` is called after each step."""
@@ -287,7 +319,7 @@ def _execute(
         x = operands[0] if len(operands) == 1 else interleave(operands)
         filters, bias = step_weights(step, graph, weights)
         residual = None if step.residual is None else _read(buffers, step.residual, batch)
-        run = execute_layer(
+        output = execute(
             step.layer,
             mappings[step.name],
             machine,
@@ -297,7 +329,7 @@ def _execute(
             residual,
             precision=precision,
         )
-        _write(buffers, step.output, run.output)
+        _write(buffers, step.output, output)
         if after_step is not None:
             after_step(index, buffers)
     return buffers

@@ -103,7 +103,8 @@ class NetworkPlan:
         return self.step(step).placement
 
     def prefetch_bytes(self, step: str) -> int:
-        """Bytes of the weights ``step`` prefetches into L2 for later steps."""
+        """Bytes of the weights ``step`` prefetches into L2 for later steps (one copy: on a
+        package every chiplet loads its own)."""
         return sum(self.tensor(w).bytes for w in self.step(step).prefetch)
 
 

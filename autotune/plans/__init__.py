@@ -19,18 +19,16 @@ from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement, placements
 from autotune.ir.plan import NetworkPlan
-from autotune.model.analysis import analyze
 from autotune.plans.greedy import greedy_choice
 from autotune.plans.network_model import solve_plan
 from autotune.plans.options import StepOption, step_options
 from autotune.plans.problem import PlanProblem, assemble, make_problem, per_layer_choice
 from autotune.plans.tensors import plan_tensors
-from autotune.search.exhaustive import best_by_placement
 from autotune.search.parallel import map_processes
-from autotune.search.solve import OBJECTIVE_FIGURE, InfeasibleError, LayerSolution, SearchReport
-from autotune.search.space import search_space
+from autotune.search.solve import LayerSolution, solve_by_placement
 
 __all__ = [
+    "PlacementSolver",
     "PlannedNetwork",
     "greedy_plan",
     "network_problem",
@@ -50,9 +48,18 @@ class PlannedNetwork:
 
 
 def plan_applies(network: Network, machine: Machine) -> bool:
-    """A network plan needs the graph (tensor lifetimes), one chiplet (``chiplets`` splits
-    layers across several; their L2s are not planned yet) and an L2 the DMA reaches."""
-    return network.lowering is not None and machine.chiplets == 1 and machine.has_l2
+    """A network plan needs the graph (tensor lifetimes) and an L2 the DMA reaches (on a
+    package, every chiplet's own: see ``problem``)."""
+    return network.lowering is not None and machine.has_l2
+
+
+#: ``solver(layer, machine, precision, batch, options, placements)``: the layer's best
+#: solution for each placement. ``search.solve.solve_by_placement`` on one chiplet;
+#: ``chiplets.solve_by_placement`` on any machine (the API passes it: plans do not know
+#: packages). It must pickle (a module-level function) to run in worker processes.
+PlacementSolver = Callable[
+    [Layer, Machine, str, int, TuneOptions, Sequence[Placement]], dict[Placement, LayerSolution]
+]
 
 
 @dataclass(frozen=True)
@@ -60,40 +67,17 @@ class _ShapeJob:
     layer: Layer
     machine: Machine
     options: TuneOptions
+    solver: PlacementSolver
 
 
 def _solve_shape(job: _ShapeJob) -> dict[Placement, LayerSolution]:
-    """The layer's best mapping for every placement of its streams (``best_by_placement``:
-    exact for all-HBM and for all-L2, the best of their shortlists for the mixes)."""
+    """The layer's best mapping for every placement of its streams (exact for all-HBM and
+    for all-L2, the best of their shortlists for the mixes)."""
     opts, layer = job.options, job.layer
-    precision, batch = str(opts.precision), int(opts.batch or 1)
     every = placements(layer.weight_words > 0, layer.epilogue.residual)
     if not job.machine.has_l2:
         every = (HBM_ONLY,)
-    space = search_space(layer, job.machine, batch)
-    found = best_by_placement(space, job.machine, precision, opts.objective, every)
-    key = OBJECTIVE_FIGURE[opts.objective]
-    out = {}
-    for p, best in found.items():
-        if best is None or not best.index:
-            raise InfeasibleError(
-                layer.name, job.machine.l1_bytes, None if best is None else best.min_l1
-            )
-        mapping = space.decode(best.index)
-        analysis = analyze(layer, mapping, job.machine, precision, batch, placement=p)
-        exact = p in (every[0], every[-1])
-        report = SearchReport(
-            "exhaustive",
-            "OPTIMAL" if exact else "FEASIBLE",
-            opts.objective,
-            best.values[key],
-            best.values[key] if exact else None,
-            0.0 if exact else None,
-            best.wall_s,
-            best.candidates,
-        )
-        out[p] = LayerSolution(layer, mapping, analysis, report)
-    return out
+    return job.solver(layer, job.machine, str(opts.precision), int(opts.batch or 1), opts, every)
 
 
 def network_problem(
@@ -101,10 +85,11 @@ def network_problem(
     machine: Machine,
     options: TuneOptions,
     progress: Callable[[str], None] | None = None,
+    solver: PlacementSolver = solve_by_placement,
 ) -> tuple[PlanProblem, dict[tuple[object, ...], LayerSolution]]:
     """The plan problem of ``network`` (every step's options: each distinct layer shape
-    solved once for all its placements, over ``options.processes``) and the solutions by
-    (shape, placement)."""
+    solved once for all its placements by ``solver``, over ``options.processes``) and the
+    solutions by (shape, placement)."""
     assert network.lowering is not None
     precision, batch = str(options.precision), int(options.batch or 1)
     tensors = plan_tensors(network.lowering, batch, precision)
@@ -114,7 +99,7 @@ def network_problem(
         shapes: dict[tuple[object, ...], Layer] = {}
         for layer, _ in jobs:
             shapes.setdefault(layer.shape_key(), layer)
-        work = [_ShapeJob(layer, machine, options) for layer in shapes.values()]
+        work = [_ShapeJob(layer, machine, options, solver) for layer in shapes.values()]
         for job, solved in zip(
             work, map_processes(_solve_shape, work, options.processes), strict=True
         ):
@@ -145,10 +130,12 @@ def plan_network(
     machine: Machine,
     options: TuneOptions,
     progress: Callable[[str], None] | None = None,
+    solver: PlacementSolver = solve_by_placement,
 ) -> PlannedNetwork:
     """The network CP-SAT's plan within ``options.plan_time_limit``, started from the greedy
-    plan (``plan_applies`` says when there is anything to plan)."""
-    problem, solved = network_problem(network, machine, options, progress)
+    plan (``plan_applies`` says when there is anything to plan); ``solver`` gives each
+    layer shape's options (``PlacementSolver``)."""
+    problem, solved = network_problem(network, machine, options, progress, solver)
     choice, report = solve_plan(
         problem,
         options.plan_time_limit or 3600.0,

@@ -88,8 +88,12 @@ class _Model:
         self.d = []
         for i in range(n):
             options = problem.options[i]
-            prefetch = sum(spec[w].bytes * loads[i] for w, loads in self.load.items() if i in loads)
-            most_prefetch = sum(spec[w].bytes for w, loads in self.load.items() if i in loads)
+            prefetch = sum(
+                problem.prefetch_cost(w) * loads[i] for w, loads in self.load.items() if i in loads
+            )
+            most_prefetch = sum(
+                problem.prefetch_cost(w) for w, loads in self.load.items() if i in loads
+            )
             low = min(o.cycles for o in options)
             high = max(problem.step_cycles(i, o, most_prefetch) for o in options)
             d = m.new_int_var(low, high, f"d[{i}]")
@@ -105,7 +109,7 @@ class _Model:
             o.hbm_bytes * x
             for i in range(n)
             for o, x in zip(problem.options[i], self.x[i], strict=True)
-        ) + sum(spec[w].bytes * self.l2[w] for w in self.load)
+        ) + sum(problem.prefetch_cost(w) * self.l2[w] for w in self.load)
         # the L2 boxes
         units = problem.capacity // L2_ALIGN
         self.offset: dict[str, cp_model.IntVar] = {}

@@ -8,6 +8,13 @@ prefetch shares both memories with the step's own transfers::
 
     cycles_i = max(option cycles, (HBM bytes + prefetch) / HBM B/cycle,
                    (L2 bytes + prefetch) / L2 B/cycle)
+
+On a package (``copies`` chiplets) every chiplet runs its part of each step with the same
+placement in its own L2 (``chiplets.analysis``) and keeps the same L2 layout (SPMD): a tensor
+takes its whole size at its offset in every chiplet's L2, an upper bound on a chiplet's
+share of it (its part plus the remote rows it stages in never exceed the whole tensor).
+Weights are replicated, so a prefetch loads one copy per chiplet; the bytes of an option
+are summed over the chiplets and the bandwidths are the package's (per chiplet x copies).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class PlanProblem:
     hbm_rate: Fraction
     l2_rate: Fraction
     prefetch_window: int = PREFETCH_WINDOW
+    copies: int = 1  # chiplets, each with its own L2 and its own copy of prefetched weights
 
     @cached_property
     def spec(self) -> dict[str, TensorSpec]:
@@ -74,7 +82,13 @@ class PlanProblem:
         """The tensor can be in L2 at all (``tensors.may_live_in_l2``)."""
         return may_live_in_l2(self.spec[name], self.capacity)
 
+    def prefetch_cost(self, weights: str) -> int:
+        """Bytes moved from HBM to L2 to prefetch ``weights``: one copy per chiplet."""
+        return self.spec[weights].bytes * self.copies
+
     def step_cycles(self, i: int, option: StepOption, prefetch_bytes: int) -> int:
+        """Step ``i``'s time with ``option`` while prefetching ``prefetch_bytes`` (all
+        copies: ``prefetch_cost``); the module docstring's equation."""
         return max(
             option.cycles,
             cdiv_rate(option.hbm_bytes + prefetch_bytes, self.hbm_rate),
@@ -100,8 +114,9 @@ def make_problem(
         tuple(tensors),
         tuple(tuple(o) for o in options),
         machine.l2_bytes if machine.has_l2 else 0,
-        rate(machine.hbm_bytes_per_cycle),
-        rate(machine.l2_bytes_per_cycle) if machine.has_l2 else Fraction(0),
+        rate(machine.hbm_bytes_per_cycle * machine.chiplets),
+        rate(machine.l2_bytes_per_cycle * machine.chiplets) if machine.has_l2 else Fraction(0),
+        copies=machine.chiplets,
     )
 
 
@@ -127,12 +142,11 @@ def assemble(
     prefetch: dict[int, list[str]] = {}
     for name, j in sorted(choice.prefetch_step.items()):
         prefetch.setdefault(j, []).append(name)
-    spec = problem.spec
     steps, total, hbm = [], 0, 0
     for i, name in enumerate(problem.steps):
         option = problem.options[i][choice.option[i]]
         loads = tuple(prefetch.get(i, ()))
-        extra = sum(spec[w].bytes for w in loads)
+        extra = sum(problem.prefetch_cost(w) for w in loads)
         cycles = problem.step_cycles(i, option, extra)
         total += cycles
         hbm += option.hbm_bytes + extra

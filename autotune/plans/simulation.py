@@ -10,7 +10,10 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.plan import NetworkPlan
 from autotune.sim.result import SimResult
-from autotune.sim.simulate import simulate
+from autotune.sim.simulate import simulate as simulate_chiplet
+
+#: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``
+Simulator = Callable[..., SimResult]
 
 
 def simulate_plan(
@@ -21,8 +24,10 @@ def simulate_plan(
     precision: str,
     batch: int,
     progress: Callable[[str], None] | None = None,
+    simulate: Simulator = simulate_chiplet,
 ) -> list[SimResult]:
-    """Every step simulated at its placement with its prefetches; identical steps once."""
+    """Every step simulated at its placement with its prefetches; identical steps once.
+    ``simulate``: the simulator of one layer (``chiplets.simulate`` for a package)."""
     done: dict[tuple[object, ...], SimResult] = {}
     out = []
     for layer, mapping, step in zip(layers, mappings, plan.steps, strict=True):
@@ -35,8 +40,8 @@ def simulate_plan(
                 machine,
                 precision,
                 batch,
-                placement=step.placement,
-                prefetch_bytes=extra,
+                step.placement,
+                extra,
             )
             if progress is not None:
                 progress(layer.name)

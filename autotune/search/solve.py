@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.ir.layer import Layer
@@ -14,7 +15,14 @@ from autotune.search import exhaustive
 from autotune.search.ilp import model as ilp
 from autotune.search.space import search_space
 
-__all__ = ["SEARCH_MODES", "InfeasibleError", "LayerSolution", "SearchReport", "solve_layer"]
+__all__ = [
+    "SEARCH_MODES",
+    "InfeasibleError",
+    "LayerSolution",
+    "SearchReport",
+    "solve_by_placement",
+    "solve_layer",
+]
 
 DEFAULT_OPTIONS = TuneOptions()
 #: The formula output each objective minimises.
@@ -135,3 +143,46 @@ def solve_layer(
             f"(cycles, HBM and L2 bytes: {searched} vs {analysed})"
         )
     return LayerSolution(layer, mapping, analysis, report)
+
+
+def solve_by_placement(
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    options: TuneOptions,
+    every: Sequence[Placement],
+) -> dict[Placement, LayerSolution]:
+    """The layer's best mapping on one chiplet for every placement in ``every`` (a network
+    plan's options), in one pass over the space (``exhaustive.best_by_placement``).
+
+    The first and the last placement (all in HBM, and everything the layer may keep in L2)
+    are exact: status ``OPTIMAL`` with their value as bound. A mix is the best of those two
+    rankings' shortlists: ``FEASIBLE`` with no bound. Raises ``InfeasibleError`` when no
+    mapping fits L1.
+    """
+    machine.check_precision(precision)
+    space = search_space(layer, machine, batch)
+    found = exhaustive.best_by_placement(space, machine, precision, options.objective, every)
+    key = OBJECTIVE_FIGURE[options.objective]
+    out = {}
+    for p, best in found.items():
+        if best is None or not best.index:
+            raise InfeasibleError(
+                layer.name, machine.l1_bytes, None if best is None else best.min_l1
+            )
+        mapping = space.decode(best.index)
+        analysis = analyze(layer, mapping, machine, precision, batch, placement=p)
+        exact = p in (every[0], every[-1])
+        report = SearchReport(
+            "exhaustive",
+            "OPTIMAL" if exact else "FEASIBLE",
+            options.objective,
+            best.values[key],
+            best.values[key] if exact else None,
+            0.0 if exact else None,
+            best.wall_s,
+            best.candidates,
+        )
+        out[p] = LayerSolution(layer, mapping, analysis, report)
+    return out

@@ -229,14 +229,34 @@ def test_l2_placement_on_a_machine_without_l2_is_refused(name):
     assert analyze(layer, Mapping("output_stack"), machine, precision, placement=HBM_ONLY).fits
 
 
-def test_l2_placement_on_a_package_is_not_modelled():
+def test_l2_placement_on_a_package_is_each_chiplets_own():
+    """On a package every part runs at the placement on its own chiplet: the package's L2
+    and HBM bytes are the parts' sums, the links carry the same bytes, and the search picks
+    per placement the split ``solve_layer`` picks for it."""
+    from autotune.chiplets import analyze_package, simulate, solve_by_placement
     from autotune.chiplets import solve_layer as solve_any
+    from autotune.chiplets.split import part_mapping, split_parts
 
     package = Machine.preset("manticore-package")
-    layer = Layer("c", "conv", 8, 8, 4, 4, 3, 3, pad_h=1, pad_w=1)
+    chiplet = package.chiplet()
+    layer = Layer("c", "conv", 8, 8, 16, 16, 3, 3, pad_h=1, pad_w=1)
     mapping = Mapping("output_stack").with_(chiplet_split="output_channels")
-    with pytest.raises(NotImplementedError, match="package 'manticore-package'"):
-        analyze(layer, mapping, package, placement=Placement(output="l2"))
-    with pytest.raises(NotImplementedError, match="one chiplet only"):
-        solve_any(layer, package, placement=Placement(input="l2"))
-    assert analyze(layer, mapping, package, placement=HBM_ONLY).chiplets == 4
+    in_l2 = Placement(input="l2", weights="l2", output="l2")
+    whole = analyze_package(layer, mapping, package, "fp32", 1, in_l2)
+    parts = split_parts(layer, "output_channels", package.chiplets, 1, 4)
+    each = [
+        analyze(p.layer, part_mapping(mapping, p), chiplet, "fp32", p.batch, placement=in_l2)
+        for p in parts
+    ]
+    assert whole.l2_bytes == sum(a.l2_bytes for a in each) > 0
+    assert whole.offchip_bytes == sum(a.offchip_bytes for a in each) == 0
+    assert whole.d2d_bytes == analyze(layer, mapping, package).d2d_bytes
+    sim = simulate(layer, mapping, package, "fp32", 1, in_l2, 1000)
+    assert sim.l2_bytes > 0 and sim.hbm_load_bytes == sim.prefetch_bytes == 1000 * len(parts)
+    every = placements(True, False)
+    found = solve_by_placement(layer, package, "fp32", 1, TuneOptions(search="exhaustive"), every)
+    for p in (every[0], every[-1]):
+        alone = solve_any(layer, package, "fp32", 1, TuneOptions(search="exhaustive"), p)
+        assert found[p].analysis.cycles == alone.analysis.cycles
+        assert found[p].search.status == "OPTIMAL"
+    assert all(found[p].search.bound is None for p in every[1:-1])

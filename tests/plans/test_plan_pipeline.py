@@ -133,3 +133,31 @@ def test_best_by_placement_extremes_are_the_exhaustive_optima(manticore) -> None
         exact = search(space, manticore, "fp32", "latency", placement=p)
         assert exact is not None and found[p] is not None
         assert found[p].values["cycles"] >= exact.values["cycles"]
+
+
+def test_a_package_plans_every_chiplets_l2(tmp_path) -> None:
+    """On the 4-chiplet package every chiplet keeps the plan's tensors in its own L2: the
+    plan is found, exported, verified by execution and audited like a chiplet's, and a
+    prefetch is paid once per chiplet."""
+    from autotune import Machine
+
+    package = Machine.preset("manticore-package")
+    net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
+    options = TuneOptions(refine=False, processes=1, storage="memory", search="exhaustive")
+    planned = tune_network(net, package, options, quiet)
+    per_layer = tune_network(
+        net, package, TuneOptions(refine=False, verify=False, processes=1, plan="per-layer"), quiet
+    )
+    plan = planned.plan
+    assert plan is not None and check_plan(plan) == [] and plan.l2_capacity == package.l2_bytes
+    assert any(t.level == "l2" for t in plan.tensors)
+    assert plan.cycles <= sum(r.predicted.cycles for r in per_layer.layers)
+    assert planned.network_verified is not None and planned.network_verified.ok
+    prefetched = sum(plan.prefetch_bytes(s.name) for s in plan.steps)
+    own = sum(r.predicted.offchip_bytes for r in planned.layers)
+    assert plan.hbm_bytes == own + package.chiplets * prefetched
+    assert planned.totals.offchip_bytes == plan.hbm_bytes
+    path = tmp_path / "package.json"
+    planned.save(path)
+    assert live_overlaps(json.loads(path.read_text())) == []
+    assert audit_schedule(path).ok

@@ -279,10 +279,9 @@ def test_l2_needs_a_machine_with_an_l2(manticore):
         simulate(layer, mapping, manticore, prefetch_bytes=-1)
     package = Machine.preset("manticore-package")
     split = mapping.with_(chiplet_split="spatial")
-    with pytest.raises(ValueError, match="manticore-package"):
-        autotune.simulate(layer, split, package, placement=ACTIVATIONS_L2)
-    with pytest.raises(ValueError, match="manticore-package"):
-        autotune.simulate(layer, split, package, prefetch_bytes=1024)
+    # a package: every chiplet its own L2 (and its own prefetch)
+    in_l2 = autotune.simulate(layer, split, package, placement=ACTIVATIONS_L2, prefetch_bytes=64)
+    assert in_l2.l2_bytes > 0 and in_l2.prefetch_bytes == 64 * in_l2.chiplets
     assert autotune.simulate(layer, split, package, "fp32", 1, HBM_ONLY, 0).chiplets > 1
     multicast = dataclasses.replace(
         Machine.preset("mppa3"),
