@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from autotune.chiplets.analysis import analyze
 from autotune.chiplets.split import SPLITS, split_parts
 from autotune.ir.layer import Layer
-from autotune.ir.machine import Machine
+from autotune.ir.machine import Machine, quanta
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement
@@ -172,7 +172,7 @@ def package_key(analysis: Analysis, objective: str) -> tuple[int, ...]:
     values = {
         "cycles": analysis.cycles,
         "offchip_bytes": analysis.offchip_bytes,
-        "energy": round(analysis.energy_pj * 1000),
+        "energy": quanta(analysis.energy_pj),
         "l1": analysis.l1_bytes,
     }
     return tuple(values[name] for name in ORDER[objective])

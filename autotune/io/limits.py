@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.io.errors import InputError
 from autotune.ir.layer import Layer, LayerError
-from autotune.ir.machine import Machine
+from autotune.ir.machine import ENERGY_QUANTA_PER_PJ, STATIC_ENERGY, Machine
 from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
 
@@ -214,7 +214,8 @@ def cost_scale(machine: Machine, precision: str) -> int:
 
     The figures are cycles (in fixed point: bytes x ``RATE_SCALE`` x active clusters over the
     slowest link at the worst DMA efficiency, plus every latency per step), off-chip bytes,
-    and energy in fJ; each is bounded by moving ``WORST_WORDS_PER_MAC`` words per MAC.
+    and energy in the model's quanta (``ENERGY_QUANTA_PER_PJ``); each is bounded by moving
+    ``WORST_WORDS_PER_MAC`` words per MAC.
     """
     moved = WORST_WORDS_PER_MAC * word_bytes(precision)
     rates = [machine.hbm_bytes_per_cycle, float(machine.dma_bytes_per_cycle)]
@@ -226,9 +227,16 @@ def cost_scale(machine: Machine, precision: str) -> int:
     latency = machine.hbm_latency_cycles + machine.dma_setup_cycles + machine.d2d_latency_cycles
     latency += sum(level.latency_cycles for level in machine.levels)
     cycles = moved * RATE_SCALE * machine.total_clusters / slowest + WORST_WORDS_PER_MAC * latency
-    per_byte = sum(v for k, v in machine.energy_pj.items() if not k.startswith("mac_"))
-    femtojoules = 1000 * (machine.energy_pj.get(f"mac_{precision}", 0.0) + moved * per_byte)
-    return int(max(cycles, femtojoules, moved)) + 1
+    per_byte = sum(
+        v for k, v in machine.energy_pj.items() if not k.startswith("mac_") and k != STATIC_ENERGY
+    )
+    static = machine.energy_pj.get(STATIC_ENERGY, 0.0)  # per cycle
+    energy = ENERGY_QUANTA_PER_PJ * (
+        machine.energy_pj.get(f"mac_{precision}", 0.0)
+        + moved * per_byte
+        + cycles / RATE_SCALE * static
+    )
+    return int(max(cycles, energy, moved)) + 1
 
 
 #: The field a main-memory or arithmetic refusal names, by file type: (weights, shape).

@@ -33,7 +33,7 @@ from autotune.io.limits import (
     read_text_bounded,
     too_large,
 )
-from autotune.ir.machine import Level, Machine, install_machine_source
+from autotune.ir.machine import STATIC_ENERGY, Level, Machine, install_machine_source
 
 
 class Parameter(BaseModel):
@@ -123,6 +123,9 @@ BOUNDS: dict[str, tuple[int, str]] = {
     "latency": (MAX_LATENCY_CYCLES, "MAX_LATENCY_CYCLES"),
 }
 ENERGY_UNIT = "pJ"
+#: The energy entry in W: power drawn whatever runs (leakage, idle memories).
+STATIC_POWER = "static_power"
+STATIC_POWER_UNIT = "W"
 
 
 def _numbers(spec: MachineSpec) -> Iterator[tuple[str, str, Parameter]]:
@@ -275,6 +278,12 @@ def build_machine(spec: MachineSpec, path: str) -> Machine:
         )
     energy = {}
     for key, param in spec.energy.items():
+        if key == STATIC_POWER:  # W, stored as pJ per cycle
+            if param.unit != STATIC_POWER_UNIT:
+                raise InputError(path, f"unit must be {STATIC_POWER_UNIT!r}", field=f"energy.{key}")
+            watts = float(_scalar(path, f"energy.{key}", param))
+            energy[STATIC_ENERGY] = watts / float(clock) * 1e12
+            continue
         if param.unit != ENERGY_UNIT:
             raise InputError(path, f"unit must be {ENERGY_UNIT!r}", field=f"energy.{key}")
         energy[key] = float(_scalar(path, f"energy.{key}", param))

@@ -41,6 +41,21 @@ def _source() -> MachineSource:
     return _sources[0]
 
 
+#: ``Machine.energy_pj`` key of the energy drawn every cycle whatever runs (pJ per cycle; the
+#: machine file gives it as ``energy.static_power`` in W).
+STATIC_ENERGY = "static_per_cycle"
+#: The model's energies are integers in tenths of a pJ: exact for the presets' figures
+#: (5.3 pJ, 31.2 pJ, 2 W at 1 GHz = 2000 pJ per cycle), and small enough that a layer's
+#: static energy (cycles x 20 000) keeps the integer program's figures within
+#: ``io.limits.COST_LIMIT``.
+ENERGY_QUANTA_PER_PJ = 10
+
+
+def quanta(picojoules: float) -> int:
+    """An energy in pJ as an integer number of the model's energy quanta."""
+    return int(round(picojoules * ENERGY_QUANTA_PER_PJ))
+
+
 @dataclass(frozen=True)
 class Level:
     """One level of the quadrant tree: ``fanout`` children share one uplink.

@@ -97,7 +97,7 @@ from typing import Any
 import numpy as np
 
 from autotune.ir.layer import Layer
-from autotune.ir.machine import Machine
+from autotune.ir.machine import STATIC_ENERGY, Machine, quanta
 from autotune.ir.placement import HBM_ONLY, MemoryLevel, Placement
 from autotune.model.ops import Ops, Table, Value
 from autotune.tiling import OPERANDS, filter_pixels
@@ -182,9 +182,10 @@ class Consts:
     reduction_latency_cycles: Table  # [active - 1] -> sum over levels of steps x latency
     reduction_steps: tuple[Table, ...]  # per level: [active - 1] -> reduction steps
     link_bytes_per_cycle_scaled: tuple[int, ...]  # per level: min(DMA port, uplink) x SCALE
-    op_energy_fj: int = 0  # per FPU operation (the machine's energy of a MAC)
-    hbm_byte_energy_fj: int = 0  # per off-chip byte
-    noc_byte_energy_fj: int = 0  # per inter-cluster byte
+    # energies in ENERGY_QUANTA_PER_PJ-ths of a pJ (integers for the integer program)
+    op_energy: int = 0  # per FPU operation (the machine's energy of a MAC)
+    hbm_byte_energy: int = 0  # per off-chip byte
+    noc_byte_energy: int = 0  # per inter-cluster byte
     #: The machine has DMA efficiency tables: main-memory time per byte depends on the runs
     #: (the ``*_inverse_efficiency`` quantities); the HBM's share of the stream rate is then
     #: applied separately.
@@ -204,7 +205,8 @@ class Consts:
     placement: Placement = HBM_ONLY
     l2_latency_cycles: int = 0  # round trip to the L2
     l2_bytes_per_cycle_scaled: int = 0
-    l2_byte_energy_fj: int = 0  # per L2 byte
+    l2_byte_energy: int = 0  # per L2 byte
+    static_energy_per_cycle: int = 0  # drawn every cycle whatever runs (leakage, idle)
     #: Placements with an L2 stream, [active - 1] -> cycles per byte x SCALE (``link_tables``):
     #: an L2 stream's path (port, links below the root, L2 share), and for transfers that mix
     #: levels each resource apart: port and links below the root, the root's uplink, L2 share.
@@ -315,7 +317,7 @@ def l2_constants(machine: Machine, placement: Placement) -> dict[str, Any]:
     return {
         "l2_latency_cycles": machine.l2_latency_cycles,
         "l2_bytes_per_cycle_scaled": int(round(machine.l2_bytes_per_cycle * SCALE)),
-        "l2_byte_energy_fj": int(round(machine.energy_pj.get("l2_byte", 0.0) * 1000)),
+        "l2_byte_energy": quanta(machine.energy_pj.get("l2_byte", 0.0)),
         "stream_l2_cycles_per_byte_scaled": np.maximum(tree, l2_share),
         "stream_tree_cycles_per_byte_scaled": tree,
         "stream_root_cycles_per_byte_scaled": root,
@@ -369,9 +371,10 @@ def consts(
         reduction_latency_cycles=latency_sum,
         reduction_steps=tuple(steps),
         link_bytes_per_cycle_scaled=tuple(links),
-        op_energy_fj=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
-        hbm_byte_energy_fj=int(round(energy.get("hbm_byte", 0.0) * 1000)),
-        noc_byte_energy_fj=int(round(energy.get("noc_byte", 0.0) * 1000)),
+        op_energy=quanta(energy.get(f"mac_{precision}", 0.0)),
+        hbm_byte_energy=quanta(energy.get("hbm_byte", 0.0)),
+        noc_byte_energy=quanta(energy.get("noc_byte", 0.0)),
+        static_energy_per_cycle=quanta(energy.get(STATIC_ENERGY, 0.0)),
         has_dma_efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
         stream_net_cycles_per_byte_scaled=net,
         stream_hbm_cycles_per_byte_scaled=hbm,
@@ -1199,17 +1202,21 @@ def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: 
     return ops.max(hbm_floor, ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
 
 
-def energy_fj(k: Consts, traffic: Traffic) -> Value:
-    """Energy (fJ): the FPU operations are fixed by the layer (ASSUMPTION: each costs the
-    machine's energy of a MAC); mappings differ in the bytes they move, each byte at its
-    memory's energy (HBM or L2)."""
+def energy_quanta(k: Consts, traffic: Traffic, cycles: Value) -> Value:
+    """Energy (in quanta of 1 / ``ENERGY_QUANTA_PER_PJ`` pJ): the FPU operations are fixed by
+    the layer (ASSUMPTION: each costs the machine's energy of a MAC); mappings differ in the
+    bytes they move, each byte at its memory's energy (HBM or L2), and in their time, each
+    cycle at the machine's static energy (what the chip draws whatever it does: without it
+    a slower schedule that moves a few bytes less would count as cheaper)."""
     energy = (
-        k.batch * k.output_words * k.ops_per_output * k.op_energy_fj
-        + traffic.offchip_words() * k.word_bytes * k.hbm_byte_energy_fj
-        + traffic.intercluster_words * (k.word_bytes * k.noc_byte_energy_fj)
+        k.batch * k.output_words * k.ops_per_output * k.op_energy
+        + traffic.offchip_words() * k.word_bytes * k.hbm_byte_energy
+        + traffic.intercluster_words * (k.word_bytes * k.noc_byte_energy)
     )
     if k.placement.uses_l2:
-        energy = energy + traffic.l2_words() * (k.word_bytes * k.l2_byte_energy_fj)
+        energy = energy + traffic.l2_words() * (k.word_bytes * k.l2_byte_energy)
+    if k.static_energy_per_cycle:
+        energy = energy + cycles * k.static_energy_per_cycle
     return energy
 
 
@@ -1247,6 +1254,7 @@ def evaluate(
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
     memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes)
+    cycles = latency_cycles(ops, phases, memory_floor)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},
@@ -1272,6 +1280,6 @@ def evaluate(
         "l2_bytes": l2_bytes,
         "memory_floor_cycles": memory_floor,
         "memory_occupancy_scaled": occupancy,
-        "cycles": latency_cycles(ops, phases, memory_floor),
-        "energy": energy_fj(k, traffic),
+        "cycles": cycles,
+        "energy": energy_quanta(k, traffic, cycles),
     }

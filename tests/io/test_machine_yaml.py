@@ -107,6 +107,16 @@ def mutate(tmp_path, edit) -> Path:
             "(0, 1]",
         ),
         (lambda r: r.update(colour="red"), "colour", "unknown key"),
+        (
+            lambda r: r["energy"]["static_power"].update(unit="pJ"),
+            "energy.static_power",
+            "unit must be 'W'",
+        ),
+        (
+            lambda r: r["energy"]["hbm_byte"].update(unit="W"),
+            "energy.hbm_byte",
+            "unit must be 'pJ'",
+        ),
     ],
 )
 def test_bad_machine_files(tmp_path, edit, field, words):
@@ -114,6 +124,13 @@ def test_bad_machine_files(tmp_path, edit, field, words):
     with pytest.raises(InputError) as info:
         Machine.from_file(path)
     assert info.value.field == field and words in str(info.value)
+
+
+def test_static_power_is_energy_per_cycle(tmp_path):
+    """2 W at 1 GHz is 2000 pJ each cycle; at half the clock each cycle costs twice as much."""
+    assert Machine.preset("manticore").energy_pj["static_per_cycle"] == pytest.approx(2000.0)
+    path = mutate(tmp_path, lambda r: r["parameters"]["clock"].update(value=0.5e9))
+    assert Machine.from_file(path).energy_pj["static_per_cycle"] == pytest.approx(4000.0)
 
 
 def test_machine_file_round_trip(tmp_path):

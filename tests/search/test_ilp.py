@@ -194,8 +194,17 @@ def test_energy_objective_uses_the_machine_energies(manticore):
         layer.macs * e["mac_fp32"]
         + frugal.analysis.offchip_bytes * e["hbm_byte"]
         + frugal.analysis.intercluster_bytes * e["noc_byte"]
+        + frugal.analysis.cycles * e["static_per_cycle"]  # 2 W at 1 GHz: 2000 pJ per cycle
     )
+    assert e["static_per_cycle"] == pytest.approx(2000.0)
     assert frugal.analysis.energy_pj == pytest.approx(expected, rel=1e-9)
+
+    # every cycle the frugal schedule takes beyond the fast one is paid for by bytes it saves
+    def dynamic(a):
+        return a.energy_pj - a.cycles * e["static_per_cycle"]
+
+    extra = frugal.analysis.cycles - fast.analysis.cycles
+    assert extra * e["static_per_cycle"] <= dynamic(fast.analysis) - dynamic(frugal.analysis) + 1e-6
 
 
 def multicast_machines():

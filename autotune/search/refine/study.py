@@ -43,7 +43,7 @@ from typing import Any
 import optuna
 
 from autotune.ir.layer import Layer
-from autotune.ir.machine import Machine
+from autotune.ir.machine import STATIC_ENERGY, Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import TuneOptions
 from autotune.ir.precision import word_bytes
@@ -157,8 +157,8 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
 
 def simulated_value(result: SimResult, machine: Machine, precision: str, objective: str) -> float:
     """The objective of a simulated run: cycles, off-chip bytes, or energy in pJ (the model's
-    per-event energies, ``Machine.energy_pj``, on the simulated counts; an FPU operation costs
-    a MAC's energy, as in ``model.formulas``)."""
+    per-event energies, ``Machine.energy_pj``, on the simulated counts: an FPU operation costs
+    a MAC's energy, a byte its memory's, a cycle the static energy, as in ``model.formulas``)."""
     if objective == "latency":
         return float(result.cycles)
     if objective == "traffic":
@@ -167,7 +167,9 @@ def simulated_value(result: SimResult, machine: Machine, precision: str, objecti
     return (
         result.ops * energy.get(f"mac_{precision}", 0.0)
         + result.hbm_bytes * energy.get("hbm_byte", 0.0)
+        + result.l2_bytes * energy.get("l2_byte", 0.0)
         + result.intercluster_bytes * energy.get("noc_byte", 0.0)
+        + result.cycles * energy.get(STATIC_ENERGY, 0.0)
     )
 
 
