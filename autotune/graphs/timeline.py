@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.files import write_atomic
-from autotune.sim.result import SimResult, trace_events
+from autotune.sim.result import SimResult, trace_events, trace_pid
 
 #: The process id of the network's own track (the layers' tracks use 1..6).
 NETWORK_PID = 0
+L2_PID = trace_pid("l2")
 
 
 def network_trace(runs: Sequence[tuple[str, str, SimResult]]) -> dict[str, Any]:
@@ -36,10 +37,23 @@ def network_trace(runs: Sequence[tuple[str, str, SimResult]]) -> dict[str, Any]:
     seen: set[tuple[Any, ...]] = set()
     offset = 0
     layers = []
+    any_l2 = any(sim.l2_bytes > 0 for _, _, sim in runs)
     for name, kind, sim in runs:
         if sim.trace is None:
             raise ValueError(f"layer {name!r} was simulated without its timeline")
         us = 1e6 / sim.clock_hz
+        if any_l2 and sim.l2_bytes == 0:
+            # a layer without L2 traffic emits no L2 counter: zero it, or Perfetto would
+            # hold the previous layer's last L2 rate over this layer
+            events.append(
+                {
+                    "ph": "C",
+                    "name": "L2 B/cycle",
+                    "pid": L2_PID,
+                    "ts": offset * us,
+                    "args": {"load": 0.0, "store": 0.0},
+                }
+            )
         for event in trace_events(sim)["traceEvents"]:
             if event["ph"] == "M":
                 key = (event["name"], event["pid"], event.get("tid"))

@@ -137,6 +137,13 @@ class SimResult:
 
 
 _PIDS = {"cluster": 1, "store": 2, "load": 3, "hbm": 4, "l2": 5, "prefetch": 6}
+
+
+def trace_pid(track: str) -> int:
+    """The Trace Event Format process id of a track of ``trace_events``."""
+    return _PIDS[track]
+
+
 _TRACKS = {"cluster": "clusters", "store": "background stores", "load": "input prefetches"}
 
 

@@ -297,3 +297,23 @@ def test_l2_needs_a_machine_with_an_l2(manticore):
             "fp16",
             placement=ACTIVATIONS_L2,
         )
+
+
+def test_network_trace_zeroes_the_l2_rate_of_a_layer_without_l2(manticore):
+    """Perfetto holds a counter's last sample: a layer that moves nothing through the L2
+    after one that does must start with an L2 rate of zero."""
+    from autotune.graphs.timeline import L2_PID, network_trace
+
+    layer = Layer("c", "conv", 8, 8, 8, 8, 3, 3, pad_h=1, pad_w=1)
+    mapping = Mapping("output_stack")
+    in_l2 = simulate(layer, mapping, manticore, placement=ACTIVATIONS_L2, trace=True)
+    in_hbm = simulate(layer, mapping, manticore, trace=True)
+    doc = network_trace([("a", "conv", in_l2), ("b", "conv", in_hbm)])
+    l2 = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["pid"] == L2_PID]
+    start_b = in_l2.cycles * 1e6 / in_l2.clock_hz
+    assert l2 and max(e["ts"] for e in l2) == pytest.approx(start_b)
+    last = max(l2, key=lambda e: e["ts"])
+    assert last["args"] == {"load": 0.0, "store": 0.0}
+    # a network without L2 traffic gets no L2 counter at all
+    only_hbm = network_trace([("a", "conv", in_hbm), ("b", "conv", in_hbm)])
+    assert not [e for e in only_hbm["traceEvents"] if e.get("pid") == L2_PID]
