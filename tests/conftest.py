@@ -47,3 +47,21 @@ def tiny_fc_sweep(tiny_fc_file):
     from autotune import sweep
 
     return sweep(tiny_fc_file, batches=TINY_FC_BATCHES)
+
+
+# -- network plans (autotune.plans) --------------------------------------------------------
+@pytest.fixture(scope="session")
+def planned_result(manticore):
+    """The residual-and-concat graph of ``tests.graphs.test_execute_plan`` tuned with its
+    network plan (activations and weights in L2), without refinement or verification: a
+    second to make, for the tests that show what a plan does."""
+    import yaml
+
+    from autotune import TuneOptions
+    from autotune.api import tune_network
+    from autotune.io.network_yaml import parse_network
+    from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
+
+    net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
+    options = TuneOptions(refine=False, verify=False, processes=1, storage="memory")
+    return tune_network(net, manticore, options, lambda stage, name: None)

@@ -24,6 +24,8 @@ from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
+from autotune.ir.placement import streams
+from autotune.ir.plan import NetworkPlan
 from autotune.ir.precision import word_bytes
 from autotune.result import LayerResult, TuneResult
 from autotune.sim.result import SimResult
@@ -288,6 +290,7 @@ def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult
     )
     package = result.machine.chiplets > 1  # a package adds the die-to-die stage-in
     parts = ("compute", "dma_wait", "contention", "sync", "idle", *(("d2d",) if package else ()))
+    l2 = any(sim.placement.uses_l2 or sim.l2_bytes for _, sim in runs)
     for col in (
         "layer",
         "algorithm",
@@ -301,6 +304,7 @@ def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult
         "idle",
         *(("d2d",) if package else ()),
         "HBM B/cycle",
+        *(("L2 B/cycle",) if l2 else ()),
         "FPU util",
     ):
         table.add_column(col, justify="left" if col in ("layer", "algorithm") else "right")
@@ -315,6 +319,7 @@ def print_simulation(result: TuneResult, runs: list[tuple[LayerResult, SimResult
             f"{sim.cycles / r.predicted.cycles:.2f}",
             *(f"{100 * b.get(k, 0.0) / sim.cycles:.0f}%" for k in parts),
             f"{sim.hbm_bytes_per_cycle:.1f}",
+            *((f"{sim.l2_bytes_per_cycle:.1f}",) if l2 else ()),
             f"{100 * sim.fpu_utilization:.1f}%",
         )
     _elided(table, hidden, MAX_ROWS // 2)
@@ -428,6 +433,57 @@ def print_sweep(result: SweepResult) -> None:
     )
 
 
+#: Short names of a layer's streams in the ``in L2`` column.
+STREAM_NAMES = {"input": "in", "weights": "w", "residual": "res", "output": "out"}
+
+
+def shows_memory(result: TuneResult) -> bool:
+    """Whether the schedule table gets the ``in L2``, HBM and L2 columns and the plan line:
+    a layer keeps a stream in L2 or the result has a network plan. Per-layer schedules and
+    machines without an L2 print as they always did."""
+    return result.plan is not None or any(r.placement.uses_l2 for r in result.layers)
+
+
+def placement_text(r: LayerResult) -> str:
+    """The streams the layer keeps in L2 (``in w out``; ``-`` for none), the others being in
+    HBM: short enough that the table still fits a 200-column pipe. Only streams the layer
+    has are named (a pool has no weights, only an add epilogue has a residual)."""
+    kept = streams(r.layer.weight_words > 0, r.layer.epilogue.residual)
+    in_l2 = [STREAM_NAMES[s] for s in kept if r.placement.level(s) == "l2"]
+    return " ".join(in_l2) or "-"
+
+
+def memory_cells(r: LayerResult) -> tuple[str, str, str]:
+    """The ``in L2``, HBM and L2 cells of a layer: the model's bytes of its own streams
+    (weights it prefetches for later layers are in the plan line, not here)."""
+    return placement_text(r), size(r.predicted.offchip_bytes), size(r.predicted.l2_bytes)
+
+
+def plan_summary(plan: NetworkPlan) -> str:
+    """One line on the network plan: how it was found (solver status, cycles against the
+    solver's bound), the HBM traffic it leaves, and how much of the L2 it uses for what."""
+    return (
+        f"plan ({plan.mode}): {plan.status} in {plan.solve_s:.1f}s, {plan.cycles:,} cycles, "
+        f"bound {plan.bound_cycles:,} (gap {plan.gap:.1%}), HBM {size(plan.hbm_bytes)}, "
+        f"L2 peak {size(plan.l2_peak_bytes)} of {size(plan.l2_capacity)}, "
+        f"{len(plan.in_l2)} of {len(plan.tensors)} tensors in L2, "
+        f"{size(plan.prefetched_bytes)} of weights prefetched"
+    )
+
+
+#: The schedule table's columns of words (left-justified; the others are figures).
+RESULT_TEXT_COLUMNS = (
+    "layer",
+    "algorithm",
+    "chiplets",
+    "in L2",
+    "bound",
+    "verified",
+    "search",
+    "fused",
+)
+
+
 def print_result(result: TuneResult) -> None:
     """The per-layer schedule table and the network totals."""
     mach, prec = result.machine, result.precision
@@ -438,6 +494,7 @@ def print_result(result: TuneResult) -> None:
         title_justify="left",
     )
     package = mach.chiplets > 1  # a package adds the chiplet split of each layer
+    memory = shows_memory(result)
     for col in (
         "layer",
         "algorithm",
@@ -447,6 +504,7 @@ def print_result(result: TuneResult) -> None:
         "share",
         "tile h×w×c",
         "L1",
+        *(("in L2", "HBM", "L2") if memory else ()),
         "cycles",
         "% peak",
         "bound",
@@ -456,9 +514,7 @@ def print_result(result: TuneResult) -> None:
     ):
         table.add_column(
             col,
-            justify="left"
-            if col in ("layer", "algorithm", "chiplets", "bound", "verified", "search", "fused")
-            else "right",
+            justify="left" if col in RESULT_TEXT_COLUMNS else "right",
         )
     absorbed = absorbed_text(result.lowering)
     rows, hidden = shown(result.layers)
@@ -488,6 +544,7 @@ def print_result(result: TuneResult) -> None:
             str(m.share_group),
             tile_text(m),
             size(a.l1_bytes),
+            *(memory_cells(r) if memory else ()),
             f"{cycles:,}",
             f"{100 * a.macs / (cycles * peak):.1f}",
             a.bound,
@@ -499,6 +556,8 @@ def print_result(result: TuneResult) -> None:
     summary = graph_summary(result.lowering)
     if summary is not None:
         stdout.print(summary, highlight=False)
+    if result.plan is not None:
+        stdout.print(plan_summary(result.plan), highlight=False)
     if result.network_verified is not None:
         print_network_verification(result.network_verified)
     t = result.totals

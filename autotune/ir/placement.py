@@ -77,6 +77,14 @@ class Placement:
 HBM_ONLY = Placement()
 
 
+def streams(has_weights: bool, has_residual: bool) -> tuple[str, ...]:
+    """The streams a layer moves, in ``STREAMS`` order: a layer without weights or without
+    a residual epilogue has no such stream, so its placement there means nothing."""
+    return tuple(
+        s for s in STREAMS if (s != "weights" or has_weights) and (s != "residual" or has_residual)
+    )
+
+
 def placements(has_weights: bool, has_residual: bool) -> tuple[Placement, ...]:
     """Every placement of a layer's streams (weights and residual only when it has them)."""
     choices = [

@@ -87,6 +87,17 @@ class NetworkPlan:
     def gap(self) -> float:
         return 0.0 if self.cycles <= 0 else max(0.0, 1.0 - self.bound_cycles / self.cycles)
 
+    @property
+    def in_l2(self) -> tuple[PlannedTensor, ...]:
+        """The tensors the plan keeps in L2 (activations and prefetched weights)."""
+        return tuple(t for t in self.tensors if t.level == "l2")
+
+    @property
+    def prefetched_bytes(self) -> int:
+        """Bytes of weights copied from HBM into L2 ahead of their steps, over all steps
+        (part of ``hbm_bytes``, though no step's own streams move them)."""
+        return sum(self.prefetch_bytes(s.name) for s in self.steps)
+
     def tensor(self, name: str) -> PlannedTensor:
         for t in self.tensors:
             if t.name == name:

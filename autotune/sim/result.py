@@ -114,6 +114,12 @@ class SimResult:
         return self.hbm_bytes / self.cycles
 
     @property
+    def l2_bytes_per_cycle(self) -> float:
+        """Achieved L2 bandwidth over the whole layer (its streams in L2 and the prefetch's
+        writes)."""
+        return self.l2_bytes / self.cycles
+
+    @property
     def fpu_utilization(self) -> float:
         """FPU operations over what the machine's peak could do in the makespan (at most the
         machine's sustained FPU utilisation; MACs for a conv or fc without an epilogue)."""
