@@ -233,8 +233,8 @@ def cost_scale(machine: Machine, precision: str) -> int:
     static = machine.energy_pj.get(STATIC_ENERGY, 0.0)  # per cycle
     energy = ENERGY_QUANTA_PER_PJ * (
         machine.energy_pj.get(f"mac_{precision}", 0.0)
-        + moved * per_byte
-        + cycles / RATE_SCALE * static
+        + moved * (per_byte + 1)  # + 1: each per-word energy is rounded to whole quanta
+        + cycles / RATE_SCALE * static  # the cycles bound is in fixed point
     )
     return int(max(cycles, energy, moved)) + 1
 

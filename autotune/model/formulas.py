@@ -182,10 +182,10 @@ class Consts:
     reduction_latency_cycles: Table  # [active - 1] -> sum over levels of steps x latency
     reduction_steps: tuple[Table, ...]  # per level: [active - 1] -> reduction steps
     link_bytes_per_cycle_scaled: tuple[int, ...]  # per level: min(DMA port, uplink) x SCALE
-    # energies in ENERGY_QUANTA_PER_PJ-ths of a pJ (integers for the integer program)
-    op_energy: int = 0  # per FPU operation (the machine's energy of a MAC)
-    hbm_byte_energy: int = 0  # per off-chip byte
-    noc_byte_energy: int = 0  # per inter-cluster byte
+    # energies as integers (``ir.machine.quanta``: pJ) for the integer program
+    op_energy_fj: int = 0  # per FPU operation, in fJ (the machine's energy of a MAC)
+    hbm_word_energy: int = 0  # per off-chip word
+    noc_word_energy: int = 0  # per inter-cluster word
     #: The machine has DMA efficiency tables: main-memory time per byte depends on the runs
     #: (the ``*_inverse_efficiency`` quantities); the HBM's share of the stream rate is then
     #: applied separately.
@@ -205,7 +205,7 @@ class Consts:
     placement: Placement = HBM_ONLY
     l2_latency_cycles: int = 0  # round trip to the L2
     l2_bytes_per_cycle_scaled: int = 0
-    l2_byte_energy: int = 0  # per L2 byte
+    l2_word_energy: int = 0  # per L2 word
     static_energy_per_cycle: int = 0  # drawn every cycle whatever runs (leakage, idle)
     #: Placements with an L2 stream, [active - 1] -> cycles per byte x SCALE (``link_tables``):
     #: an L2 stream's path (port, links below the root, L2 share), and for transfers that mix
@@ -307,7 +307,7 @@ def shared_cycles_per_byte_scaled(machine: Machine) -> int:
     return int(np.ceil(SCALE / slowest - 1e-9))
 
 
-def l2_constants(machine: Machine, placement: Placement) -> dict[str, Any]:
+def l2_constants(machine: Machine, placement: Placement, word_bytes: int) -> dict[str, Any]:
     """The L2's constants for a placement with an L2 stream (none without: the formula is
     then built exactly as with the HBM alone)."""
     if not placement.uses_l2:
@@ -317,7 +317,7 @@ def l2_constants(machine: Machine, placement: Placement) -> dict[str, Any]:
     return {
         "l2_latency_cycles": machine.l2_latency_cycles,
         "l2_bytes_per_cycle_scaled": int(round(machine.l2_bytes_per_cycle * SCALE)),
-        "l2_byte_energy": quanta(machine.energy_pj.get("l2_byte", 0.0)),
+        "l2_word_energy": quanta(machine.energy_pj.get("l2_byte", 0.0) * word_bytes),
         "stream_l2_cycles_per_byte_scaled": np.maximum(tree, l2_share),
         "stream_tree_cycles_per_byte_scaled": tree,
         "stream_root_cycles_per_byte_scaled": root,
@@ -371,9 +371,9 @@ def consts(
         reduction_latency_cycles=latency_sum,
         reduction_steps=tuple(steps),
         link_bytes_per_cycle_scaled=tuple(links),
-        op_energy=quanta(energy.get(f"mac_{precision}", 0.0)),
-        hbm_byte_energy=quanta(energy.get("hbm_byte", 0.0)),
-        noc_byte_energy=quanta(energy.get("noc_byte", 0.0)),
+        op_energy_fj=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
+        hbm_word_energy=quanta(energy.get("hbm_byte", 0.0) * word_bytes),
+        noc_word_energy=quanta(energy.get("noc_byte", 0.0) * word_bytes),
         static_energy_per_cycle=quanta(energy.get(STATIC_ENERGY, 0.0)),
         has_dma_efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
         stream_net_cycles_per_byte_scaled=net,
@@ -385,7 +385,7 @@ def consts(
         has_residual=layer.epilogue.residual,
         epilogue_ops=layer.epilogue.ops,
         placement=placement,
-        **l2_constants(machine, placement),
+        **l2_constants(machine, placement, word_bytes),
     )
 
 
@@ -1203,18 +1203,18 @@ def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: 
 
 
 def energy_quanta(k: Consts, traffic: Traffic, cycles: Value) -> Value:
-    """Energy (in quanta of 1 / ``ENERGY_QUANTA_PER_PJ`` pJ): the FPU operations are fixed by
+    """Energy (``ir.machine.quanta``, pJ): the FPU operations are fixed by
     the layer (ASSUMPTION: each costs the machine's energy of a MAC); mappings differ in the
     bytes they move, each byte at its memory's energy (HBM or L2), and in their time, each
     cycle at the machine's static energy (what the chip draws whatever it does: without it
     a slower schedule that moves a few bytes less would count as cheaper)."""
     energy = (
-        k.batch * k.output_words * k.ops_per_output * k.op_energy
-        + traffic.offchip_words() * k.word_bytes * k.hbm_byte_energy
-        + traffic.intercluster_words * (k.word_bytes * k.noc_byte_energy)
+        quanta(k.batch * k.output_words * k.ops_per_output * k.op_energy_fj / 1000)
+        + traffic.offchip_words() * k.hbm_word_energy
+        + traffic.intercluster_words * k.noc_word_energy
     )
     if k.placement.uses_l2:
-        energy = energy + traffic.l2_words() * (k.word_bytes * k.l2_byte_energy)
+        energy = energy + traffic.l2_words() * k.l2_word_energy
     if k.static_energy_per_cycle:
         energy = energy + cycles * k.static_energy_per_cycle
     return energy

@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze
+from autotune.ir.machine import quanta
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement, placements
 from autotune.ir.precision import word_bytes
@@ -85,10 +86,17 @@ def test_hbm_and_l2_traffic_add_up_to_the_hbm_only_traffic(case, placement):
         assert getattr(placed, figure) == getattr(everything_in_hbm, figure)
     assert placed.intercluster_words == everything_in_hbm.intercluster_words
     assert (placed.l1_bytes, placed.fits) == (everything_in_hbm.l1_bytes, everything_in_hbm.fits)
-    # a byte moved to the L2 costs the L2's energy instead of the HBM's
+    # a word moved to the L2 costs the L2's energy instead of the HBM's (each a whole pJ per
+    # word), and each cycle gained or lost the static energy
     e = MANTICORE.energy_pj
+    wb = placed.word_bytes
+    saved_per_word = round(e["hbm_byte"] * wb) - round(e["l2_byte"] * wb)
+    extra_cycles = placed.cycles - everything_in_hbm.cycles
     assert placed.energy_pj == pytest.approx(
-        everything_in_hbm.energy_pj - placed.l2_bytes * (e["hbm_byte"] - e["l2_byte"]), rel=1e-9
+        everything_in_hbm.energy_pj
+        - placed.l2_words * saved_per_word
+        + extra_cycles * e["static_per_cycle"],
+        rel=1e-9,
     )
 
 
@@ -164,7 +172,7 @@ def test_analysis_equals_the_vectorised_figures(layer, batch, precision, machine
     assert a.offchip_bytes == vectorised["offchip_bytes"]
     assert a.l2_bytes == vectorised["l2_bytes"]
     assert a.l1_bytes == vectorised["l1"]
-    assert round(a.energy_pj * 1000) == vectorised["energy"]
+    assert quanta(a.energy_pj) == vectorised["energy"]
 
 
 def test_l2_rates_skip_the_root_uplink_and_share_the_l2():
