@@ -47,6 +47,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement
+from autotune.ir.plan import NetworkPlan
 from autotune.ir.precision import word_bytes
 from autotune.plans import plan_applies, plan_network
 from autotune.result import LayerResult, TuneResult, step_placement, totals_of
@@ -55,7 +56,7 @@ from autotune.search.parallel import map_processes
 from autotune.search.refine import refine_layer
 from autotune.search.refine.storage import MEMORY, check_storage, prepare_storage
 from autotune.search.solve import LayerSolution
-from autotune.search.space import search_space
+from autotune.search.space import search_space, system_strategies
 from autotune.sim.result import SimResult
 from autotune.verification.check import Verification
 
@@ -176,14 +177,11 @@ def tune_network(
         solutions, plan = list(planned.solutions), planned.plan
     else:
         solutions = solve_network(network, machine, options, lambda n: progress("solve", n))
-    finished: dict[tuple[object, ...], LayerResult] = {}
+    finished = finish_network(solutions, machine, options, progress, plan)
     layers = []
     for sol in solutions:
         placement, prefetch = step_placement(plan, sol.layer.name)
-        key = (sol.layer.shape_key(), placement, prefetch)
-        if key not in finished:
-            finished[key] = finish_layer(sol, machine, options, progress, placement, prefetch)
-        first = finished[key]
+        first = finished[(sol.layer.shape_key(), placement, prefetch)]
         layers.append(
             replace(
                 first,
@@ -282,6 +280,68 @@ def solve_network(
     return out
 
 
+@dataclass(frozen=True)
+class _FinishJob:
+    solution: LayerSolution
+    machine: Machine
+    options: TuneOptions
+    placement: Placement
+    prefetch_bytes: int
+
+
+def _finish_job(job: _FinishJob) -> LayerResult:
+    return finish_layer(
+        job.solution, job.machine, job.options, _quiet, job.placement, job.prefetch_bytes
+    )
+
+
+def _quiet(stage: str, name: str) -> None:
+    pass
+
+
+def finish_network(
+    solutions: list[LayerSolution],
+    machine: Machine,
+    options: TuneOptions,
+    progress: Progress,
+    plan: NetworkPlan | None = None,
+) -> dict[tuple[object, ...], LayerResult]:
+    """``finish_layer`` of each distinct (shape, placement, prefetch) of ``solutions``, by
+    that key. The distinct layers are independent (each its own refinement study, seeded by
+    the run's seed and the layer), so they run over ``options.processes`` worker processes,
+    in order, with the same results as one after the other; serially when each study already
+    has several workers (``refine_workers``) or one process is asked for."""
+    jobs: dict[tuple[object, ...], _FinishJob] = {}  # (shape, placement, prefetch bytes)
+    for sol in solutions:
+        placement, prefetch = step_placement(plan, sol.layer.name)
+        jobs.setdefault(
+            (sol.layer.shape_key(), placement, prefetch),
+            _FinishJob(sol, machine, options, placement, prefetch),
+        )
+    if options.refine_workers > 1 or options.processes == 1 or len(jobs) <= 1:
+        return {
+            key: finish_layer(j.solution, machine, options, progress, j.placement, j.prefetch_bytes)
+            for key, j in jobs.items()
+        }
+    out: dict[tuple[object, ...], LayerResult] = {}
+    work = list(jobs.values())
+    for (key, job), done in zip(
+        jobs.items(), map_processes(_finish_job, work, options.processes), strict=True
+    ):
+        out[key] = done
+        if refines(options, job.placement, job.prefetch_bytes):
+            progress("refine", done.layer.name)
+        if options.verify:
+            progress("verify", done.layer.name)
+    return out
+
+
+def refines(options: TuneOptions, placement: Placement, prefetch_bytes: int) -> bool:
+    """Whether ``finish_layer`` refines a layer: asked for, and the layer on its own in HBM
+    (the refinement measures layers alone, every stream in HBM)."""
+    return options.refine and placement == HBM_ONLY and not prefetch_bytes
+
+
 def finish_layer(
     solution: LayerSolution,
     machine: Machine,
@@ -297,13 +357,15 @@ def finish_layer(
     layer, mapping = solution.layer, solution.mapping
     precision, batch = str(options.precision), int(options.batch or 1)
     n_trials, ilp_cycles = 0, None
-    if options.refine and placement == HBM_ONLY and not prefetch_bytes:
+    if refines(options, placement, prefetch_bytes):
         # on a package: the split's largest part on one chiplet, the split fixed
         part, part_machine, part_batch, inner = refinement_target(
             layer, mapping, machine, precision, batch
         )
         space = search_space(part, part_machine, part_batch)
-        seeds = [inner] + [
+        # the integer program's winner, the machine's own strategies, the runners-up
+        seeds = [inner, *system_strategies(part, part_machine, precision, part_batch)]
+        seeds += [
             space.decode(i)
             for i in top_k(space, part_machine, precision, options.objective, SEED_MAPPINGS)
         ]

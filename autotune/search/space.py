@@ -208,6 +208,24 @@ def kann_channel(layer: Layer, machine: Machine, precision: str, batch: int = 1)
     )
 
 
+def system_strategies(
+    layer: Layer, machine: Machine, precision: str, batch: int = 1
+) -> list[Mapping]:
+    """The seed system's own mappings of ``layer`` on ``machine``, to seed a refinement so
+    that it starts from them and ends no worse: KaNN's spatial and channel splitting on a
+    machine that multicasts (seed 003, Sec. IV; the MPPA3 preset). Those that do not apply
+    or do not fit are left out; none on other machines."""
+    if not machine.dma_multicast:
+        return []
+    found = []
+    for make in (kann_spatial, kann_channel):
+        try:
+            found.append(make(layer, machine, precision, batch))
+        except MappingError:
+            continue
+    return found
+
+
 def _need_multicast(machine: Machine, precision: str) -> None:
     machine.check_precision(precision)
     if not machine.dma_multicast:

@@ -90,3 +90,24 @@ def test_validation_report_on_a_prefix_of_yolov3():
     assert v.top[0].share == pytest.approx(v.top[0].cycles / cycles)
     assert any("yolo" in item for item in v.untimed)
     assert "predicted" in v.summary() and "not timed" in v.summary()
+
+
+@pytest.mark.parametrize("name", ("conv_62", "conv_105"))
+def test_refinement_starts_from_kanns_strategies_and_ends_no_slower(name):
+    """The refinement is seeded with KaNN's own mappings (``system_strategies``), so the
+    simulated time it ends with is never above the faster of KaNN's two strategies."""
+    from autotune import simulate
+    from autotune.api import finish_layer
+    from autotune.ir.options import TuneOptions
+    from autotune.search.space import system_strategies
+
+    layer = YOLO[name]
+    kann = system_strategies(layer, MPPA3, "fp16")
+    assert len(kann) == 2 and all(m.multicast for m in kann)
+    assert system_strategies(layer, Machine.preset("manticore"), "fp32") == []
+    options = TuneOptions(precision="fp16", trials=4, storage="memory", verify=False, processes=1)
+    solution = solve_layer(layer, MPPA3, "fp16")
+    done = finish_layer(solution, MPPA3, options, lambda stage, name: None)
+    assert done.trials >= 3  # the incumbent and KaNN's two ran
+    fastest_kann = min(simulate(layer, m, MPPA3, "fp16").cycles for m in kann)
+    assert done.simulated is not None and done.simulated.cycles <= fastest_kann
