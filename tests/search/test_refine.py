@@ -261,3 +261,35 @@ def test_two_workers_share_one_study(manticore, tmp_path):
     assert result.simulated < len([t for t in finished if t.user_attrs.get("simulated")])
     numbers = [t.number for t in study.trials]
     assert len(numbers) == len(set(numbers))
+
+
+def test_finishing_over_processes_gives_the_serial_results(manticore):
+    """Distinct layers are refined, simulated and verified in worker processes: the same
+    mappings, trials and simulated cycles as one after the other, in the network's order."""
+    from autotune.api import finish_network
+    from autotune.ir.network import Network
+    from autotune.search.solve import solve_layer as solve
+
+    layers = [
+        Layer(f"c{i}", "conv", 8 + 2 * i, 8, 8, 8 * (i + 1), 3, 3, pad_h=1, pad_w=1)
+        for i in range(3)
+    ]
+    solutions = [solve(x, manticore, "fp32") for x in Network("n", tuple(layers)).layers]
+    seen: list[tuple[str, str]] = []
+
+    def run(processes):
+        options = TuneOptions(
+            precision="fp32", batch=1, trials=3, storage="memory", processes=processes
+        )
+        return finish_network(solutions, manticore, options, lambda s, n: seen.append((s, n)))
+
+    serial, parallel = run(1), run(2)
+    assert list(serial) == list(parallel)
+    for a, b in zip(serial.values(), parallel.values(), strict=True):
+        assert (a.mapping, a.trials, a.simulated.cycles) == (
+            b.mapping,
+            b.trials,
+            b.simulated.cycles,
+        )
+        assert a.verified.ok and b.verified.ok
+    assert seen.count(("refine", "c0")) == 2 and seen.count(("verify", "c2")) == 2
