@@ -15,7 +15,7 @@ Also here: the library calls behind the commands that read a schedule file back
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
 from autotune.ir.layer import Layer
+from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
@@ -50,7 +51,8 @@ from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.plan import NetworkPlan
 from autotune.ir.precision import word_bytes
 from autotune.plans import plan_applies, plan_network
-from autotune.result import LayerResult, TuneResult, step_placement, totals_of
+from autotune.plans.check import restate
+from autotune.result import LayerResult, TuneResult, plan_figures, step_placement, totals_of
 from autotune.search.exhaustive import top_k
 from autotune.search.parallel import map_processes
 from autotune.search.refine import refine_layer
@@ -190,6 +192,11 @@ def tune_network(
                 predicted=replace(first.predicted, layer=sol.layer.name),
             )
         )
+    if plan is not None and any(
+        r.mapping != sol.mapping for r, sol in zip(layers, solutions, strict=True)
+    ):
+        assert network.lowering is not None
+        plan = refined_plan(plan, network.lowering, machine, batch, precision, layers)
     result = TuneResult(
         network.name,
         batch,
@@ -209,6 +216,22 @@ def tune_network(
         )
         result = replace(result, network_verified=checked)
     return result
+
+
+def refined_plan(
+    plan: NetworkPlan,
+    lowering: Lowering,
+    machine: Machine,
+    batch: int,
+    precision: str,
+    layers: Sequence[LayerResult],
+) -> NetworkPlan:
+    """The plan once the refinement changed some of its layers' mappings: the same layout,
+    every step figure derived again from the refined layers (``plans.check.restate``),
+    status ``REFINED`` and, as bound, the CP-SAT's (the model's optimum over the options the
+    refined mappings were chosen among; never above the plan's cycles)."""
+    again = restate(plan, lowering, machine, batch, precision, plan_figures(layers))
+    return replace(again, status="REFINED", bound_cycles=min(plan.bound_cycles, again.cycles))
 
 
 def resolve(options: TuneOptions, network: Network) -> TuneOptions:
@@ -325,21 +348,13 @@ def finish_network(
         }
     out: dict[tuple[object, ...], LayerResult] = {}
     work = list(jobs.values())
-    for (key, job), done in zip(
-        jobs.items(), map_processes(_finish_job, work, options.processes), strict=True
-    ):
+    for key, done in zip(jobs, map_processes(_finish_job, work, options.processes), strict=True):
         out[key] = done
-        if refines(options, job.placement, job.prefetch_bytes):
+        if options.refine:
             progress("refine", done.layer.name)
         if options.verify:
             progress("verify", done.layer.name)
     return out
-
-
-def refines(options: TuneOptions, placement: Placement, prefetch_bytes: int) -> bool:
-    """Whether ``finish_layer`` refines a layer: asked for, and the layer on its own in HBM
-    (the refinement measures layers alone, every stream in HBM)."""
-    return options.refine and placement == HBM_ONLY and not prefetch_bytes
 
 
 def finish_layer(
@@ -352,12 +367,12 @@ def finish_layer(
 ) -> LayerResult:
     """Refine (if asked), simulate, verify (if asked) and re-analyze one solved layer, its
     streams at ``placement`` while it prefetches ``prefetch_bytes`` (a network plan's). The
-    refinement measures layers on their own with every stream in HBM, so a planned layer
-    that uses the L2 keeps the integer program's mapping for its placement."""
+    refinement simulates every trial with the layer's streams at ``placement`` and its
+    prefetch beside it (on a package: the split's largest part on one chiplet)."""
     layer, mapping = solution.layer, solution.mapping
     precision, batch = str(options.precision), int(options.batch or 1)
     n_trials, ilp_cycles = 0, None
-    if refines(options, placement, prefetch_bytes):
+    if options.refine:
         # on a package: the split's largest part on one chiplet, the split fixed
         part, part_machine, part_batch, inner = refinement_target(
             layer, mapping, machine, precision, batch
@@ -367,9 +382,25 @@ def finish_layer(
         seeds = [inner, *system_strategies(part, part_machine, precision, part_batch)]
         seeds += [
             space.decode(i)
-            for i in top_k(space, part_machine, precision, options.objective, SEED_MAPPINGS)
+            for i in top_k(
+                space,
+                part_machine,
+                precision,
+                options.objective,
+                SEED_MAPPINGS,
+                placement=placement,
+            )
         ]
-        refined = refine_layer(part, part_machine, precision, part_batch, seeds, options)
+        refined = refine_layer(
+            part,
+            part_machine,
+            precision,
+            part_batch,
+            seeds,
+            options,
+            placement=placement,
+            prefetch_bytes=prefetch_bytes,
+        )
         mapping, n_trials, ilp_cycles = refined.mapping, refined.trials, refined.ilp_cycles
         if machine.chiplets > 1:
             mapping = mapping.with_(chiplet_split=solution.mapping.chiplet_split)

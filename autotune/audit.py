@@ -70,8 +70,7 @@ from autotune.ir.options import OBJECTIVES, SEARCH_MODES
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.model.analysis import Analysis
 from autotune.plans.check import plan_findings
-from autotune.plans.options import StepOption
-from autotune.result import LayerResult, TuneResult, step_placement
+from autotune.result import LayerResult, TuneResult, plan_figures, step_placement
 from autotune.search.ilp.model import count_candidates
 from autotune.search.solve import OBJECTIVE_FIGURE
 from autotune.search.space import SearchSpace, search_space
@@ -154,16 +153,7 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
         return ScheduleAudit(str(path), findings, None)
     result = TuneResult.of_schedule(schedule, machine, layers, graph, plan)
     if plan is not None and result.lowering is not None:
-        figures = [
-            StepOption(
-                r.placement,
-                r.mapping,
-                r.predicted.cycles,
-                r.predicted.offchip_bytes,
-                r.predicted.l2_bytes,
-            )
-            for r in layers
-        ]
+        figures = plan_figures(layers)
         findings += [
             Finding(None, where, problem)
             for where, problem in plan_findings(

@@ -7,6 +7,7 @@ recomputes the model's predictions from the stored mappings.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.plan import NetworkPlan
 from autotune.model.analysis import Analysis
+from autotune.plans.options import StepOption
 from autotune.search.solve import SearchReport
 from autotune.sim.result import SimResult
 from autotune.verification.check import Verification
@@ -200,6 +202,21 @@ class TuneResult:
             lowering,
             plan=plan,
         )
+
+
+def plan_figures(layers: Sequence[LayerResult]) -> list[StepOption]:
+    """Each layer as a network plan's step sees it: its placement, mapping and the model's
+    cycles, HBM bytes and L2 bytes there (what ``plans.check.restate`` derives a plan from)."""
+    return [
+        StepOption(
+            r.placement,
+            r.mapping,
+            r.predicted.cycles,
+            r.predicted.offchip_bytes,
+            r.predicted.l2_bytes,
+        )
+        for r in layers
+    ]
 
 
 def step_placement(plan: NetworkPlan | None, name: str) -> tuple[Placement, int]:

@@ -51,7 +51,12 @@ class PlannedStepRecord(_Record):
 
 class PlanRecord(_Record):
     mode: PlanMode
-    status: str = Field(description="OPTIMAL, FEASIBLE (time limit), GREEDY or PER_LAYER")
+    status: str = Field(
+        description=(
+            "OPTIMAL, FEASIBLE (time limit), GREEDY, PER_LAYER or REFINED "
+            "(the refinement changed layers of a CP-SAT plan)"
+        )
+    )
     l2_capacity: int = Field(ge=0, description="L2 bytes the plan may use")
     cycles: int = Field(description="predicted network latency: the steps' cycles summed")
     bound_cycles: int = Field(description="the network CP-SAT's proven lower bound")

@@ -19,7 +19,35 @@ from autotune.plans.options import StepOption
 from autotune.plans.problem import Choice, assemble, consistent_option, make_problem
 from autotune.plans.tensors import plan_tensors
 
-KNOWN_STATUS = ("OPTIMAL", "FEASIBLE", "GREEDY", "PER_LAYER")
+#: REFINED: the CP-SAT's plan whose layers the refinement then changed (``bound_cycles`` is
+#: the CP-SAT's proven bound under the model, the cycles the refined layers' figures).
+KNOWN_STATUS = ("OPTIMAL", "FEASIBLE", "GREEDY", "PER_LAYER", "REFINED")
+
+
+def restate(
+    claim: NetworkPlan,
+    lowering: Lowering,
+    machine: Machine,
+    batch: int,
+    precision: str,
+    figures: Sequence[StepOption],
+) -> NetworkPlan:
+    """``claim`` with every figure derived again (``assemble``) from its own layout and
+    prefetches and each step's ``figures`` (its placement, mapping and the model's cycles,
+    HBM and L2 bytes there): the same plan after its layers' mappings changed, or what a
+    file's plan must equal."""
+    tensors = plan_tensors(lowering, batch, precision)
+    problem = make_problem(lowering, tensors, [[f] for f in figures], machine)
+    offsets = {t.name: t.offset or 0 for t in claim.tensors if t.level == "l2"}
+    prefetch = {w: i for i, s in enumerate(claim.steps) for w in s.prefetch}
+    return assemble(
+        problem,
+        Choice(tuple(0 for _ in figures), offsets, prefetch),
+        claim.mode,
+        claim.status,
+        claim.bound_cycles,
+        claim.solve_s,
+    )
 
 
 def plan_findings(
@@ -74,14 +102,7 @@ def plan_findings(
             found.append((f"plan.steps.{s.name}.placement", "differs from the layer's"))
     if found:
         return found
-    derived = assemble(
-        problem,
-        Choice(tuple(0 for _ in names), offsets, prefetch),
-        claim.mode,
-        claim.status,
-        claim.bound_cycles,
-        claim.solve_s,
-    )
+    derived = restate(claim, lowering, machine, batch, precision, figures)
     for a, b in zip(claim.tensors, derived.tensors, strict=True):
         if a != b:
             found.append((f"plan.tensors.{a.name}", f"{a} in the file, {b} re-derived"))
@@ -100,6 +121,8 @@ def plan_findings(
         found.append(("plan.bound_cycles", "above the plan's cycles"))
     if claim.status in ("OPTIMAL", "PER_LAYER", "GREEDY") and claim.bound_cycles != claim.cycles:
         found.append(("plan.bound_cycles", f"a {claim.status} plan's bound is its cycles"))
+    if claim.status == "REFINED" and claim.mode != "network":
+        found.append(("plan.status", "only a network plan is refined"))
     if claim.mode == "per-layer" and offsets:
         found.append(("plan.mode", "a per-layer plan keeps everything in HBM"))
     return found

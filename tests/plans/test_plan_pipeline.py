@@ -14,7 +14,7 @@ from autotune.api import audit_schedule, tune_network
 from autotune.io.network_yaml import parse_network
 from autotune.ir.placement import HBM_ONLY, placements
 from autotune.ir.plan import check_plan
-from autotune.search.exhaustive import best_by_placement, search
+from autotune.search.exhaustive import best_by_placement, search, top_k
 from autotune.search.space import search_space
 from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
 
@@ -160,4 +160,68 @@ def test_a_package_plans_every_chiplets_l2(tmp_path) -> None:
     path = tmp_path / "package.json"
     planned.save(path)
     assert live_overlaps(json.loads(path.read_text())) == []
+    assert audit_schedule(path).ok
+
+
+def test_a_plan_whose_layers_were_refined_is_restated_and_audits(tuned, manticore, tmp_path):
+    """The refinement may change a planned layer's mapping: the plan keeps its layout, every
+    step figure is derived again, its status says REFINED with the CP-SAT's bound, and the
+    file audits; the unrestated plan does not."""
+    from dataclasses import replace
+
+    from autotune import analyze, simulate
+    from autotune.api import refined_plan
+    from autotune.result import totals_of
+
+    planned, _, _ = tuned
+    plan = planned.plan
+    i, r = next(
+        (i, x)
+        for i, x in enumerate(planned.layers)
+        if x.layer.kind == "conv" and x.placement.uses_l2
+    )
+    batch, placement = planned.batch, r.placement
+    prefetch = plan.prefetch_bytes(r.layer.name)
+    space = search_space(r.layer, manticore, batch)
+    ranked = top_k(space, manticore, "fp32", "latency", 8, placement=placement)
+    other = next(m for m in (space.decode(k) for k in ranked) if m != r.mapping)
+    changed = replace(
+        r,
+        mapping=other,
+        predicted=analyze(r.layer, other, manticore, "fp32", batch, placement=placement),
+        simulated=simulate(r.layer, other, manticore, "fp32", batch, placement, prefetch),
+        verified=None,
+        ilp_simulated_cycles=r.simulated.cycles,
+        trials=4,
+    )
+    layers = [*planned.layers[:i], changed, *planned.layers[i + 1 :]]
+    again = refined_plan(plan, planned.lowering, manticore, batch, "fp32", layers)
+    assert again.status == "REFINED" and again.bound_cycles <= again.cycles
+    assert [t.offset for t in again.tensors] == [t.offset for t in plan.tensors]
+    assert again.step(r.layer.name).cycles >= changed.predicted.cycles
+    for p, name in ((again, "refined.json"), (plan, "stale.json")):
+        result = replace(
+            planned,
+            layers=layers,
+            plan=p,
+            totals=totals_of(layers, manticore, "fp32", batch),
+            network_verified=None,
+        )
+        path = tmp_path / name
+        result.save(path)
+        audit = audit_schedule(path)
+        assert audit.ok == (p is again), audit.findings
+
+
+def test_refinement_runs_on_planned_layers_at_their_placement(manticore, tmp_path):
+    """With refinement on, every layer of a plan is refined where the plan puts its streams
+    (each trial simulated at that placement and prefetch) and the result audits."""
+    net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
+    options = TuneOptions(trials=3, processes=1, storage="memory", verify=False)
+    result = tune_network(net, manticore, options, quiet)
+    assert result.plan is not None and result.plan.status in ("OPTIMAL", "REFINED")
+    assert all(r.trials == 3 for r in result.layers if r.layer.kind in ("conv", "fc"))
+    assert any(r.placement != HBM_ONLY and r.trials for r in result.layers)
+    path = tmp_path / "refined.json"
+    result.save(path)
     assert audit_schedule(path).ok

@@ -31,13 +31,13 @@ class Sim:
     cycles: int
 
 
-def skewed(layer, mapping, machine, precision, batch):
+def skewed(layer, mapping, machine, precision, batch, *placed):
     """Analytical cycles, but single-buffered outputs are 'really' 30 % faster."""
     cycles = analyze(layer, mapping, machine, precision, batch).cycles
     return Sim(int(cycles * (0.7 if mapping.buffers.output_depth == 1 else 1.0)))
 
 
-def slow_skewed(layer, mapping, machine, precision, batch):
+def slow_skewed(layer, mapping, machine, precision, batch, *placed):
     time.sleep(0.05)
     return skewed(layer, mapping, machine, precision, batch)
 

@@ -46,6 +46,7 @@ from autotune.ir.layer import Layer
 from autotune.ir.machine import STATIC_ENERGY, Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import TuneOptions
+from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
 from autotune.model.footprint import footprint
 from autotune.search.objective import VARIABLES
@@ -66,10 +67,12 @@ from autotune.version import __version__
 
 #: Bump when the search space or the meaning of a trial changes: old studies are not reused.
 #: 3: a trial's value is the objective measured on the simulation (was: cycles always).
-SPACE_VERSION = 3
+#: 4: the energy objective charges L2 bytes and the static energy per cycle.
+SPACE_VERSION = 4
 
-#: The simulator as refinement calls it: (layer, mapping, machine, precision, batch).
-Simulator = Callable[[Layer, Mapping, Machine, str, int], SimResult]
+#: The simulator as refinement calls it:
+#: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``.
+Simulator = Callable[[Layer, Mapping, Machine, str, int, Placement, int], SimResult]
 
 
 @dataclass(frozen=True)
@@ -93,22 +96,31 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def study_name(
-    layer: Layer, machine: Machine, precision: str, batch: int, objective: str, sampler: str = "tpe"
+    layer: Layer,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    objective: str,
+    sampler: str = "tpe",
+    placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
 ) -> str:
-    """The study's name: a hash of everything its trials' values depend on."""
-    key = json.dumps(
-        [
-            __version__,
-            SPACE_VERSION,
-            machine.description,
-            precision,
-            batch,
-            objective,
-            sampler,
-            list(layer.shape_key()),
-        ],
-        sort_keys=True,
-    )
+    """The study's name: a hash of everything its trials' values depend on (a network
+    plan's placement and prefetch only when there is one: all-HBM studies keep their
+    names)."""
+    parts: list[object] = [
+        __version__,
+        SPACE_VERSION,
+        machine.description,
+        precision,
+        batch,
+        objective,
+        sampler,
+        list(layer.shape_key()),
+    ]
+    if placement != HBM_ONLY or prefetch_bytes:
+        parts.append([placement.label(), prefetch_bytes])
+    key = json.dumps(parts, sort_keys=True)
     return f"autotune-{hashlib.sha1(key.encode()).hexdigest()[:20]}"
 
 
@@ -182,6 +194,19 @@ class StudyTarget:
     precision: str
     batch: int
     objective: str
+    placement: Placement = HBM_ONLY  # a network plan's levels of the layer's streams
+    prefetch_bytes: int = 0  # and the weights it prefetches into L2 meanwhile
+
+    def simulate(self, simulate: Simulator, mapping: Mapping) -> SimResult:
+        return simulate(
+            self.layer,
+            mapping,
+            self.machine,
+            self.precision,
+            self.batch,
+            self.placement,
+            self.prefetch_bytes,
+        )
 
     def evaluate(self, trial: optuna.Trial, space: SearchSpace, simulate: Simulator) -> float:
         """One trial: prune what does not apply or fit (no simulation), else simulate."""
@@ -195,7 +220,7 @@ class StudyTarget:
         if not fp.fits:
             trial.set_user_attr("pruned", fp.reason)
             raise optuna.TrialPruned()
-        result = simulate(self.layer, mapping, self.machine, self.precision, self.batch)
+        result = self.simulate(simulate, mapping)
         trial.set_user_attr("simulated", True)
         trial.set_user_attr("cycles", result.cycles)
         return simulated_value(result, self.machine, self.precision, self.objective)
@@ -209,8 +234,12 @@ def refine_layer(
     incumbents: list[Mapping],
     options: TuneOptions,
     simulate: Simulator = simulate_chiplet,
+    placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
 ) -> RefineResult:
-    """Refine ``incumbents[0]`` (the integer program's winner) against the simulator.
+    """Refine ``incumbents[0]`` (the integer program's winner) against the simulator, the
+    layer's streams at ``placement`` while it prefetches ``prefetch_bytes`` into L2 (a
+    network plan's step; every trial is simulated so).
 
     Reads from ``options``: ``trials`` (the study's total budget, across resumed runs and
     every process sharing the study), ``refine_timeout`` (this call's seconds), ``storage``
@@ -223,10 +252,21 @@ def refine_layer(
     run, stops the helper processes the same way, and propagates.
     """
     start = time.perf_counter()
-    target = StudyTarget(layer, machine, precision, batch, options.objective)
+    target = StudyTarget(
+        layer, machine, precision, batch, options.objective, placement, prefetch_bytes
+    )
     space = search_space(layer, machine, batch)
     url = prepare_storage(options.storage)
-    name = study_name(layer, machine, precision, batch, options.objective, options.sampler)
+    name = study_name(
+        layer,
+        machine,
+        precision,
+        batch,
+        options.objective,
+        options.sampler,
+        placement,
+        prefetch_bytes,
+    )
     trials = options.trials
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = None if url is None else open_storage(url)
@@ -275,7 +315,7 @@ def refine_layer(
         ilp = min(ilp_trials, key=_rank)
         ilp_value, ilp_cycles = _value(ilp), _cycles(ilp)
     else:
-        run = simulate(layer, incumbents[0], machine, precision, batch)
+        run = target.simulate(simulate, incumbents[0])
         ilp_value = simulated_value(run, machine, precision, options.objective)
         ilp_cycles = run.cycles
     # The incumbent rule: the best simulated trial (objective, then cycles), the integer
