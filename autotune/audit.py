@@ -160,6 +160,8 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
                 plan, result.lowering, machine, schedule.batch, schedule.precision, figures
             )
         ]
+        if plan.status == "REFINED" and not any(rec.search.trials for rec in schedule.layers):
+            findings.append(Finding(None, "plan.status", "REFINED, but no layer was refined"))
         assert schedule.plan is not None
         if schedule.plan.gap != round(plan.gap, 6):
             findings.append(

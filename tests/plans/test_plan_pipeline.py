@@ -211,6 +211,11 @@ def test_a_plan_whose_layers_were_refined_is_restated_and_audits(tuned, manticor
         result.save(path)
         audit = audit_schedule(path)
         assert audit.ok == (p is again), audit.findings
+    # a plan cannot claim a refinement that did not happen
+    untouched = replace(planned, plan=replace(plan, status="REFINED"), network_verified=None)
+    untouched.save(tmp_path / "claimed.json")
+    findings = audit_schedule(tmp_path / "claimed.json").findings
+    assert any(f.field == "plan.status" for f in findings)
 
 
 def test_refinement_runs_on_planned_layers_at_their_placement(manticore, tmp_path):
