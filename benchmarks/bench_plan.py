@@ -19,7 +19,12 @@ network CP-SAT; and simulates each plan step by step (``plans.simulation``). It 
   raise it; only keeping data inside the clusters across layers (fusion) would.
 
     python benchmarks/bench_plan.py [--networks mobilenetv2,resnet50] [--sweep 1,2,4]
-        [--batches 1,4,16,64] [--time-limit 60] [--machine manticore]
+        [--batches 1,4,16,64] [--time-limit 60] [--machine manticore] [--precision fp16]
+
+The precision is the network file's unless ``--precision`` says otherwise; on a machine
+that does not compute it and computes one precision only, that one (MPPA3: fp16, as KaNN
+converts FP32 operators, seed 003 Sec. IV). Each plan's line ends with its images/s: the
+batch over its simulated seconds (clock / cycles at batch 1, as ``bench_validation``'s FPS).
 
 ``--batches`` adds a batch sweep (at the default bandwidth) of the first network: the largest
 set of live activations against the L2, and throughput per batch.
@@ -86,10 +91,12 @@ def tree_bytes_per_cycle(machine: Machine) -> float:
     return top.fanout * below * machine.chiplets
 
 
-def unfused_bound(problem: PlanProblem, network: Network, machine: Machine, batch: int) -> int:
+def unfused_bound(
+    problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
+) -> int:
     """The least cycles of any layer-by-layer plan (module docstring): per step the most of
     its MACs at peak, its compulsory reads and its compulsory writes through the tree."""
-    peak = machine.peak_macs_per_cycle(network.precision)
+    peak = machine.peak_macs_per_cycle(precision)
     tree = tree_bytes_per_cycle(machine)
     total = 0.0
     for i, layer in enumerate(network.layers):
@@ -127,14 +134,33 @@ def simulated(
     return sum(r.cycles for r in runs)
 
 
-def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str, float]:
+def precision_of(network: Network, machine: Machine, asked: str | None) -> str:
+    """``asked``, else the network's precision if the machine computes it, else the
+    machine's only one."""
+    if asked:
+        return asked
+    if machine.supports(network.precision):
+        return network.precision
+    offered = sorted(machine.macs_per_cycle_per_core)
+    if len(offered) != 1:
+        raise SystemExit(
+            f"{machine.name} does not compute {network.name}'s {network.precision}: "
+            f"pass --precision (one of {', '.join(offered)})"
+        )
+    return offered[0]
+
+
+def run(
+    name: str, machine: Machine, batch: int, time_limit: float, precision: str | None = None
+) -> dict[str, float]:
     network = load_network(EXAMPLES / f"{name}.yaml")
+    precision = precision_of(network, machine, precision)
     opts = TuneOptions(
         refine=False,
         verify=False,
         storage="memory",
         batch=batch,
-        precision=network.precision,
+        precision=precision,
         plan_time_limit=time_limit,
     )
     t0 = time.perf_counter()
@@ -147,13 +173,13 @@ def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str,
     choice, report = solve_plan(problem, time_limit, 1, 0, hint=None)
     t_solve = time.perf_counter() - t0
     plan = assemble(problem, choice, "network", report.status, report.bound, report.wall_s)
-    bound = network_bound(network, machine, network.precision, batch)
-    compulsory = compulsory_bytes(network, network.precision, batch)
+    bound = network_bound(network, machine, precision, batch)
+    compulsory = compulsory_bytes(network, precision, batch)
     sims = {p.status: simulated(problem, p, network, machine, opts) for p in (base, greedy, plan)}
     s_base, s_greedy, s_plan = sims["PER_LAYER"], sims["GREEDY"], sims[plan.status]
     print(
-        f"  options: {n_options} ({len(problem.steps)} steps) in {t_options:.1f} s; "
-        f"CP-SAT {report.status} in {t_solve:.1f} s, gap {plan.gap:.2%}"
+        f"  {precision}; options: {n_options} ({len(problem.steps)} steps) in "
+        f"{t_options:.1f} s; CP-SAT {report.status} in {t_solve:.1f} s, gap {plan.gap:.2%}"
     )
     for label, p, s in (
         ("per-layer", base, s_base),
@@ -164,13 +190,14 @@ def run(name: str, machine: Machine, batch: int, time_limit: float) -> dict[str,
             f"  {label:9s} predicted {p.cycles:>10,}  simulated {s:>10,}  "
             f"x{s_base / s:5.2f} vs per-layer  {bound / s:6.1%} of bound  "
             f"HBM {p.hbm_bytes / 1e6:8.2f} MB ({p.hbm_bytes / compulsory:5.2f}x compulsory)  "
-            f"L2 peak {p.l2_peak_bytes / 1e6:6.2f} MB"
+            f"L2 peak {p.l2_peak_bytes / 1e6:6.2f} MB  "
+            f"{batch * machine.clock_hz / s:,.2f} images/s"
         )
     live = max(
         sum(t.bytes for t in problem.tensors if t.role == "activation" and t.first <= i <= t.last)
         for i in range(len(problem.steps))
     )
-    unfused = unfused_bound(problem, network, machine, batch)
+    unfused = unfused_bound(problem, network, machine, precision, batch)
     print(
         f"  unfused bound {unfused:,} cycles: no layer-by-layer plan is faster, i.e. at most "
         f"{bound / unfused:.1%} of the network bound and x{s_base / unfused:.2f} vs per-layer; "
@@ -199,6 +226,9 @@ def main() -> None:
     parser.add_argument("--batches", default="", help="batch sweep of the first network")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--machine", default="manticore", help="a preset with an L2")
+    parser.add_argument(
+        "--precision", default=None, help="default: the network's (module docstring)"
+    )
     args = parser.parse_args()
     base = Machine.preset(args.machine)
     for name in args.networks.split(","):
@@ -208,12 +238,12 @@ def main() -> None:
                 f"== {name}, batch 1, L2 bandwidth {factor:g}x HBM "
                 f"({machine.l2_bytes_per_cycle:g} B/cycle)"
             )
-            run(name, machine, 1, args.time_limit)
+            run(name, machine, 1, args.time_limit, args.precision)
     if args.batches:
         name = args.networks.split(",")[0]
         for batch in [int(b) for b in args.batches.split(",")]:
             print(f"== {name}, batch {batch}, default L2 bandwidth")
-            r = run(name, base, batch, args.time_limit)
+            r = run(name, base, batch, args.time_limit, args.precision)
             print(
                 f"  throughput: per-layer {batch * base.clock_hz / r['per_layer']:,.0f} "
                 f"images/s, network plan {batch * base.clock_hz / r['plan']:,.0f} images/s"

@@ -72,12 +72,17 @@ of ``x`` bytes per cluster takes ``max(x / port, wave_bytes / shared)`` where ``
 what the whole wave reads (``a'`` tiles' inputs + ``b`` stacks' filters, ``a'`` = tiles in the
 wave; stores are never shared) and ``shared`` is the slowest of the HBM and the level links:
 exact for MPPA3's one-level NoC, pessimistic for deeper trees (their lower links carry only
-their subtree's data). ``memory_floor`` uses the reduced off-chip bytes.
+their subtree's data). ``memory_floor`` uses the reduced off-chip bytes. A multicast stream in
+the L2 (below) is the same read from the other memory: the wave's distinct bytes load the L2
+and the links below the root, not the HBM nor the root's uplink; a wave that mixes levels
+takes as long as its busiest resource (each carrying the wave bytes that cross it).
 
 Memory levels (``ir.placement``): each stream of a layer (input, weights, the epilogue's
 residual, output) lives in the chiplet's HBM or in its shared L2, which sits at the chiplet
-root beside the HBM controller. An L2 stream crosses the quadrant tree like an HBM stream but
-not the root's uplink (the last of ``machine.levels``, the link to the HBM controller), and
+root beside the HBM controller (MPPA3's L2, the clusters' shares of their local memories, is
+taken the same way: transfers between clusters that never take the path to the DDR). An L2
+stream crosses the quadrant tree like an HBM stream but not the root's uplink (the last of
+``machine.levels``, the link to the HBM controller), and
 shares the L2's bandwidth (one capacity for reads and writes) instead of the HBM's; its round
 trip is the L2's latency, and the DMA efficiency tables (the HBM's behaviour) do not apply to
 it. A transfer that mixes levels (an input step from the L2 with a filter tile from the HBM)
@@ -198,6 +203,12 @@ class Consts:
     can_multicast: bool = False  # the machine multicasts: the multicast = 1 branch is built
     port_cycles_per_byte_scaled: int = 0  # multicast: one cluster's DMA port
     shared_cycles_per_byte_scaled: int = 0  # multicast: the slowest of the HBM and the links
+    #: Multicast with an L2 stream (``multicast_constants``): the slowest of the L2 and the
+    #: links below the root; of the HBM and the root's uplink; of the links below the root
+    #: (0: the tree has no level below the root)
+    l2_shared_cycles_per_byte_scaled: int = 0
+    root_shared_cycles_per_byte_scaled: int = 0
+    tree_shared_cycles_per_byte_scaled: int = 0
     #: The epilogue reads a residual operand (one tile of the output's size per task)
     has_residual: bool = False
     epilogue_ops: int = 0  # FPU operations per output word of the epilogue
@@ -307,6 +318,28 @@ def shared_cycles_per_byte_scaled(machine: Machine) -> int:
     return int(np.ceil(SCALE / slowest - 1e-9))
 
 
+def multicast_constants(machine: Machine, placement: Placement) -> dict[str, Any]:
+    """Multicast with an L2 stream: cycles per byte x SCALE of the slowest resource a wave's
+    distinct bytes cross at each level (none without: the formula is then built exactly as
+    with the HBM alone). An L2 read crosses the links below the root and the L2; an HBM
+    read the root's uplink and the HBM too; both share the links below the root."""
+    if not (machine.dma_multicast and placement.uses_l2):
+        return {}
+    *below, root = machine.levels
+    tree = [lv.uplink_bytes_per_cycle for lv in below]
+
+    def inverse(slowest: float) -> int:
+        return int(np.ceil(SCALE / slowest - 1e-9))
+
+    return {
+        "l2_shared_cycles_per_byte_scaled": inverse(min([machine.l2_bytes_per_cycle, *tree])),
+        "root_shared_cycles_per_byte_scaled": inverse(
+            min(machine.hbm_bytes_per_cycle, root.uplink_bytes_per_cycle)
+        ),
+        "tree_shared_cycles_per_byte_scaled": inverse(min(tree)) if tree else 0,
+    }
+
+
 def l2_constants(machine: Machine, placement: Placement, word_bytes: int) -> dict[str, Any]:
     """The L2's constants for a placement with an L2 stream (none without: the formula is
     then built exactly as with the HBM alone)."""
@@ -337,11 +370,6 @@ def consts(
     stream at its memory level (``placement``). Raises ``ValueError`` for an L2 stream on a
     machine without an L2."""
     placement.check(machine)
-    if placement.uses_l2 and machine.dma_multicast:
-        raise NotImplementedError(
-            f"machine {machine.name!r} multicasts and has an L2: the model's multicast streams "
-            "come from the HBM only"
-        )
     placement = placement.of_layer(layer.filter_words_per_output > 0, layer.epilogue.residual)
     net, hbm = stream_tables(machine)
     steps, links, latency_sum = reduction_tables(machine)
@@ -386,6 +414,7 @@ def consts(
         epilogue_ops=layer.epilogue.ops,
         placement=placement,
         **l2_constants(machine, placement, word_bytes),
+        **multicast_constants(machine, placement),
     )
 
 
@@ -666,13 +695,14 @@ def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamR
 class Stream:
     """Bytes one cluster moves from or to each memory level (None: nothing at that level),
     with what they cost elsewhere: HBM occupancy (HBM bytes x inverse efficiency; machines
-    with DMA efficiency tables) and the distinct bytes of the whole wave (machines that
-    multicast; their streams are all HBM)."""
+    with DMA efficiency tables) and the distinct bytes of the whole wave at each level
+    (machines that multicast)."""
 
     hbm_bytes: Value = None  # from or to the HBM
     occupied: Value = None
-    wave_bytes: Value = None
+    wave_bytes: Value = None  # the wave's distinct HBM bytes
     l2_bytes: Value = None  # from or to the L2
+    l2_wave_bytes: Value = None  # the wave's distinct L2 bytes
 
     @property
     def payload(self) -> Value:
@@ -726,16 +756,34 @@ def plain_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream)
     return mixed_stream_cycles(ops, k, rates, stream)
 
 
+def multicast_stream_cycles(ops: Ops, k: Consts, stream: Stream) -> Value:
+    """A multicast wave's transfer: every byte of the cluster's own through its DMA port, the
+    wave's distinct bytes over the shared resources they cross (charged as payload: no
+    preset both multicasts and has DMA efficiency tables). All in HBM: the slowest of the
+    HBM and the links. With L2 bytes: the L2's over the L2 and the links below the root, the
+    HBM's over the HBM and the root's uplink, both over the links below the root."""
+    if stream.l2_bytes is None:
+        return ops.max(
+            ops.cdiv(stream.hbm_bytes * k.port_cycles_per_byte_scaled, SCALE),
+            ops.cdiv(stream.wave_bytes * k.shared_cycles_per_byte_scaled, SCALE),
+        )
+    terms = [
+        ops.cdiv(stream.payload * k.port_cycles_per_byte_scaled, SCALE),
+        ops.cdiv(stream.l2_wave_bytes * k.l2_shared_cycles_per_byte_scaled, SCALE),
+    ]
+    if stream.hbm_bytes is not None:
+        terms.append(ops.cdiv(stream.wave_bytes * k.root_shared_cycles_per_byte_scaled, SCALE))
+        if k.tree_shared_cycles_per_byte_scaled:
+            both = stream.wave_bytes + stream.l2_wave_bytes
+            terms.append(ops.cdiv(both * k.tree_shared_cycles_per_byte_scaled, SCALE))
+    return ops.max(*terms)
+
+
 def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
-    """As ``plain_stream_cycles``; with multicast, ``hbm_bytes`` through this cluster's port
-    while the shared HBM and links carry the wave's distinct ``wave_bytes`` (charged as
-    payload: no preset both multicasts and has DMA efficiency tables, or an L2)."""
+    """As ``plain_stream_cycles``; with multicast, ``multicast_stream_cycles``."""
     if not k.can_multicast:
         return plain_stream_cycles(ops, k, rates, stream)
-    shared = ops.max(
-        ops.cdiv(stream.hbm_bytes * k.port_cycles_per_byte_scaled, SCALE),
-        ops.cdiv(stream.wave_bytes * k.shared_cycles_per_byte_scaled, SCALE),
-    )
+    shared = multicast_stream_cycles(ops, k, stream)
     return ops.choose(rates.multicast, [plain_stream_cycles(ops, k, rates, stream), shared])
 
 
@@ -746,7 +794,9 @@ def operand_stream(
     memory level; from or to the HBM with its occupancy (efficiency tables) and, multicast,
     ``wave`` times as many distinct bytes in the wave (None: no multicast)."""
     if k.level(stream) == "l2":
-        return Stream(l2_bytes=nbytes)
+        return Stream(
+            l2_bytes=nbytes, l2_wave_bytes=None if wave is None else ops.mul(nbytes, wave)
+        )
     occupied = ops.mul(nbytes, inverse_efficiency) if k.has_dma_efficiency else None
     wave_bytes = None if wave is None else ops.mul(nbytes, wave)
     return Stream(nbytes, occupied, wave_bytes)
@@ -801,6 +851,7 @@ def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
         sub(a.occupied, b.occupied),
         sub(a.wave_bytes, b.wave_bytes),
         sub(a.l2_bytes, b.l2_bytes),
+        sub(a.l2_wave_bytes, b.l2_wave_bytes),
     )
 
 
@@ -817,6 +868,7 @@ def plus(a: Stream, b: Stream) -> Stream:
         add(a.occupied, b.occupied),
         add(a.wave_bytes, b.wave_bytes),
         add(a.l2_bytes, b.l2_bytes),
+        add(a.l2_wave_bytes, b.l2_wave_bytes),
     )
 
 
@@ -826,7 +878,13 @@ def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
     def times(x: Value) -> Value:
         return None if x is None else ops.mul(flag, x)
 
-    return Stream(times(a.hbm_bytes), times(a.occupied), times(a.wave_bytes), times(a.l2_bytes))
+    return Stream(
+        times(a.hbm_bytes),
+        times(a.occupied),
+        times(a.wave_bytes),
+        times(a.l2_bytes),
+        times(a.l2_wave_bytes),
+    )
 
 
 def load_streams(

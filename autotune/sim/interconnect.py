@@ -14,7 +14,8 @@ Resources (each with a bandwidth in B/cycle, all from the machine file):
   loads and stores. It sits at the chiplet root beside the HBM controller: an L2 transfer
   crosses the quadrant levels as an HBM transfer does, except the root level's link (the one
   to the HBM controller), and occupies the L2 with its payload (the efficiency tables are
-  the HBM's).
+  the HBM's). MPPA3's L2 (the clusters' shares of their local memories) is taken the same
+  way: its transfers go between clusters, not along the path to the DDR (the root's link).
 
 A *route* says what fraction of a flow's payload goes where: loaded from HBM, stored to HBM,
 loaded from or stored to the L2, or read from a peer cluster's L1. Its row of weights is bytes
@@ -130,10 +131,11 @@ class Interconnect:
         DMA bus-beat bytes per payload byte (charged on the ports); ``hbm`` is HBM bandwidth
         bytes per payload byte, ``load + store`` unless short runs reach only a fraction of
         the memory's bandwidth (``costs``: payload / DMA efficiency). ``received`` (default
-        ``load``) is the fraction that arrives from main memory through this cluster's port:
-        more than ``load`` for a multicast receiver, whose data the HBM and the links above
-        carry once for all receivers (one of them, the carrier, is charged with it). Cached:
-        the tasks of a layer repeat a few shapes on every cluster."""
+        ``load + l2_load``) is the fraction that arrives from memory (HBM or L2) through this
+        cluster's port: more than ``load + l2_load`` for a multicast receiver, whose data the
+        memory and the links above carry once for all receivers (one of them, the carrier,
+        is charged with it). Cached: the tasks of a layer repeat a few shapes on every
+        cluster."""
         if hbm is None:
             hbm = load + store
         key = (cluster, load, store, peer, peer_frac, pad, hbm, received, l2_load, l2_store)
@@ -143,8 +145,8 @@ class Interconnect:
         n = len(self.machine.levels)
         idx = np.zeros(self.width, dtype=np.int64)
         w = np.zeros(self.width)
-        port_load = load if received is None else received
-        idx[0], w[0] = cluster, (port_load + store + peer_frac + l2_load + l2_store) * pad
+        port_load = load + l2_load if received is None else received
+        idx[0], w[0] = cluster, (port_load + store + peer_frac + l2_store) * pad
         levels = np.zeros(n)
         lca = self.lca_level(cluster, peer) if peer_frac > 0 else 0
         if peer_frac > 0:

@@ -8,6 +8,9 @@ nothing else (same DMA engine time, same quadrant links below the root):
 * its round trip is ``l2_latency_cycles`` instead of ``hbm_latency_cycles``;
 * it occupies the L2 with its payload: the DMA efficiency tables are the HBM's.
 
+A multicast read from the L2 is one L2 read delivered to every receiver, as from the HBM
+(``program``): the L2 and the links below the root carry it once.
+
 The streams (``ir.placement.STREAMS``): ``input`` (every input load from memory, Alg. 3's
 member loads included; what the members forward to each other stays in L1), ``weights`` (the
 filter loads), ``residual`` (the epilogue's residual read), ``output`` (the stores).
@@ -20,25 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.ir.machine import Machine
-from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, Placement
 
 
-def check_placement(
-    machine: Machine, mapping: Mapping, placement: Placement, prefetch_bytes: int
-) -> None:
-    """Raise ``ValueError`` unless ``machine`` can run ``mapping`` with streams placed as
+def check_placement(machine: Machine, placement: Placement, prefetch_bytes: int) -> None:
+    """Raise ``ValueError`` unless ``machine`` can run a layer with streams placed as
     ``placement`` while prefetching ``prefetch_bytes`` into its L2."""
     if prefetch_bytes < 0:
         raise ValueError(f"prefetch_bytes must be >= 0, not {prefetch_bytes}")
     if (placement.uses_l2 or prefetch_bytes) and not machine.has_l2:
         what = f"placement {placement.label()}" if placement.uses_l2 else "an L2 prefetch"
         raise ValueError(f"machine {machine.name!r} has no L2: {what} needs one")
-    if placement.uses_l2 and mapping.multicast:
-        raise ValueError(
-            f"placement {placement.label()}: multicast reads from the L2 are not modelled "
-            "(multicast machines have no L2)"
-        )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ ahead as the source's forwarding buffer holds (one, unless ``share_bytes`` gives
 wave (``tiling``: a rectangle of tiles x stacks) move in lockstep as one agent, as a share
 group does: each input band and filter tile the wave needs is one main-memory read whose bytes
 arrive at every receiving cluster's port, while the HBM and the links above the clusters carry
-them once (charged to one receiver, the carrier).
+them once (charged to one receiver, the carrier). A stream in the L2 is multicast the same way:
+the L2 and the links below the root carry it once.
 
 **Input parallel** (Alg. 4/5). One run per phase (a stack of outputs for a batch tile):
 each cluster takes tasks ``k = cid, cid + C, ...`` of ``in_c`` input slices, loads the input
@@ -127,7 +128,7 @@ class _ProgramPart:
     hbm: np.ndarray  # HBM bandwidth bytes the loads and stores occupy (costs)
     l2_load: np.ndarray  # payload bytes from and to the L2 (``memory``)
     l2_store: np.ndarray
-    received: np.ndarray | None = None  # multicast: bytes through the port from main memory
+    received: np.ndarray | None = None  # multicast: bytes through the port from HBM or L2
 
 
 class _Tasks:
@@ -302,7 +303,7 @@ def _chunks(
 
 
 def _received(part: _ProgramPart) -> np.ndarray:
-    return part.load if part.received is None else part.received
+    return part.load + part.l2_load if part.received is None else part.received
 
 
 def _sequences(
@@ -436,15 +437,18 @@ def stack_runs(
     if multicast:
         # A wave moves in lockstep; each datum is read once and multicast to the wave's tasks
         # that need it. Its carrier (the wave's first stack for an input tile, the first tile
-        # for a stack's filters) is charged with it on the HBM and links; every receiver's port
-        # receives all of its bytes.
+        # for a stack's filters) is charged with it on the memory it comes from (HBM or L2)
+        # and the links; every receiver's port receives all of its bytes.
         a, b = grid.multicast_wave
         in_carrier = (grid.task_index[3] % b == 0) if grid.layer.groups == 1 else True
         f_carrier = grid.task_tile() % a == 0
         for part, in_bytes, f_bytes in ((pro, in_tile, f_tile), (st, in_rest, f_rest)):
-            part.received = part.load
-            part.load = in_carrier * in_bytes + f_carrier * f_bytes
-            part.hbm = in_carrier * in_bytes * in_occ + f_carrier * f_bytes * f_occ
+            part.received = part.load + part.l2_load
+            carried_in, carried_f = in_carrier * in_bytes, f_carrier * f_bytes
+            part.load, part.l2_load, part.hbm = mem.split(
+                ("input", carried_in, carried_in * in_occ),
+                ("weights", carried_f, carried_f * f_occ),
+            )
     parts = dict(load=pro, stream=st, store=_tile_part(out, setup, mem, "output"))
     if grid.layer.epilogue.residual:
         # The output tile's region of the residual operand: one read, costed as the store

@@ -54,7 +54,7 @@ def simulate(
         (6, True)
     """
     machine.check_precision(precision)
-    check_placement(machine, mapping, placement, prefetch_bytes)
+    check_placement(machine, placement, prefetch_bytes)
     mem = Memories(machine, placement)
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch, machine)

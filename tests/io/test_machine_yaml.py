@@ -48,7 +48,12 @@ def test_other_presets():
     assert package.hbm_bytes_per_s == 4 * chiplet.hbm_bytes_per_s  # 4 x 256 GB/s
     assert package.chiplet().peak_flops("fp32") == chiplet.peak_flops("fp32")
     mppa = Machine.preset("mppa3")
-    assert mppa.clusters == 5 and mppa.dma_multicast and mppa.l1_bytes == 4 * 2**20
+    assert mppa.clusters == 5 and mppa.dma_multicast
+    # each cluster's 4 MB local memory: a 1 MB working part (L1) and a 3 MB share of the L2
+    assert mppa.l1_bytes == 2**20 and mppa.l2_bytes == 5 * 3 * 2**20 and mppa.has_l2
+    assert mppa.l1_bytes + mppa.l2_bytes // mppa.clusters == 4 * 2**20
+    assert mppa.l2_bytes_per_cycle == pytest.approx(5 * mppa.dma_bytes_per_cycle)  # 192 GB/s
+    assert mppa.l2_latency_cycles == mppa.levels[0].latency_cycles
     assert mppa.peak_flops("fp16") == pytest.approx(3.072e12)  # '3 TFLOPS FP16'
     with pytest.raises(ValueError, match="does not compute 'fp32'"):
         mppa.check_precision("fp32")

@@ -152,6 +152,38 @@ def test_analysis_equals_the_vectorised_figures(layer, batch, precision, machine
     """``analyze`` (Python ints, from the mapping's task grid) and exhaustive search's
     evaluation (numpy, from the search space's tables) of random candidates agree on every
     figure, for every placement."""
+    _check_vectorised(layer, batch, precision, machine, placement, data)
+
+
+def mppa3_two_levels() -> Machine:
+    """MPPA3 with its five clusters under a two-level tree (made up): multicast waves whose
+    distinct bytes cross links below the root as well as the L2 or the root's uplink."""
+    mppa3 = Machine.preset("mppa3")
+    noc = mppa3.levels[0]
+    levels = (
+        dataclasses.replace(noc, name="pair", fanout=2, uplink_bytes_per_cycle=24.0),
+        dataclasses.replace(noc, fanout=3),
+    )
+    return dataclasses.replace(mppa3, levels=levels)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layer=every_layer(max_hw=20, max_c=32),
+    batch=st.sampled_from([1, 2, 3]),
+    machine=st.sampled_from([Machine.preset("mppa3"), mppa3_two_levels()]),
+    placement=st.sampled_from(PLACEMENTS),
+    data=st.data(),
+)
+def test_analysis_equals_the_vectorised_figures_with_multicast(
+    layer, batch, machine, placement, data
+):
+    """The same on MPPA3 (fp16), whose candidates multicast from either memory."""
+    assert machine.has_l2 and machine.dma_multicast
+    _check_vectorised(layer, batch, "fp16", machine, placement, data)
+
+
+def _check_vectorised(layer, batch, precision, machine, placement, data):
     space = search_space(layer, machine, batch)
     ranges = _variable_values(space, data.draw(st.integers(0, len(space.algorithms) - 1)))
     index = {v: int(data.draw(st.sampled_from(list(ranges[v])))) for v in VARIABLES}
@@ -214,9 +246,18 @@ def test_a_layer_without_weights_ignores_their_level():
     assert a == analyze(pool, mapping, MANTICORE)
 
 
+def without_l2(machine: Machine) -> Machine:
+    return dataclasses.replace(machine, l2_bytes=0, l2_bytes_per_cycle=0.0, l2_latency_cycles=0)
+
+
 @pytest.mark.parametrize("name", ["sw26010-cg", "mppa3"])
 def test_l2_placement_on_a_machine_without_l2_is_refused(name):
+    """SW26010's core group has no L2; MPPA3's (its clusters' shares of local memory) taken
+    away, a multicast machine refuses it the same way."""
     machine = Machine.preset(name)
+    if name == "mppa3":
+        assert machine.has_l2
+        machine = without_l2(machine)
     assert not machine.has_l2
     precision = "fp16" if name == "mppa3" else "fp32"
     layer = Layer("c", "conv", 8, 8, 4, 4, 3, 3, pad_h=1, pad_w=1)

@@ -209,12 +209,24 @@ def test_energy_objective_uses_the_machine_energies(manticore):
 
 
 def multicast_machines():
-    """MPPA3 (5 clusters, one-level NoC, DMA multicast) and a copy with a small L1, where
-    capacity forces spatial tiles and multicast waves of several tiles."""
+    """MPPA3 (5 clusters, one-level NoC, DMA multicast, an L2 of the clusters' shares of
+    local memory), a copy with a small L1, where capacity forces spatial tiles and multicast
+    waves of several tiles, and a copy with a two-level tree (links below the root)."""
     from autotune import Machine
 
     mppa3 = Machine.preset("mppa3")
-    return st.sampled_from([mppa3, dataclasses.replace(mppa3, l1_bytes=48 * 1024)])
+    noc = mppa3.levels[0]
+    two_levels = (
+        dataclasses.replace(noc, name="pair", fanout=2, uplink_bytes_per_cycle=24.0),
+        dataclasses.replace(noc, fanout=3),
+    )
+    return st.sampled_from(
+        [
+            mppa3,
+            dataclasses.replace(mppa3, l1_bytes=48 * 1024),
+            dataclasses.replace(mppa3, l1_bytes=48 * 1024, levels=two_levels),
+        ]
+    )
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -223,21 +235,25 @@ def multicast_machines():
     layer=small_layers(),
     batch=st.sampled_from([1, 1, 2, 3]),
     objective=st.sampled_from(["latency", "latency", "traffic", "energy"]),
+    placement=PLACEMENTS,
 )
-def test_ilp_optimum_equals_exhaustive_with_multicast(machine, layer, batch, objective):
+def test_ilp_optimum_equals_exhaustive_with_multicast(machine, layer, batch, objective, placement):
+    """For every placement: multicast waves read from the HBM or the L2."""
+    assert machine.has_l2
     space = search_space(layer, machine, batch)
     assert space.multicast == (False, True)
-    best = exhaustive_search(space, machine, "fp16", objective)
-    result = solve(space, machine, "fp16", objective)
+    best = exhaustive_search(space, machine, "fp16", objective, placement=placement)
+    result = solve(space, machine, "fp16", objective, placement=placement)
     assert result.status == "OPTIMAL"
     assert result.candidates == best.candidates
     assert result.index == best.index
-    for key in ("cycles", "offchip_bytes", "l1", "energy"):
+    for key in ("cycles", "offchip_bytes", "l2_bytes", "l1", "energy"):
         assert result.values[key] == best.values[key]
     mapping = space.decode(best.index)
-    a = analyze(layer, mapping, machine, "fp16", batch)
+    a = analyze(layer, mapping, machine, "fp16", batch, placement=placement)
     assert a.fits and a.cycles == best.values["cycles"]
     assert a.offchip_bytes == best.values["offchip_bytes"]
+    assert a.l2_bytes == best.values["l2_bytes"]
 
 
 def test_multicast_is_only_offered_where_the_machine_multicasts(manticore):

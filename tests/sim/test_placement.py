@@ -16,7 +16,7 @@ from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
 from autotune.ir.placement import HBM_ONLY, MEMORY_LEVELS, STREAMS, Placement
 from autotune.sim.interconnect import Interconnect
 from tests.sim.machines import with_bandwidth, with_dma_efficiency
-from tests.strategies import mapped_layers
+from tests.strategies import mapped_layers, multicast_mapped_layers
 
 SETTINGS = settings(max_examples=60, deadline=None)
 ALL_L2 = Placement("l2", "l2", "l2", "l2")
@@ -268,8 +268,11 @@ def test_trace_shows_the_l2_beside_the_hbm(manticore, tmp_path, mapping, batch):
 def test_l2_needs_a_machine_with_an_l2(manticore):
     layer = Layer("c", "conv", 16, 16, 32, 32, 3, 3, pad_h=1, pad_w=1)
     mapping = Mapping("output_stack", delta_o=8)
-    for name, precision in (("sw26010-cg", "fp64"), ("mppa3", "fp16")):
-        machine = Machine.preset(name)
+    mppa3 = Machine.preset("mppa3")
+    assert mppa3.has_l2  # its clusters' shares of local memory; taken away below
+    no_l2 = dataclasses.replace(mppa3, l2_bytes=0, l2_bytes_per_cycle=0.0, l2_latency_cycles=0)
+    for machine, precision in ((Machine.preset("sw26010-cg"), "fp64"), (no_l2, "fp16")):
+        name = machine.name
         assert not machine.has_l2
         with pytest.raises(ValueError, match=name):
             simulate(layer, mapping, machine, precision, placement=Placement(output="l2"))
@@ -283,20 +286,48 @@ def test_l2_needs_a_machine_with_an_l2(manticore):
     in_l2 = autotune.simulate(layer, split, package, placement=ACTIVATIONS_L2, prefetch_bytes=64)
     assert in_l2.l2_bytes > 0 and in_l2.prefetch_bytes == 64 * in_l2.chiplets
     assert autotune.simulate(layer, split, package, "fp32", 1, HBM_ONLY, 0).chiplets > 1
-    multicast = dataclasses.replace(
-        Machine.preset("mppa3"),
-        l2_bytes=1 << 20,
-        l2_bytes_per_cycle=64.0,
-        l2_latency_cycles=50,
-    )
-    with pytest.raises(ValueError, match="multicast"):
-        simulate(
-            layer,
-            mapping.with_(multicast=True),
-            multicast,
-            "fp16",
-            placement=ACTIVATIONS_L2,
-        )
+
+
+# -- multicast from the L2 (MPPA3: the clusters' shares of local memory) -------------------------
+@SETTINGS
+@given(multicast_mapped_layers(every_kind=True), placements())
+def test_multicast_from_either_memory_moves_the_models_bytes(case, placement):
+    """A multicast wave reads each datum once from the memory its stream lives in: the
+    simulated HBM and L2 bytes equal the model's to the byte in every placement, only the
+    HBM's bytes cross the root's link (MPPA3's path to the DDR), and the physical bounds
+    hold."""
+    mppa3 = Machine.preset("mppa3")
+    layer, mapping, batch, precision = case
+    a = analyze(layer, mapping, mppa3, precision, batch, placement=placement)
+    assume(a.fits and a.tasks <= 5000)
+    r = simulate(layer, mapping, mppa3, precision, batch, placement)
+    wb = a.word_bytes
+    assert r.hbm_load_bytes == a.offchip_load_words * wb
+    assert r.hbm_store_bytes == a.offchip_store_words * wb
+    assert r.l2_load_bytes == a.l2_load_words * wb
+    assert r.l2_store_bytes == a.l2_store_words * wb
+    (root,) = mppa3.levels
+    assert r.level_bytes[root.name] == pytest.approx(r.hbm_bytes, abs=2)
+    assert r.tasks == a.tasks and r.ops == a.ops
+    assert r.cycles >= _bound(r, mppa3, precision)
+
+
+@pytest.mark.parametrize("placement", [HBM_ONLY, ACTIVATIONS_L2, ALL_L2], ids=lambda p: p.label())
+def test_kanns_spatial_wave_reads_the_filters_once_from_either_memory(placement):
+    """KaNN's spatial splitting on five clusters: one wave of five bands of rows with the
+    filters multicast. The wave reads the filters once from their memory (HBM or L2), and
+    the model agrees with the simulator."""
+    mppa3 = Machine.preset("mppa3")
+    layer = Layer("c", "conv", 52, 52, 128, 256, 3, 3, pad_h=1, pad_w=1)
+    mapping = Mapping("output_stack", delta_o=256, tile=Tile(out_h=11, in_c=128), multicast=True)
+    a = analyze(layer, mapping, mppa3, "fp16", placement=placement)
+    assert a.tasks == mppa3.clusters and a.waves == 1
+    assert a.filter_load_words == layer.weight_words  # read once for the wave
+    r = simulate(layer, mapping, mppa3, "fp16", placement=placement)
+    assert (r.hbm_bytes, r.l2_bytes) == (a.offchip_bytes, a.l2_bytes)
+    weights_at = r.l2_load_bytes if placement.weights == "l2" else r.hbm_load_bytes
+    assert weights_at >= 2 * layer.weight_words  # fp16, once
+    assert r.cycles == pytest.approx(a.cycles, rel=0.05)
 
 
 def test_network_trace_zeroes_the_l2_rate_of_a_layer_without_l2(manticore):

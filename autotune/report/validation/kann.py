@@ -33,6 +33,7 @@ from autotune.io.network_yaml import load_network
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.network import Network
+from autotune.ir.options import TuneOptions
 from autotune.search.space import kann_channel, kann_spatial
 from autotune.sim.simulate import simulate
 from autotune.tiling import MappingError
@@ -82,11 +83,13 @@ class KannValidation:
     untimed: tuple[str, ...] = UNTIMED
     source: str = SOURCE
     notes: list[str] = field(default_factory=list)
+    plan: str = "per-layer"  # or "network": tensors kept in the clusters' L2 shares
 
     def summary(self) -> str:
         lines = [
             f"{self.network} on mppa3, {self.precision}, batch {self.batch}, "
-            f"{self.layers} layers timed (the full graph, folded and fused)",
+            f"{self.layers} layers timed (the full graph, folded and fused), "
+            f"{self.plan} plan",
             f"predicted {self.predicted_fps:.2f} FPS, measured {self.measured_fps:.0f} FPS "
             f"(ratio predicted/measured {self.ratio:.2f})",
         ]
@@ -140,6 +143,7 @@ def validate_kann(
     top: int = 8,
     storage: str = "memory",
     precision: str = "fp16",
+    plan: str = "per-layer",
 ) -> KannValidation:
     """Tune YOLOv3 on ``mppa3`` at fp16, batch 1, and compare with KaNN's 20 FPS.
 
@@ -149,7 +153,10 @@ def validate_kann(
     network). ``refine`` runs the Optuna refinement against the simulator (``trials`` per
     distinct shape: tune's defaults, about 1.5 minutes for the whole network on one core;
     ``refine=False`` takes half a minute). ``kann`` also simulates every layer under KaNN's
-    better strategy.
+    better strategy. ``plan`` is ``per-layer`` (every tensor in DDR; the figure this
+    validation has always reported) or ``network`` (the network plan keeps activations and
+    prefetched weights in the L2 the preset makes of the clusters' local memories, as KaNN
+    keeps activations there; ``benchmarks/bench_plan.py --machine mppa3`` compares the two).
     """
     net = network if isinstance(network, Network) else load_network(network)
     if layers is not None:
@@ -159,6 +166,7 @@ def validate_kann(
     result = tune(
         net,
         machine,
+        options=TuneOptions(plan=plan),
         precision=precision,
         batch=1,
         refine=refine,
@@ -223,6 +231,7 @@ def validate_kann(
         kann_strategy=strategy if kann else {},
         top=contributors,
         notes=notes,
+        plan="per-layer" if result.plan is None else "network",  # a prefix has no graph
     )
 
 
