@@ -26,13 +26,16 @@ epilogue the formula is exactly the report's.
 Latency (cycles), per phase (``input_parallel`` runs one phase per stack and batch tile,
 Alg. 5's outer loop; the others run one):
 
-    phase  = waves x task + reduction             waves = ceil(slots / C)
+    phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
     cycles = max(phases x phase + store_tail, memory_floor)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
 
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
-as its largest task: remainders cost a whole wave, as on the machine. ``compute`` runs at the
+as its largest task: remainders cost a whole wave, as on the machine. Waves run in lockstep,
+so a wave's double-buffered stores leave while the next wave's first tiles arrive: that
+prologue lasts longer by ``handover``, what the store takes of the shared bandwidth until the
+first tiles are in (at most the prologue again; ``dma_cycles``). ``compute`` runs at the
 cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
 DMA port, its fair share of HBM and of each uplink above it when ``active_clusters`` stream
 (``stream_cycles_per_byte``), and Little's law for what each double buffer keeps in flight
@@ -949,6 +952,7 @@ class DmaCycles:
     prologue: Value
     overlapped: Value
     exposed: Value
+    handover: Value = 0  # the previous wave's double-buffered store slowing this prologue
 
 
 def dma_cycles(
@@ -960,6 +964,7 @@ def dma_cycles(
     sched: Schedule,
     rates: StreamRates,
     residual: Stream | None,
+    store: Stream | None = None,
 ) -> DmaCycles:
     """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
     (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer pays
@@ -977,7 +982,14 @@ def dma_cycles(
     the stream starts and shares the cluster's bandwidth with it: the overlapped part lasts
     at least its round trip. A single one reads it after compute (exposed, like a
     single-buffered load, with its set-up). Each round trip is that of the stream's memory
-    level."""
+    level.
+
+    The waves of a layer run in lockstep: a wave's tasks end together, and their
+    double-buffered stores (``store``) leave while the next wave's first tiles arrive, both
+    through the cluster's one master port and the shared memory (report Sec. 1: the read and
+    write engines "share one master port"). The next prologue then lasts until both have
+    moved: ``handover`` is what the store adds to it, paid by every wave but the first
+    (``phases_cycles``); the last wave's store is the store tail."""
     loads = load_streams(ops, q, k, l1, work, sched)
     little = little_cycles(ops, q, k, l1, loads)
     filter_loads = ops.mul(work.steps, q.stack_out_channels_max) if k.has_filters else 0
@@ -1010,8 +1022,16 @@ def dma_cycles(
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
         round_trips = round_trips + single_filter_loads * k.round_trip("weights")
     exposed = stream_cycles(ops, k, rates, loads.single) + round_trips + exposed_residual
-    prologue = stream_cycles(ops, k, rates, loads.first) + first_overhead
-    return DmaCycles(prologue, overlapped, exposed)
+    first = stream_cycles(ops, k, rates, loads.first)
+    prologue = first + first_overhead
+    handover: Value = 0
+    if store is not None:
+        with_store = stream_cycles(ops, k, rates, plus(loads.first, store))
+        overlaps = ops.mul(q.output_buffer_depth - 1, stores)  # 1: a double-buffered store
+        # the two share the bandwidth until the first tiles are in: the prologue lasts at
+        # most twice as long; the rest of the store runs under compute, as the streams do
+        handover = ops.mul(overlaps, ops.min(with_store - first, first))
+    return DmaCycles(prologue, overlapped, exposed, handover)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
@@ -1119,11 +1139,20 @@ def store_tail_cycles(
 
 
 def phases_cycles(
-    ops: Ops, sched: Schedule, task: Value, reduction: Value, store_tail: Value
+    ops: Ops,
+    sched: Schedule,
+    task: Value,
+    reduction: Value,
+    store_tail: Value,
+    handover: Value = 0,
 ) -> Value:
-    """``phases x (waves x task + reduction) + store_tail``: a wave lasts as long as its
-    largest task."""
-    return ops.mul(sched.phases, ops.mul(sched.waves, task) + reduction) + store_tail
+    """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
+    lasts as long as its largest task, and every wave but the first starts while the one
+    before stores (``dma_cycles``)."""
+    wave_starts = ops.mul(sched.waves, task)
+    if not (isinstance(handover, int) and handover == 0):
+        wave_starts = wave_starts + ops.mul(sched.waves - 1, handover)
+    return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
 def latency_cycles(ops: Ops, phases: Value, memory_floor: Value) -> Value:
@@ -1302,12 +1331,14 @@ def evaluate(
     work = task_work(ops, q, k, tiles)
     sched = schedule(ops, q, k)
     rates = stream_rates(ops, q, k, sched)
-    dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual_stream(ops, q, k, work, sched))
-    compute = compute_cycles(ops, k, work)
     store = store_stream(ops, q, k, work, sched)
+    residual = residual_stream(ops, q, k, work, sched)
+    dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store)
+    compute = compute_cycles(ops, k, work)
     task = task_cycles(ops, k, compute, dma, exposed_store_cycles(ops, q, k, store, rates))
     reduction = reduction_cycles(ops, q, k, sched)
-    phases = phases_cycles(ops, sched, task, reduction, store_tail_cycles(ops, q, k, store, rates))
+    tail = store_tail_cycles(ops, q, k, store, rates)
+    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover)
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
