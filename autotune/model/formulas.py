@@ -1025,7 +1025,9 @@ def dma_cycles(
     first = stream_cycles(ops, k, rates, loads.first)
     prologue = first + first_overhead
     handover: Value = 0
-    if store is not None:
+    # They meet in the HBM, which serves reads and writes together; to and from the L2 the
+    # store goes up the tree while the tiles come down, on links of their own direction.
+    if store is not None and k.level("output") == k.level("input") == "hbm":
         with_store = stream_cycles(ops, k, rates, plus(loads.first, store))
         overlaps = ops.mul(q.output_buffer_depth - 1, stores)  # 1: a double-buffered store
         # the two share the bandwidth until the first tiles are in: the prologue lasts at
