@@ -63,7 +63,7 @@ from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_reco
 from autotune.ir.graph import Graph, GraphError
 from autotune.ir.layer import Layer, LayerError
 from autotune.ir.lowering import lower
-from autotune.ir.machine import Machine, quanta
+from autotune.ir.machine import Machine, whole_pj
 from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
 from autotune.ir.options import OBJECTIVES, SEARCH_MODES
@@ -468,7 +468,7 @@ def _objective_figure(predicted: Analysis, objective: str) -> int | None:
     if key == "offchip_bytes":
         return predicted.offchip_bytes
     if key == "energy":
-        return quanta(predicted.energy_pj)
+        return whole_pj(predicted.energy_pj)
     return None
 
 

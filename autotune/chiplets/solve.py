@@ -13,12 +13,12 @@ optimum and the package totals (all parts) decide between splits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from autotune.chiplets.analysis import analyze
-from autotune.chiplets.split import SPLITS, split_parts
+from autotune.chiplets.split import SPLITS, ChipletPart, split_parts
 from autotune.ir.layer import Layer
-from autotune.ir.machine import Machine, quanta
+from autotune.ir.machine import Machine, whole_pj
 from autotune.ir.mapping import Mapping
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement
@@ -57,11 +57,7 @@ def solve_layer(
     best: tuple[tuple[int, ...], Mapping, Analysis, SearchReport] | None = None
     wall, candidates, smallest = 0.0, 0, None
     statuses: set[str] = set()
-    for order, split in enumerate(SPLITS):
-        try:
-            part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
-        except MappingError:
-            continue  # the split does not apply to the layer (e.g. a softmax's channels)
+    for order, split, part in largest_parts(layer, machine, precision, batch):
         key = (part.layer.shape_key(), part.batch)
         if key not in solved:
             try:
@@ -103,6 +99,19 @@ def solve_layer(
     return LayerSolution(layer, mapping, analysis, report)
 
 
+def largest_parts(
+    layer: Layer, machine: Machine, precision: str, batch: int
+) -> Iterator[tuple[int, str, ChipletPart]]:
+    """(order in ``SPLITS``, split, its largest part) of every split that applies to the
+    layer (not, e.g., a softmax's channels)."""
+    for order, split in enumerate(SPLITS):
+        try:
+            part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
+        except MappingError:
+            continue
+        yield order, split, part
+
+
 def solve_by_placement(
     layer: Layer,
     machine: Machine,
@@ -127,11 +136,7 @@ def solve_by_placement(
     best: dict[Placement, tuple[tuple[int, ...], LayerSolution]] = {}
     wall, candidates, smallest = 0.0, 0, None
     exact: dict[Placement, bool] = dict.fromkeys(every, True)
-    for order, split in enumerate(SPLITS):
-        try:
-            part = split_parts(layer, split, machine.chiplets, batch, word_bytes(precision))[0]
-        except MappingError:
-            continue  # the split does not apply to the layer
+    for order, split, part in largest_parts(layer, machine, precision, batch):
         try:
             found = solve_placements(part.layer, chiplet, precision, part.batch, options, every)
         except InfeasibleError as exc:
@@ -172,7 +177,7 @@ def package_key(analysis: Analysis, objective: str) -> tuple[int, ...]:
     values = {
         "cycles": analysis.cycles,
         "offchip_bytes": analysis.offchip_bytes,
-        "energy": quanta(analysis.energy_pj),
+        "energy": whole_pj(analysis.energy_pj),
         "l1": analysis.l1_bytes,
     }
     return tuple(values[name] for name in ORDER[objective])

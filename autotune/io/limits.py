@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.io.errors import InputError
 from autotune.ir.layer import Layer, LayerError
-from autotune.ir.machine import ENERGY_QUANTA_PER_PJ, STATIC_ENERGY, Machine
+from autotune.ir.machine import STATIC_ENERGY, Machine
 from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
 
@@ -214,7 +214,7 @@ def cost_scale(machine: Machine, precision: str) -> int:
 
     The figures are cycles (in fixed point: bytes x ``RATE_SCALE`` x active clusters over the
     slowest link at the worst DMA efficiency, plus every latency per step), off-chip bytes,
-    and energy in the model's quanta (``ENERGY_QUANTA_PER_PJ``); each is bounded by moving
+    and energy in whole pJ (``ir.machine.whole_pj``); each is bounded by moving
     ``WORST_WORDS_PER_MAC`` words per MAC.
     """
     moved = WORST_WORDS_PER_MAC * word_bytes(precision)
@@ -231,9 +231,9 @@ def cost_scale(machine: Machine, precision: str) -> int:
         v for k, v in machine.energy_pj.items() if not k.startswith("mac_") and k != STATIC_ENERGY
     )
     static = machine.energy_pj.get(STATIC_ENERGY, 0.0)  # per cycle
-    energy = ENERGY_QUANTA_PER_PJ * (
+    energy = (
         machine.energy_pj.get(f"mac_{precision}", 0.0)
-        + moved * (per_byte + 1)  # + 1: each per-word energy is rounded to whole quanta
+        + moved * (per_byte + 1)  # + 1: each per-word energy is rounded to a whole pJ
         + cycles / RATE_SCALE * static  # the cycles bound is in fixed point
     )
     return int(max(cycles, energy, moved)) + 1

@@ -44,17 +44,15 @@ def _source() -> MachineSource:
 #: ``Machine.energy_pj`` key of the energy drawn every cycle whatever runs (pJ per cycle; the
 #: machine file gives it as ``energy.static_power`` in W).
 STATIC_ENERGY = "static_per_cycle"
-#: The model's energies are integers in pJ (``quanta``): a layer's static energy (cycles x
-#: 2000 pJ on Manticore) must stay within ``io.limits.COST_LIMIT`` for the slowest candidate
-#: of the largest accepted layer, which a finer unit would make refuse legitimate batches.
-#: The terms stay exact to well under 1 %: the MACs' energy is one constant (per operation in
-#: fJ, rounded once), the bytes' energies are per word (31.2 pJ x 4 B = 124.8 -> 125 pJ).
-ENERGY_QUANTA_PER_PJ = 1
 
 
-def quanta(picojoules: float) -> int:
-    """An energy in pJ as an integer number of the model's energy quanta."""
-    return int(round(picojoules * ENERGY_QUANTA_PER_PJ))
+def whole_pj(picojoules: float) -> int:
+    """An energy as the model counts it: an integer number of pJ. Fine enough (the MACs'
+    energy is one constant from fJ per operation, the bytes' energies are per word: 31.2 pJ
+    x 4 B = 124.8 -> 125 pJ), and coarse enough that a layer's static energy (cycles x 2000
+    pJ on Manticore) keeps the integer program's figures within ``io.limits.COST_LIMIT``
+    for every batch the other figures allow."""
+    return int(round(picojoules))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.ir.layer import Layer
-from autotune.ir.machine import ENERGY_QUANTA_PER_PJ, Machine
+from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes as precision_word_bytes
@@ -238,7 +238,7 @@ def analyze_grid(
         compute_cycles=compute_ideal,
         memory_cycles=memory_ideal,
         reduction_cycles=v["reduction_cycles"],
-        energy_pj=v["energy"] / ENERGY_QUANTA_PER_PJ,
+        energy_pj=float(v["energy"]),
         bound=bound,
         fits=fp.fits,
         reason=fp.reason,

@@ -105,7 +105,7 @@ from typing import Any
 import numpy as np
 
 from autotune.ir.layer import Layer
-from autotune.ir.machine import STATIC_ENERGY, Machine, quanta
+from autotune.ir.machine import STATIC_ENERGY, Machine, whole_pj
 from autotune.ir.placement import HBM_ONLY, MemoryLevel, Placement
 from autotune.model.ops import Ops, Table, Value
 from autotune.tiling import OPERANDS, filter_pixels
@@ -190,7 +190,7 @@ class Consts:
     reduction_latency_cycles: Table  # [active - 1] -> sum over levels of steps x latency
     reduction_steps: tuple[Table, ...]  # per level: [active - 1] -> reduction steps
     link_bytes_per_cycle_scaled: tuple[int, ...]  # per level: min(DMA port, uplink) x SCALE
-    # energies as integers (``ir.machine.quanta``: pJ) for the integer program
+    # energies as integers (``ir.machine.whole_pj``: pJ) for the integer program
     op_energy_fj: int = 0  # per FPU operation, in fJ (the machine's energy of a MAC)
     hbm_word_energy: int = 0  # per off-chip word
     noc_word_energy: int = 0  # per inter-cluster word
@@ -353,7 +353,7 @@ def l2_constants(machine: Machine, placement: Placement, word_bytes: int) -> dic
     return {
         "l2_latency_cycles": machine.l2_latency_cycles,
         "l2_bytes_per_cycle_scaled": int(round(machine.l2_bytes_per_cycle * SCALE)),
-        "l2_word_energy": quanta(machine.energy_pj.get("l2_byte", 0.0) * word_bytes),
+        "l2_word_energy": whole_pj(machine.energy_pj.get("l2_byte", 0.0) * word_bytes),
         "stream_l2_cycles_per_byte_scaled": np.maximum(tree, l2_share),
         "stream_tree_cycles_per_byte_scaled": tree,
         "stream_root_cycles_per_byte_scaled": root,
@@ -403,9 +403,9 @@ def consts(
         reduction_steps=tuple(steps),
         link_bytes_per_cycle_scaled=tuple(links),
         op_energy_fj=int(round(energy.get(f"mac_{precision}", 0.0) * 1000)),
-        hbm_word_energy=quanta(energy.get("hbm_byte", 0.0) * word_bytes),
-        noc_word_energy=quanta(energy.get("noc_byte", 0.0) * word_bytes),
-        static_energy_per_cycle=quanta(energy.get(STATIC_ENERGY, 0.0)),
+        hbm_word_energy=whole_pj(energy.get("hbm_byte", 0.0) * word_bytes),
+        noc_word_energy=whole_pj(energy.get("noc_byte", 0.0) * word_bytes),
+        static_energy_per_cycle=whole_pj(energy.get(STATIC_ENERGY, 0.0)),
         has_dma_efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
         stream_net_cycles_per_byte_scaled=net,
         stream_hbm_cycles_per_byte_scaled=hbm,
@@ -1291,14 +1291,14 @@ def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: 
     return ops.max(hbm_floor, ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
 
 
-def energy_quanta(k: Consts, traffic: Traffic, cycles: Value) -> Value:
-    """Energy (``ir.machine.quanta``, pJ): the FPU operations are fixed by
+def energy_pj(k: Consts, traffic: Traffic, cycles: Value) -> Value:
+    """Energy (``ir.machine.whole_pj``, pJ): the FPU operations are fixed by
     the layer (ASSUMPTION: each costs the machine's energy of a MAC); mappings differ in the
     bytes they move, each byte at its memory's energy (HBM or L2), and in their time, each
     cycle at the machine's static energy (what the chip draws whatever it does: without it
     a slower schedule that moves a few bytes less would count as cheaper)."""
     energy = (
-        quanta(k.batch * k.output_words * k.ops_per_output * k.op_energy_fj / 1000)
+        whole_pj(k.batch * k.output_words * k.ops_per_output * k.op_energy_fj / 1000)
         + traffic.offchip_words() * k.hbm_word_energy
         + traffic.intercluster_words * k.noc_word_energy
     )
@@ -1372,5 +1372,5 @@ def evaluate(
         "memory_floor_cycles": memory_floor,
         "memory_occupancy_scaled": occupancy,
         "cycles": cycles,
-        "energy": energy_quanta(k, traffic, cycles),
+        "energy": energy_pj(k, traffic, cycles),
     }

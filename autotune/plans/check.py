@@ -16,7 +16,13 @@ from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.plan import NetworkPlan, check_plan
 from autotune.plans.options import StepOption
-from autotune.plans.problem import Choice, assemble, consistent_option, make_problem
+from autotune.plans.problem import (
+    Choice,
+    PlanProblem,
+    assemble,
+    consistent_option,
+    make_problem,
+)
 from autotune.plans.tensors import plan_tensors
 
 #: REFINED: the CP-SAT's plan whose layers the refinement then changed (``bound_cycles`` is
@@ -37,12 +43,21 @@ def restate(
     HBM and L2 bytes there): the same plan after its layers' mappings changed, or what a
     file's plan must equal."""
     tensors = plan_tensors(lowering, batch, precision)
-    problem = make_problem(lowering, tensors, [[f] for f in figures], machine)
+    return _restated(claim, make_problem(lowering, tensors, [[f] for f in figures], machine))
+
+
+def _claimed_choice(claim: NetworkPlan) -> Choice:
+    """The choice a plan states: each step's one option, its L2 offsets and prefetch steps."""
     offsets = {t.name: t.offset or 0 for t in claim.tensors if t.level == "l2"}
     prefetch = {w: i for i, s in enumerate(claim.steps) for w in s.prefetch}
+    return Choice(tuple(0 for _ in claim.steps), offsets, prefetch)
+
+
+def _restated(claim: NetworkPlan, problem: PlanProblem) -> NetworkPlan:
+    """``restate`` on a problem whose every step has the one option of its figures."""
     return assemble(
         problem,
-        Choice(tuple(0 for _ in figures), offsets, prefetch),
+        _claimed_choice(claim),
         claim.mode,
         claim.status,
         claim.bound_cycles,
@@ -81,8 +96,8 @@ def plan_findings(
             ("plan.tensors", f"are not the network's (missing {missing}, extra {extra})")
         ]
     problem = make_problem(lowering, tensors, [[f] for f in figures], machine)
-    offsets = {t.name: t.offset or 0 for t in claim.tensors if t.level == "l2"}
-    prefetch = {w: i for i, s in enumerate(claim.steps) for w in s.prefetch}
+    stated = _claimed_choice(claim)
+    offsets, prefetch = stated.offsets, stated.prefetch_step
     for name in offsets:
         if not problem.placeable(name):
             found.append((f"plan.tensors.{name}", "cannot be in L2 (pinned to HBM or too large)"))
@@ -102,7 +117,7 @@ def plan_findings(
             found.append((f"plan.steps.{s.name}.placement", "differs from the layer's"))
     if found:
         return found
-    derived = restate(claim, lowering, machine, batch, precision, figures)
+    derived = _restated(claim, problem)
     for a, b in zip(claim.tensors, derived.tensors, strict=True):
         if a != b:
             found.append((f"plan.tensors.{a.name}", f"{a} in the file, {b} re-derived"))

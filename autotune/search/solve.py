@@ -94,21 +94,9 @@ def solve_layer(
     key = OBJECTIVE_FIGURE[objective]
     if options.search == "exhaustive":
         best = exhaustive.search(space, machine, precision, objective, placement=placement)
-        if best is None or not best.index:
-            raise InfeasibleError(
-                layer.name, machine.l1_bytes, None if best is None else best.min_l1
-            )
+        report = exhaustive_report(layer, machine, best, objective, exact=True)
+        assert best is not None
         index, values = best.index, best.values
-        report = SearchReport(
-            "exhaustive",
-            "OPTIMAL",
-            objective,
-            values[key],
-            values[key],
-            0.0,
-            best.wall_s,
-            best.candidates,
-        )
     else:
         result = ilp.solve(
             space,
@@ -164,25 +152,33 @@ def solve_by_placement(
     machine.check_precision(precision)
     space = search_space(layer, machine, batch)
     found = exhaustive.best_by_placement(space, machine, precision, options.objective, every)
-    key = OBJECTIVE_FIGURE[options.objective]
     out = {}
     for p, best in found.items():
-        if best is None or not best.index:
-            raise InfeasibleError(
-                layer.name, machine.l1_bytes, None if best is None else best.min_l1
-            )
+        exact = p in (every[0], every[-1])
+        report = exhaustive_report(layer, machine, best, options.objective, exact)
+        assert best is not None
         mapping = space.decode(best.index)
         analysis = analyze(layer, mapping, machine, precision, batch, placement=p)
-        exact = p in (every[0], every[-1])
-        report = SearchReport(
-            "exhaustive",
-            "OPTIMAL" if exact else "FEASIBLE",
-            options.objective,
-            best.values[key],
-            best.values[key] if exact else None,
-            0.0 if exact else None,
-            best.wall_s,
-            best.candidates,
-        )
         out[p] = LayerSolution(layer, mapping, analysis, report)
     return out
+
+
+def exhaustive_report(
+    layer: Layer, machine: Machine, best: exhaustive.Best | None, objective: str, exact: bool
+) -> SearchReport:
+    """The search record of an exhaustive winner: ``OPTIMAL`` with its value as bound when
+    the whole space was ranked (``exact``), else ``FEASIBLE`` without one. Raises
+    ``InfeasibleError`` when nothing fits L1."""
+    if best is None or not best.index:
+        raise InfeasibleError(layer.name, machine.l1_bytes, None if best is None else best.min_l1)
+    value = best.values[OBJECTIVE_FIGURE[objective]]
+    return SearchReport(
+        "exhaustive",
+        "OPTIMAL" if exact else "FEASIBLE",
+        objective,
+        value,
+        value if exact else None,
+        0.0 if exact else None,
+        best.wall_s,
+        best.candidates,
+    )

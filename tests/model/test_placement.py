@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze
-from autotune.ir.machine import quanta
+from autotune.ir.machine import whole_pj
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement, placements
 from autotune.ir.precision import word_bytes
@@ -204,7 +204,7 @@ def _check_vectorised(layer, batch, precision, machine, placement, data):
     assert a.offchip_bytes == vectorised["offchip_bytes"]
     assert a.l2_bytes == vectorised["l2_bytes"]
     assert a.l1_bytes == vectorised["l1"]
-    assert quanta(a.energy_pj) == vectorised["energy"]
+    assert whole_pj(a.energy_pj) == vectorised["energy"]
 
 
 def test_l2_rates_skip_the_root_uplink_and_share_the_l2():
