@@ -952,7 +952,7 @@ class DmaCycles:
     prologue: Value
     overlapped: Value
     exposed: Value
-    handover: Value = 0  # the previous wave's double-buffered store slowing this prologue
+    handover: Value  # the previous wave's double-buffered store slowing this prologue
 
 
 def dma_cycles(
@@ -964,7 +964,7 @@ def dma_cycles(
     sched: Schedule,
     rates: StreamRates,
     residual: Stream | None,
-    store: Stream | None = None,
+    store: Stream,
 ) -> DmaCycles:
     """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
     (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer pays
@@ -1027,7 +1027,7 @@ def dma_cycles(
     handover: Value = 0
     # They meet in the HBM, which serves reads and writes together; to and from the L2 the
     # store goes up the tree while the tiles come down, on links of their own direction.
-    if store is not None and k.level("output") == k.level("input") == "hbm":
+    if k.level("output") == k.level("input") == "hbm":
         with_store = stream_cycles(ops, k, rates, plus(loads.first, store))
         overlaps = ops.mul(q.output_buffer_depth - 1, stores)  # 1: a double-buffered store
         # the two share the bandwidth until the first tiles are in: the prologue lasts at
@@ -1146,7 +1146,7 @@ def phases_cycles(
     task: Value,
     reduction: Value,
     store_tail: Value,
-    handover: Value = 0,
+    handover: Value,
 ) -> Value:
     """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
     lasts as long as its largest task, and every wave but the first starts while the one
@@ -1325,7 +1325,7 @@ def evaluate(
     Outputs: ``l1`` bytes, per operand ``tile_words_*``, ``need_bytes_*`` and
     ``alloc_bytes_*``, word counts of the traffic (each stream's, wherever it lives),
     ``offchip_bytes`` (the HBM streams') and ``l2_bytes`` (the L2 streams'), the cycle
-    figures, ``cycles`` (the latency) and ``energy`` (fJ).
+    figures, ``cycles`` (the latency) and ``energy`` (whole pJ).
     """
     q = Quantities(**quantities)
     tiles = task_tiles(ops, q, k)

@@ -67,7 +67,8 @@ from autotune.version import __version__
 
 #: Bump when the search space or the meaning of a trial changes: old studies are not reused.
 #: 3: a trial's value is the objective measured on the simulation (was: cycles always).
-#: 4: the energy objective charges L2 bytes and the static energy per cycle.
+#: 4: the energy objective charges L2 bytes and the static energy per cycle; studies are
+#: named by the layer's placement and prefetch too.
 SPACE_VERSION = 4
 
 #: The simulator as refinement calls it:
@@ -105,22 +106,23 @@ def study_name(
     placement: Placement = HBM_ONLY,
     prefetch_bytes: int = 0,
 ) -> str:
-    """The study's name: a hash of everything its trials' values depend on (a network
-    plan's placement and prefetch only when there is one: all-HBM studies keep their
-    names)."""
-    parts: list[object] = [
-        __version__,
-        SPACE_VERSION,
-        machine.description,
-        precision,
-        batch,
-        objective,
-        sampler,
-        list(layer.shape_key()),
-    ]
-    if placement != HBM_ONLY or prefetch_bytes:
-        parts.append([placement.label(), prefetch_bytes])
-    key = json.dumps(parts, sort_keys=True)
+    """The study's name: a hash of everything its trials' values depend on (with a network
+    plan's placement and prefetch)."""
+    key = json.dumps(
+        [
+            __version__,
+            SPACE_VERSION,
+            machine.description,
+            precision,
+            batch,
+            objective,
+            sampler,
+            list(layer.shape_key()),
+            placement.label(),
+            prefetch_bytes,
+        ],
+        sort_keys=True,
+    )
     return f"autotune-{hashlib.sha1(key.encode()).hexdigest()[:20]}"
 
 
