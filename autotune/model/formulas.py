@@ -204,7 +204,9 @@ class Consts:
     stream_hbm_cycles_per_byte_scaled: Table | None = None
     groups: int = 1
     can_multicast: bool = False  # the machine multicasts: the multicast = 1 branch is built
-    port_cycles_per_byte_scaled: int = 0  # multicast: one cluster's DMA port
+    port_cycles_per_byte_scaled: int = 0  # one cluster's DMA port
+    #: Per level of the tree: (clusters below one uplink, its cycles per byte x SCALE)
+    uplinks: tuple[tuple[int, int], ...] = ()
     shared_cycles_per_byte_scaled: int = 0  # multicast: the slowest of the HBM and the links
     #: Multicast with an L2 stream (``multicast_constants``): the slowest of the L2 and the
     #: links below the root; of the HBM and the root's uplink; of the links below the root
@@ -275,6 +277,16 @@ def link_tables(machine: Machine) -> tuple[Table, Table]:
         else:
             tree = np.maximum(tree, share)
     return ceil_int64(tree * SCALE), ceil_int64(root * SCALE)
+
+
+def uplinks(machine: Machine) -> tuple[tuple[int, int], ...]:
+    """Per level of the tree, bottom up: (clusters below one of its uplinks, the uplink's
+    cycles per byte x SCALE)."""
+    out, below = [], 1
+    for level in machine.levels:
+        below *= level.fanout
+        out.append((below, int(ceil_int64(SCALE / level.uplink_bytes_per_cycle))))
+    return tuple(out)
 
 
 def memory_share_table(clusters: int, bytes_per_cycle: float) -> Table:
@@ -412,6 +424,7 @@ def consts(
         groups=layer.groups,
         can_multicast=machine.dma_multicast,
         port_cycles_per_byte_scaled=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
+        uplinks=uplinks(machine),
         shared_cycles_per_byte_scaled=shared_cycles_per_byte_scaled(machine),
         has_residual=layer.epilogue.residual,
         epilogue_ops=layer.epilogue.ops,
@@ -759,6 +772,35 @@ def plain_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream)
     return mixed_stream_cycles(ops, k, rates, stream)
 
 
+def spread_load_cycles(
+    ops: Ops,
+    k: Consts,
+    nbytes: Value,
+    level: MemoryLevel,
+    loaders: StreamRates,
+    per_group: Value,
+    spacing: Value,
+) -> Value:
+    """Cycles of one of ``loaders.index + 1`` clusters loading ``nbytes`` from ``level``
+    while the others between them load nothing: the first ``per_group`` of every aligned
+    ``spacing`` clusters (Alg. 3's members that load an input step). Its DMA port; each
+    uplink above it at the share of the loaders below that uplink (``min(below,
+    per_group)`` under a link with fewer clusters below than a group, ``below x per_group /
+    spacing`` under a larger one); the memory's share of all loaders. An L2 load does not
+    cross the root's uplink."""
+    total = loaders.index + 1
+    terms = [ops.cdiv(nbytes * k.port_cycles_per_byte_scaled, SCALE)]
+    for depth, (below, per_byte) in enumerate(k.uplinks):
+        if level == "l2" and depth == len(k.uplinks) - 1:
+            continue
+        groups = ops.cdiv(per_group * below, spacing)
+        sharing = ops.min(ops.max(groups, ops.min(per_group, below)), total)
+        terms.append(ops.cdiv(ops.mul(nbytes, sharing) * per_byte, SCALE))
+    memory = loaders["hbm"] if level == "hbm" else loaders["l2_share"]
+    terms.append(ops.cdiv(ops.mul(nbytes, memory), SCALE))
+    return ops.max(*terms)
+
+
 def multicast_stream_cycles(ops: Ops, k: Consts, stream: Stream) -> Value:
     """A multicast wave's transfer: every byte of the cluster's own through its DMA port, the
     wave's distinct bytes over the shared resources they cross (charged as payload: no
@@ -841,6 +883,9 @@ class Loads:
     single: Stream
     rest_input_bytes: Value  # double-buffered input bytes after the first tile
     rest_filter_bytes: Value
+    opening: Stream  # the first tile of every stream, double- or single-buffered
+    lead_opening: Stream  # the same for the member that loads the first input step itself
+    lead_in_bytes: Value  # that member's first input step
 
 
 def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
@@ -903,9 +948,20 @@ def load_streams(
     first_in = ops.min(l1.tile_words["input"] * w, in_bytes)
     first_filter = ops.min(l1.tile_words["filter"] * w, filter_bytes)
     double, single = split_streams(ops, q, k, sched, in_bytes, filter_bytes)
-    first, _ = split_streams(ops, q, k, sched, first_in, first_filter)
+    first, first_single = split_streams(ops, q, k, sched, first_in, first_filter)
+    # Alg. 3's first member loads the whole first input step itself, even when its group
+    # has more members than steps (slice d goes to member d mod m).
+    lead_in = ops.min(l1.tile_words["input"] * w, work.input_words * w)
+    lead, lead_single = split_streams(ops, q, k, sched, lead_in, first_filter)
     return Loads(
-        first, minus(ops, double, first), single, in_bytes - first_in, filter_bytes - first_filter
+        first,
+        minus(ops, double, first),
+        single,
+        in_bytes - first_in,
+        filter_bytes - first_filter,
+        plus(first, first_single),
+        plus(lead, lead_single),
+        lead_in,
     )
 
 
@@ -989,7 +1045,15 @@ def dma_cycles(
     through the cluster's one master port and the shared memory (report Sec. 1: the read and
     write engines "share one master port"). The next prologue then lasts until both have
     moved: ``handover`` is what the store adds to it, paid by every wave but the first
-    (``phases_cycles``); the last wave's store is the store tail."""
+    (``phases_cycles``); the last wave's store is the store tail.
+
+    An Alg. 3 group moves in lockstep too, and its members do not all load alike: slice
+    ``d`` comes from main memory to member ``d mod m`` (Sec. 2.3), so with fewer input steps
+    than members only the first ``min(steps, m)`` of every group load one, a whole step each,
+    while the rest wait for the ring. The prologue lasts until that first member has its
+    first step (``spread_load_cycles``: its port, the uplinks at the share of the loading
+    members below them, the memory at the share of all of them), and it is the tile the
+    store is handed over to."""
     loads = load_streams(ops, q, k, l1, work, sched)
     little = little_cycles(ops, q, k, l1, loads)
     filter_loads = ops.mul(work.steps, q.stack_out_channels_max) if k.has_filters else 0
@@ -1023,16 +1087,37 @@ def dma_cycles(
         round_trips = round_trips + single_filter_loads * k.round_trip("weights")
     exposed = stream_cycles(ops, k, rates, loads.single) + round_trips + exposed_residual
     first = stream_cycles(ops, k, rates, loads.first)
+    # Alg. 3 moves in lockstep: a group starts when its first member, which loads a whole
+    # input step itself (the others' come round the ring), has its first tiles. Only the
+    # members that load a step (min(steps, m) of m) share the memories and links meanwhile.
+    lead_flag = ops.choose(q.algorithm, [0, 1, 0])
+    per_group = ops.min(work.steps, ops.min(q.share_group, q.stacks))
+    loaders = ops.cdiv(ops.mul(sched.active, per_group), q.share_group)
+    lead = spread_load_cycles(
+        ops,
+        k,
+        loads.lead_in_bytes,
+        k.level("input"),
+        StreamRates(ops, k, loaders, q.multicast),
+        per_group,
+        q.share_group,
+    )
+    first = ops.max(first, ops.mul(lead_flag, lead))
     prologue = first + first_overhead
     handover: Value = 0
     # They meet in the HBM, which serves reads and writes together; to and from the L2 the
     # store goes up the tree while the tiles come down, on links of their own direction.
     if k.level("output") == k.level("input") == "hbm":
-        with_store = stream_cycles(ops, k, rates, plus(loads.first, store))
+        opening = stream_cycles(ops, k, rates, loads.opening)
+        with_store = stream_cycles(ops, k, rates, plus(loads.opening, store))
         overlaps = ops.mul(q.output_buffer_depth - 1, stores)  # 1: a double-buffered store
-        # the two share the bandwidth until the first tiles are in: the prologue lasts at
-        # most twice as long; the rest of the store runs under compute, as the streams do
-        handover = ops.mul(overlaps, ops.min(with_store - first, first))
+        # The store and the first tiles (single-buffered ones too: they open the task as
+        # well) share the bandwidth fairly, flow by flow, until the first tiles are in: the
+        # store adds its own time, but no more than one more load of the opening tiles of
+        # the member that waits longest. That is Alg. 3's first member, which loads a whole
+        # input step itself while the others' tiles come round the ring.
+        lead_opening = stream_cycles(ops, k, rates, loads.lead_opening)
+        handover = ops.mul(overlaps, ops.min(with_store - opening, lead_opening))
     return DmaCycles(prologue, overlapped, exposed, handover)
 
 

@@ -141,6 +141,32 @@ AGREEMENT = {
         2,
         True,
     ),
+    # Alg. 3 with fewer input steps than members (ResNet-50's layer1.0.downsample.0): the
+    # first member of each group loads a whole step, the others wait for the ring.
+    "shared, steps < members": (
+        dataclasses.replace(Layer("ds", "conv", 56, 56, 64, 256), epilogue=BIAS_RESIDUAL_RELU),
+        Mapping(
+            "output_stack_shared",
+            delta_o=16,
+            share_group=16,
+            tile=Tile(out_h=7, out_w=14, in_c=64),
+            buffers=Buffers(input_depth=1, filter_depth=2, output_depth=2),
+        ),
+        1,
+        False,
+    ),
+    "shared, steps < members, double": (
+        Layer("c1", "conv", 14, 14, 1024, 256),
+        Mapping(
+            "output_stack_shared",
+            delta_o=4,
+            share_group=64,
+            tile=Tile(out_h=7, in_c=64),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=2),
+        ),
+        1,
+        False,
+    ),
     "fc+epilogue": (
         dataclasses.replace(Layer.fc("fc", 7, 7, 512, 1024), epilogue=BIAS_RESIDUAL_RELU),
         Mapping(
