@@ -29,6 +29,12 @@ the levels; 127 reads of D_O·B words for 128 clusters), the root applies the ep
 (reading the stack's residual operand first, if it has one) and stores the stack, and all
 clusters meet at a barrier (an atomic round trip to the top level of the tree).
 
+**First tiles.** A task's prologue moves its bytes and then waits their round trip, a pure
+wait that takes no bandwidth: nothing is in flight before the first tiles, so the memory
+serves them while the requests are on their way and they arrive a round trip after that
+(report Sec. 2.1.2: the buffers cover the round trip of the tiles *after* the first). Later
+tiles stream with the round trip inside their own time (several in flight).
+
 **Memories.** Each stream (input, weights, residual, output) is loaded from or stored to
 the memory its ``Placement`` names (``memory``): an L2 transfer waits the L2's round trip
 instead of the HBM's and is routed to the L2. A prologue that loads its input tile from
@@ -62,7 +68,7 @@ no halo is exchanged between clusters.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -129,6 +135,9 @@ class _ProgramPart:
     l2_load: np.ndarray  # payload bytes from and to the L2 (``memory``)
     l2_store: np.ndarray
     received: np.ndarray | None = None  # multicast: bytes through the port from HBM or L2
+    #: The part of ``own`` that is a pure wait, no bytes moving: the first tiles' round trip
+    #: (nothing is in flight before them, so it cannot overlap their transfer).
+    delay: np.ndarray | None = None
 
 
 class _Tasks:
@@ -174,6 +183,24 @@ class _Tasks:
         parts = tuple(self.part(t, name) for t in tasks)
         return Work(label, float(self.arrays[name].own_agent[tasks[0]]), parts)
 
+    def timed(self, label: str, name: str, tasks: list[int]) -> Iterator[Instr]:
+        """Part ``name`` of ``tasks``; with a ``delay``, its bytes first (their transfer at
+        the rate the rest of its time allows) and then the round trip as a pure wait, so
+        that the wait takes no share of any bandwidth."""
+        whole = self.work(label, name, tasks)
+        delay = self.arrays[name].delay
+        if delay is None:
+            yield whole
+            return
+        flows = tuple(
+            replace(share, own=share.own - float(delay[t]))
+            for share, t in zip(whole.parts, tasks, strict=True)
+        )
+        flow_own = max(share.own for share in flows)
+        yield Work(label, flow_own, flows)
+        waits = tuple(MemberShare(s.cluster, 0.0, None, 0.0, whole.own - flow_own) for s in flows)
+        yield Work(label, whole.own - flow_own, waits)
+
     @property
     def background(self) -> set[str]:
         """Parts that run behind the program: a double-buffered store and the residual read
@@ -189,7 +216,7 @@ class _Tasks:
             if isinstance(item, _Chunk):
                 yield item.work
                 continue
-            yield self.work("load", "load", item)
+            yield from self.timed("load", "load", item)
             if "prefetch" in self.arrays:
                 yield WaitTransfer("load")  # the input prefetched by the last task
                 if self.arrays["prefetch"].bytes[item[0]] > 0:
@@ -406,6 +433,7 @@ def stack_runs(
         pro_hbm,
         pro_l2,
         zero,
+        delay=first_lat,
     )
     in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
     st_load, st_l2, st_hbm = mem.split(
@@ -669,10 +697,14 @@ class _Slice(_Tasks):
     def __init__(self, tasks: _Tasks, ids: np.ndarray) -> None:
         self.net, self.width, self.store_blocking = tasks.net, tasks.width, tasks.store_blocking
         self.cluster, self.peer = tasks.cluster[ids], tasks.peer[ids]
-        self.arrays = {
-            name: _ProgramPart(*(getattr(p, f)[ids] for f in _FIELDS))
-            for name, p in tasks.arrays.items()
-        }
+        self.arrays = {name: _sliced(p, ids) for name, p in tasks.arrays.items()}
+
+
+def _sliced(part: _ProgramPart, ids: np.ndarray) -> _ProgramPart:
+    """``part`` for tasks ``ids`` only."""
+    out = _ProgramPart(*(getattr(part, f)[ids] for f in _FIELDS))
+    out.delay = None if part.delay is None else part.delay[ids]
+    return out
 
 
 @dataclass(frozen=True)

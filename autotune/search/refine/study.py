@@ -69,7 +69,9 @@ from autotune.version import __version__
 #: 3: a trial's value is the objective measured on the simulation (was: cycles always).
 #: 4: the energy objective charges L2 bytes and the static energy per cycle; studies are
 #: named by the layer's placement and prefetch too.
-SPACE_VERSION = 4
+#: 5: the simulator waits the first tiles' round trip after their transfer (a trial's
+#: simulated cycles changed).
+SPACE_VERSION = 5
 
 #: The simulator as refinement calls it:
 #: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``.
