@@ -1,0 +1,76 @@
+"""The model the integer program trusts agrees with the simulator on the mappings it picks.
+
+A fixed sample of the example networks' layers, one of each kind of work the model
+describes differently (a 7x7 stride-2 stem, 3x3 and 1x1 convolutions on Alg. 3 share groups,
+a share group with fewer input steps than members, a strided 1x1, pooling, depthwise
+convolutions at both strides, an expansion 1x1, a fully connected layer): each is solved by
+the integer program and its winner simulated. ``benchmarks/bench_fidelity.py`` measures
+every layer of every example network; this holds the sample where the whole networks stand
+today (issue 15's per-layer 10 % and network 3 % targets). Left out, because they still miss:
+MobileNetV2's projection 1x1 layers on Alg. 3 (the model adds a member's forwarded tiles to
+its memory stream; the simulator overlaps them: up to 15 % apart).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from autotune import Layer, Machine, Network, load_network, simulate
+from autotune.search.solve import solve_layer
+from tests.conftest import ROOT
+
+SAMPLE = {
+    "resnet50": (
+        "conv1",
+        "maxpool",
+        "layer1.0.conv2",
+        "layer1.0.downsample.0",
+        "layer2.0.downsample.0",
+        "layer3.1.conv1",
+        "fc",
+    ),
+    "mobilenetv2": (
+        "features.1.conv.0.0",
+        "features.2.conv.1.0",
+        "features.8.conv.0.0",
+        "features.15.conv.1.0",
+    ),
+}
+
+
+@cache
+def _network(name: str) -> Network:
+    return load_network(ROOT / "examples" / f"{name}.yaml")
+
+
+def _layer(network: str, name: str) -> Layer:
+    return next(layer for layer in _network(network).layers if layer.name == name)
+
+
+@cache
+def _measured(network: str, name: str) -> tuple[int, int]:
+    """(model, simulated) cycles of the integer program's winner, batch 1, fp32."""
+    machine = Machine.preset("manticore")
+    layer = _layer(network, name)
+    solution = solve_layer(layer, machine)
+    return solution.analysis.cycles, simulate(layer, solution.mapping, machine).cycles
+
+
+CASES = [(net, name) for net, names in SAMPLE.items() for name in names]
+
+
+@pytest.mark.parametrize(("network", "name"), CASES)
+def test_every_sampled_winner_is_within_ten_percent(network, name):
+    model, simulated = _measured(network, name)
+    assert model / simulated == pytest.approx(1.0, abs=0.10)
+
+
+def test_the_sample_as_a_whole_is_within_three_percent():
+    pairs = [_measured(net, name) for net, name in CASES]
+    model = sum(m for m, _ in pairs)
+    simulated = sum(s for _, s in pairs)
+    assert model / simulated == pytest.approx(1.0, abs=0.03)
+    within_five = sum(abs(m / s - 1) <= 0.05 for m, s in pairs)
+    assert within_five >= 0.8 * len(pairs)
