@@ -33,7 +33,9 @@ clusters meet at a barrier (an atomic round trip to the top level of the tree).
 wait that takes no bandwidth: nothing is in flight before the first tiles, so the memory
 serves them while the requests are on their way and they arrive a round trip after that
 (report Sec. 2.1.2: the buffers cover the round trip of the tiles *after* the first). Later
-tiles stream with the round trip inside their own time (several in flight).
+tiles stream with the round trip inside their own time (several in flight). The first
+input step is a whole one (``in_c`` slices) even when the task's average step is shorter
+(only the last may be).
 
 **Memories.** Each stream (input, weights, residual, output) is loaded from or stored to
 the memory its ``Placement`` names (``memory``): an L2 transfer waits the L2's round trip
@@ -387,6 +389,14 @@ def stack_runs(
     steps, n_f = inp.tiles, fil.tiles
     in_tile, f_tile = inp.bytes_per_tile(), fil.bytes_per_tile()
     in_eng, f_eng = inp.engine_per_tile(setup), fil.engine_per_tile(setup)
+    # The steps are costed at their average, but the first is a whole one (``in_c`` slices;
+    # only the last may be short): the prologue loads that much. (Alg. 3 keeps the average:
+    # which member loads which step from memory is costed per average step.)
+    task_in = grid.task_in_channels
+    in_c = grid.mapping.tile.in_c or grid.layer.c_in
+    slices = (steps == -(-task_in // in_c)) & (not shared)  # steps are input channel slices
+    first_share = np.where(slices, np.minimum(in_c, task_in) * steps / np.maximum(task_in, 1), 1.0)
+    in_first, in_first_eng = in_tile * first_share, in_eng * first_share
 
     if shared:
         # Steps member j loads from HBM: j, j + n, j + 2n, ... of the ring's S steps.
@@ -414,8 +424,8 @@ def stack_runs(
     first_lat = (
         np.where(first_hbm, mem_lat, 1.5 * net.latency(cluster, peer)) if shared else mem_lat
     )
-    pro_bytes = in_tile + f_tile
-    pro_in_hbm = np.where(first_hbm, in_tile, 0.0)  # from memory (HBM or L2), not the ring
+    pro_bytes = in_first + f_tile
+    pro_in_hbm = np.where(first_hbm, in_first, 0.0)  # from memory (HBM or L2), not the ring
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
     zero = np.zeros(len(slot))
     pro_load, pro_l2, pro_hbm = mem.split(
@@ -423,19 +433,19 @@ def stack_runs(
     )
     pro = _ProgramPart(
         pro_bytes,
-        in_eng + f_eng + first_lat,
+        in_first_eng + f_eng + first_lat,
         np.zeros(0),
         np.zeros_like(in_tile),
         pro_load,
         np.zeros_like(in_tile),
-        in_tile - pro_in_hbm,
-        inp.beats / steps + fil.beats / n_f,
+        in_first - pro_in_hbm,
+        inp.beats / steps * first_share + fil.beats / n_f,
         pro_hbm,
         pro_l2,
         zero,
         delay=first_lat,
     )
-    in_rest, f_rest = inp.bytes - in_tile, fil.bytes - f_tile
+    in_rest, f_rest = inp.bytes - in_first, fil.bytes - f_tile
     st_load, st_l2, st_hbm = mem.split(
         ("input", h * in_rest, h * in_rest * in_occ), ("weights", f_rest, f_rest * f_occ)
     )
@@ -457,7 +467,7 @@ def stack_runs(
         st_load,
         np.zeros_like(in_tile),
         (1 - h) * in_rest,
-        inp.beats * (steps - 1) / steps + fil.beats * (n_f - 1) / n_f,
+        inp.beats * (1 - first_share / steps) + fil.beats * (n_f - 1) / n_f,
         st_hbm,
         st_l2,
         zero,
@@ -470,7 +480,7 @@ def stack_runs(
         a, b = grid.multicast_wave
         in_carrier = (grid.task_index[3] % b == 0) if grid.layer.groups == 1 else True
         f_carrier = grid.task_tile() % a == 0
-        for part, in_bytes, f_bytes in ((pro, in_tile, f_tile), (st, in_rest, f_rest)):
+        for part, in_bytes, f_bytes in ((pro, in_first, f_tile), (st, in_rest, f_rest)):
             part.received = part.load + part.l2_load
             carried_in, carried_f = in_carrier * in_bytes, f_carrier * f_bytes
             part.load, part.l2_load, part.hbm = mem.split(

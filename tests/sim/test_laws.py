@@ -255,13 +255,17 @@ def test_multicast_laws(case):
     assert r.cycles >= r.hbm_bytes / mppa3.hbm_bytes_per_cycle
 
 
-def test_first_tiles_wait_their_round_trip_after_their_bytes(manticore):
+@pytest.mark.parametrize("delta_o", [4, 5])
+def test_first_tiles_wait_their_round_trip_after_their_bytes(manticore, delta_o):
     """Nothing is in flight before a task's first tiles, so their round trip cannot hide
     their transfer: all 128 clusters start computing no earlier than one round trip after
     the HBM has served every cluster's first input and filter tile (a fluid flow spread over
-    the round trip would start them after barely more than the round trip)."""
+    the round trip would start them after barely more than the round trip). The first input
+    step is a whole one (two slices) even when the last is short (five slices a stack)."""
     layer = Layer("dw", "conv", 7, 7, 960, 960, 3, 3, pad_h=1, pad_w=1, groups=960)
-    mapping = Mapping("output_stack", delta_o=4, tile=Tile(in_c=2), buffers=Buffers(input_depth=2))
+    mapping = Mapping(
+        "output_stack", delta_o=delta_o, tile=Tile(in_c=2), buffers=Buffers(input_depth=2)
+    )
     a = analyze(layer, mapping, manticore)
     r = simulate(layer, mapping, manticore, trace=True)
     first_tiles = (a.buffer_tile_words["input"] + a.buffer_tile_words["filter"]) * a.word_bytes
