@@ -282,11 +282,11 @@ def link_tables(machine: Machine) -> tuple[Table, Table]:
 def uplinks(machine: Machine) -> tuple[tuple[int, int], ...]:
     """Per level of the tree, bottom up: (clusters below one of its uplinks, the uplink's
     cycles per byte x SCALE)."""
-    out, below = [], 1
-    for level in machine.levels:
-        below *= level.fanout
-        out.append((below, int(ceil_int64(SCALE / level.uplink_bytes_per_cycle))))
-    return tuple(out)
+    below = (*machine.share_group_sizes(), machine.clusters)
+    return tuple(
+        (n, int(ceil_int64(SCALE / level.uplink_bytes_per_cycle)))
+        for n, level in zip(below, machine.levels, strict=True)
+    )
 
 
 def memory_share_table(clusters: int, bytes_per_cycle: float) -> Table:
@@ -777,26 +777,26 @@ def spread_load_cycles(
     k: Consts,
     nbytes: Value,
     level: MemoryLevel,
-    loaders: StreamRates,
+    loaders: Value,
     per_group: Value,
     spacing: Value,
 ) -> Value:
-    """Cycles of one of ``loaders.index + 1`` clusters loading ``nbytes`` from ``level``
+    """Cycles of one of ``loaders`` clusters loading ``nbytes`` from ``level``
     while the others between them load nothing: the first ``per_group`` of every aligned
     ``spacing`` clusters (Alg. 3's members that load an input step). Its DMA port; each
     uplink above it at the share of the loaders below that uplink (``min(below,
     per_group)`` under a link with fewer clusters below than a group, ``below x per_group /
     spacing`` under a larger one); the memory's share of all loaders. An L2 load does not
     cross the root's uplink."""
-    total = loaders.index + 1
     terms = [ops.cdiv(nbytes * k.port_cycles_per_byte_scaled, SCALE)]
     for depth, (below, per_byte) in enumerate(k.uplinks):
         if level == "l2" and depth == len(k.uplinks) - 1:
             continue
         groups = ops.cdiv(per_group * below, spacing)
-        sharing = ops.min(ops.max(groups, ops.min(per_group, below)), total)
+        sharing = ops.min(ops.max(groups, ops.min(per_group, below)), loaders)
         terms.append(ops.cdiv(ops.mul(nbytes, sharing) * per_byte, SCALE))
-    memory = loaders["hbm"] if level == "hbm" else loaders["l2_share"]
+    share = StreamRates(ops, k, loaders, 0)  # the memory's share of ``loaders`` streams
+    memory = share["hbm"] if level == "hbm" else share["l2_share"]
     terms.append(ops.cdiv(ops.mul(nbytes, memory), SCALE))
     return ops.max(*terms)
 
@@ -1098,7 +1098,7 @@ def dma_cycles(
         k,
         loads.lead_in_bytes,
         k.level("input"),
-        StreamRates(ops, k, loaders, q.multicast),
+        loaders,
         per_group,
         q.share_group,
     )

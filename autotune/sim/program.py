@@ -392,10 +392,8 @@ def stack_runs(
     # The steps are costed at their average, but the first is a whole one (``in_c`` slices;
     # only the last may be short): the prologue loads that much. (Alg. 3 keeps the average:
     # which member loads which step from memory is costed per average step.)
-    task_in = grid.task_in_channels
-    in_c = grid.mapping.tile.in_c or grid.layer.c_in
-    slices = (steps == -(-task_in // in_c)) & (not shared)  # steps are input channel slices
-    first_share = np.where(slices, np.minimum(in_c, task_in) * steps / np.maximum(task_in, 1), 1.0)
+    task_in, in_c = grid.task_in_channels, grid.mapping.tile.in_c
+    first_share = 1.0 if shared else np.minimum(in_c, task_in) * steps / task_in
     in_first, in_first_eng = in_tile * first_share, in_eng * first_share
 
     if shared:
