@@ -140,6 +140,7 @@ class Quantities:
     batch_tile_images_max: Value  # images of the largest batch tile
     step_in_channels: Value  # input channels per step (per task for input_parallel): in_c
     step_filter_channels: Value  # filter slices per output channel and step (<= cin/groups)
+    filter_steps: Value  # filter tiles per output channel: ceil(cin/groups / those slices)
     in_steps: Value  # ceil(C_in / in_c): the tasks of an input_parallel phase
     share_group: Value  # stacks sharing one input read (Alg. 3; else 1)
     input_buffer_depth: Value  # 1 single-, 2 double-buffered
@@ -776,6 +777,7 @@ def spread_load_cycles(
     ops: Ops,
     k: Consts,
     nbytes: Value,
+    shared_bytes: Value,
     level: MemoryLevel,
     loaders: Value,
     per_group: Value,
@@ -783,21 +785,23 @@ def spread_load_cycles(
 ) -> Value:
     """Cycles of one of ``loaders`` clusters loading ``nbytes`` from ``level``
     while the others between them load nothing: the first ``per_group`` of every aligned
-    ``spacing`` clusters (Alg. 3's members that load an input step). Its DMA port; each
-    uplink above it at the share of the loaders below that uplink (``min(below,
-    per_group)`` under a link with fewer clusters below than a group, ``below x per_group /
-    spacing`` under a larger one); the memory's share of all loaders. An L2 load does not
-    cross the root's uplink."""
+    ``spacing`` clusters (Alg. 3's members that load an input step), ``shared_bytes`` each on
+    average. Its DMA port; each uplink above it at the share of the loaders below that uplink
+    (``min(below, per_group)`` under a link with fewer clusters below than a group, ``below x
+    per_group / spacing`` under a larger one); the memory's share of all loaders. Shared
+    fairly, a link or memory that is the bottleneck finishes the largest load only when it has
+    carried all of them: their average sets the shared terms. An L2 load does not cross the
+    root's uplink."""
     terms = [ops.cdiv(nbytes * k.port_cycles_per_byte_scaled, SCALE)]
     for depth, (below, per_byte) in enumerate(k.uplinks):
         if level == "l2" and depth == len(k.uplinks) - 1:
             continue
         groups = ops.cdiv(per_group * below, spacing)
         sharing = ops.min(ops.max(groups, ops.min(per_group, below)), loaders)
-        terms.append(ops.cdiv(ops.mul(nbytes, sharing) * per_byte, SCALE))
+        terms.append(ops.cdiv(ops.mul(shared_bytes, sharing) * per_byte, SCALE))
     share = StreamRates(ops, k, loaders, 0)  # the memory's share of ``loaders`` streams
     memory = share["hbm"] if level == "hbm" else share["l2_share"]
-    terms.append(ops.cdiv(ops.mul(nbytes, memory), SCALE))
+    terms.append(ops.cdiv(ops.mul(shared_bytes, memory), SCALE))
     return ops.max(*terms)
 
 
@@ -974,12 +978,22 @@ def round_trip_wait(
     return ops.cdiv(ops.mul(ops.mul(depth - 1, nbytes), round_trip), in_flight)
 
 
-def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Loads) -> Value:
+def little_cycles(
+    ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Loads, input_engine: Value
+) -> Value:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
     each cover the round trip), so a tiny filter buffer is not rescued by a big input buffer:
-    every filter tile then waits a whole round trip (of its own memory level). The first
-    tiles' round trip is the task's start-up ``L``; the law paces the tiles after them."""
+    every filter tile then waits a whole round trip (of its own memory level).
+    The first tiles' round trip is the task's start-up ``L``; the law paces the tiles after
+    them.
+
+    The read engine serves its transfers in order (Sec. 1: one engine for reads), and the
+    algorithms issue each input step before that step's filter tiles (Alg. 1-3: ``DmaLoad(I)``
+    then ``DmaLoad(F)``), so a filter tile also waits for the engine to issue the input steps
+    ahead of it: ``input_engine``, the beats of the rest of the input steps, is paid once per
+    window of filter tiles in flight. (The engine's set-ups are added to the streams after
+    this floor, in ``dma_cycles``.)"""
     w = k.word_bytes
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
     input_wait = round_trip_wait(
@@ -988,13 +1002,10 @@ def little_cycles(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Load
     if not k.has_filters:
         return input_wait
     in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
-    filter_wait = round_trip_wait(
-        ops,
-        k.round_trip("weights"),
-        q.filter_buffer_depth,
-        loads.rest_filter_bytes,
-        in_flight_filter,
+    chain = loads.rest_filter_bytes * k.round_trip("weights") + ops.mul(
+        input_engine, l1.tile_words["filter"] * w
     )
+    filter_wait = ops.cdiv(ops.mul(q.filter_buffer_depth - 1, chain), in_flight_filter)
     return ops.max(input_wait, filter_wait)
 
 
@@ -1055,8 +1066,11 @@ def dma_cycles(
     members below them, the memory at the share of all of them), and it is the tile the
     store is handed over to."""
     loads = load_streams(ops, q, k, l1, work, sched)
-    little = little_cycles(ops, q, k, l1, loads)
-    filter_loads = ops.mul(work.steps, q.stack_out_channels_max) if k.has_filters else 0
+    # One filter tile per output channel and step of its own group's channels: a grouped
+    # stack's steps each hold only some of its outputs' filters (depthwise: one tile each);
+    # an input_parallel task is one step.
+    per_output = ops.min(work.steps, q.filter_steps)
+    filter_loads = ops.mul(per_output, q.stack_out_channels_max) if k.has_filters else 0
     stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
@@ -1065,6 +1079,11 @@ def dma_cycles(
     if k.has_filters:
         first_overhead = first_overhead + ops.mul(q.filter_buffer_depth - 1, k.dma_setup_cycles)
     transfers = filter_loads + stores
+    # The beats of the input steps after the first (from memory or the ring) and of the filter
+    # tiles: what a filter tile waits behind in the engine (``little_cycles``).
+    rest_in_bytes = work.input_words * k.word_bytes - loads.lead_in_bytes
+    input_engine = ops.cdiv(rest_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
+    little = little_cycles(ops, q, k, l1, loads, input_engine)
     rest, floor = loads.rest, little
     exposed_residual: Value = 0
     if residual is not None:
@@ -1076,11 +1095,15 @@ def dma_cycles(
         floor = ops.max(little, ops.mul(early, residual_time))
         exposed_residual = ops.mul(late, residual_time + k.dma_setup_cycles)
     overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
-    overlapped = (
-        ops.max(stream_cycles(ops, k, rates, rest), floor)
-        + ops.cdiv(work.forwarded_words * k.word_bytes, k.dma_bytes_per_cycle)
-        + overhead
+    # Alg. 3's forwarded tiles cross the port beside the memory stream, not after it: at
+    # every step one member of a group loads the step from memory while the others read it
+    # from the ring, and the group waits for the slower; summed over the steps, the slower
+    # of the memory's share and the port carrying every byte.
+    port = ops.cdiv(
+        (rest.payload + work.forwarded_words * k.word_bytes) * k.port_cycles_per_byte_scaled,
+        SCALE,
     )
+    overlapped = ops.max(stream_cycles(ops, k, rates, rest), floor, port) + overhead
     round_trips = ops.mul(2 - q.input_buffer_depth, work.steps) * k.round_trip("input")
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
@@ -1089,14 +1112,18 @@ def dma_cycles(
     first = stream_cycles(ops, k, rates, loads.first)
     # Alg. 3 moves in lockstep: a group starts when its first member, which loads a whole
     # input step itself (the others' come round the ring), has its first tiles. Only the
-    # members that load a step (min(steps, m) of m) share the memories and links meanwhile.
+    # members that load a step (min(steps, m) of m) share the memories and links meanwhile:
+    # all the steps when there are fewer than members (the last may be short), else whole ones.
     lead_flag = ops.choose(q.algorithm, [0, 1, 0])
     per_group = ops.min(work.steps, ops.min(q.share_group, q.stacks))
     loaders = ops.cdiv(ops.mul(sched.active, per_group), q.share_group)
+    average = ops.cdiv(work.input_words * k.word_bytes, ops.max(per_group, 1))
+    loaded = ops.min(loads.lead_in_bytes, average)
     lead = spread_load_cycles(
         ops,
         k,
         loads.lead_in_bytes,
+        loaded,
         k.level("input"),
         loaders,
         per_group,

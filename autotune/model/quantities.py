@@ -56,11 +56,13 @@ def batch_quantities(batch: int, batch_tile: int) -> dict[str, int]:
 
 def in_step_quantities(layer: Layer, in_c: int) -> dict[str, int]:
     """A step's ``in_c`` input channels, the filter slices per output channel a step loads
-    (no more than a group has), and the steps over all input channels (``input_parallel``:
-    the tasks of a phase)."""
+    (no more than a group has) and the filter tiles per output channel that makes, and the
+    steps over all input channels (``input_parallel``: the tasks of a phase)."""
+    slices = min(in_c, layer.cin_per_group)
     return {
         "step_in_channels": in_c,
-        "step_filter_channels": min(in_c, layer.cin_per_group),
+        "step_filter_channels": slices,
+        "filter_steps": -(-layer.cin_per_group // slices),
         "in_steps": -(-layer.c_in // in_c),
     }
 

@@ -453,6 +453,7 @@ QUANTITY_SOURCE = {
     "batch_tile_images_max": "batch_tile",
     "step_in_channels": "in_c",
     "step_filter_channels": "in_c",
+    "filter_steps": "in_c",
     "in_steps": "in_c",
     "share_group": "share",
     "algorithm": "alg",

@@ -120,6 +120,17 @@ def _stacks(delta_o: int, **fields) -> Mapping:
     return Mapping("output_stack", delta_o=delta_o, buffers=Buffers(output_depth=2), **fields)
 
 
+DOUBLE = Buffers(input_depth=2, filter_depth=2, output_depth=2)
+
+
+def _shared(delta_o: int, share_group: int, tile: Tile) -> Mapping:
+    """Alg. 3 stacks of ``delta_o`` channels in groups of ``share_group``, every buffer
+    double."""
+    return Mapping(
+        "output_stack_shared", delta_o=delta_o, share_group=share_group, tile=tile, buffers=DOUBLE
+    )
+
+
 #: Per kind: a layer, a mapping of many tasks, the batch, and whether main memory bounds it
 #: (HBM saturated). The kinds without weights move much and compute little; the
 #: softmax and the global pool are latency-bound (few words per task).
@@ -157,13 +168,41 @@ AGREEMENT = {
     ),
     "shared, steps < members, double": (
         Layer("c1", "conv", 14, 14, 1024, 256),
-        Mapping(
-            "output_stack_shared",
-            delta_o=4,
-            share_group=64,
-            tile=Tile(out_h=7, in_c=64),
-            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=2),
-        ),
+        _shared(4, 64, Tile(out_h=7, in_c=64)),
+        1,
+        False,
+    ),
+    # A MobileNetV2 projection (features.8.conv.2): a member's forwarded tiles cross its port
+    # beside the memory stream that bounds it (the model added them after it: 1.10x).
+    "shared, forwarded beside a memory-bound stream": (
+        Layer("p", "conv", 14, 14, 384, 64),
+        _shared(4, 16, Tile(out_h=2, in_c=192)),
+        1,
+        False,
+    ),
+    # features.15.conv.1.0: a depthwise stack loads one filter tile per output channel, not
+    # one per step and output channel (the model's set-ups were twice the simulator's).
+    "depthwise, one filter tile per output": (
+        Layer("dw", "conv", 7, 7, 960, 960, 3, 3, pad_h=1, pad_w=1, groups=960),
+        Mapping("output_stack", delta_o=4, tile=Tile(in_c=2), buffers=DOUBLE),
+        1,
+        False,
+    ),
+    # ResNet-50's layer1.1.conv1 on 64 one-channel stacks: each small filter tile waits
+    # behind a 25 KB input step in the one read engine, a round trip each (the model
+    # without that wait: 0.75x the simulator).
+    "shared, filter tiles behind input steps": (
+        Layer("q", "conv", 56, 56, 256, 64),
+        _shared(1, 64, Tile(out_h=28, in_c=4)),
+        1,
+        False,
+    ),
+    # MobileNetV2's features.4.conv.2: three steps (64, 64, 16 channels) for 16 members; the
+    # three loaders' first tiles share the L3 uplink at their average, not three whole steps
+    # (the model: 1.13x).
+    "shared, steps < members, a short last step": (
+        Layer("p", "conv", 28, 28, 144, 32),
+        _shared(2, 16, Tile(out_h=4, in_c=64)),
         1,
         False,
     ),
