@@ -1247,8 +1247,9 @@ def store_tail_cycles(
     ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
 ) -> Value:
     """A double-buffered store overlaps the next task; the last one drains after the last
-    wave."""
-    store_time = stream_cycles(ops, k, rates, store)
+    wave: its bytes, then its round trip (the write is done when acknowledged, and nothing
+    is in flight beside it to hide that)."""
+    store_time = stream_cycles(ops, k, rates, store) + k.round_trip("output")
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 
@@ -1269,9 +1270,10 @@ def phases_cycles(
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
-def latency_cycles(ops: Ops, phases: Value, memory_floor: Value) -> Value:
-    """The layer's latency: its phases, but never faster than main memory can deliver."""
-    return ops.max(phases, memory_floor)
+def latency_cycles(ops: Ops, k: Consts, phases: Value, memory_floor: Value) -> Value:
+    """The layer's latency: its phases, but never faster than main memory can deliver, and
+    the last store's round trip after that (the write is done when acknowledged)."""
+    return ops.max(phases, memory_floor + k.round_trip("output"))
 
 
 # -- traffic, memory floor and energy ----------------------------------------------------------
@@ -1457,7 +1459,7 @@ def evaluate(
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
     memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes)
-    cycles = latency_cycles(ops, phases, memory_floor)
+    cycles = latency_cycles(ops, k, phases, memory_floor)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},

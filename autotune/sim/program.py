@@ -185,23 +185,46 @@ class _Tasks:
         parts = tuple(self.part(t, name) for t in tasks)
         return Work(label, float(self.arrays[name].own_agent[tasks[0]]), parts)
 
+    def flows(self, name: str, tasks: list[int]) -> tuple[MemberShare, ...]:
+        """Part ``name`` of ``tasks`` without its ``delay``: the bytes' transfer alone."""
+        parts = self.work("", name, tasks).parts
+        delay = self.arrays[name].delay
+        if delay is None:
+            return parts
+        return tuple(
+            replace(share, own=share.own - float(delay[t]))
+            for share, t in zip(parts, tasks, strict=True)
+        )
+
     def timed(self, label: str, name: str, tasks: list[int]) -> Iterator[Instr]:
         """Part ``name`` of ``tasks``; with a ``delay``, its bytes first (their transfer at
         the rate the rest of its time allows) and then the round trip as a pure wait, so
         that the wait takes no share of any bandwidth."""
         whole = self.work(label, name, tasks)
-        delay = self.arrays[name].delay
-        if delay is None:
+        if self.arrays[name].delay is None:
             yield whole
             return
-        flows = tuple(
-            replace(share, own=share.own - float(delay[t]))
-            for share, t in zip(whole.parts, tasks, strict=True)
-        )
+        flows = self.flows(name, tasks)
         flow_own = max(share.own for share in flows)
         yield Work(label, flow_own, flows)
-        waits = tuple(MemberShare(s.cluster, 0.0, None, 0.0, whole.own - flow_own) for s in flows)
-        yield Work(label, whole.own - flow_own, waits)
+        yield self.wait(label, tasks, whole.own - flow_own)
+
+    def wait(self, label: str, tasks: list[int], cycles: float) -> Work:
+        """A pure wait of ``cycles`` on the clusters of ``tasks``: no bytes, no compute."""
+        waits = tuple(MemberShare(int(self.cluster[t]), 0.0, None, 0.0, cycles) for t in tasks)
+        return Work(label, cycles, waits)
+
+    def drain(self, items: list[list[int] | _Chunk]) -> Iterator[Instr]:
+        """The end of an agent's program: its last store done, and a double-buffered one's
+        round trip (the write's acknowledgement; the single-buffered ones wait theirs in
+        ``store``)."""
+        yield WaitTransfer("store")
+        last = items[-1] if items else None
+        store = self.arrays.get("store")
+        if self.store_blocking or store is None or store.delay is None:
+            return
+        if isinstance(last, list) and store.bytes[last[0]] > 0:
+            yield self.wait("store", last, float(store.delay[last[0]]))
 
     @property
     def background(self) -> set[str]:
@@ -229,7 +252,7 @@ class _Tasks:
             yield self.work("compute", "stream", item)
             if residual:
                 if self.store_blocking:
-                    yield self.work("residual", "residual", item)
+                    yield from self.timed("residual", "residual", item)
                 else:
                     yield WaitTransfer("load")
             if "store" in self.arrays:
@@ -239,10 +262,10 @@ class _Tasks:
         if self.arrays["store"].bytes[tasks[0]] <= 0:
             return
         if self.store_blocking:
-            yield self.work("store", "store", tasks)
+            yield from self.timed("store", "store", tasks)
         else:
             yield WaitTransfer("store")
-            yield StartTransfer("store", "store", self.work("store", "store", tasks).parts)
+            yield StartTransfer("store", "store", self.flows("store", tasks))
 
 
 @dataclass
@@ -513,7 +536,7 @@ def stack_runs(
 
     def program(items: list[list[int] | _Chunk]) -> Iterator[Instr]:
         yield from tasks.sequence(items)
-        yield WaitTransfer("store")
+        yield from tasks.drain(items)
 
     return g, [RunSpec(None, lambda: [program(s) for s in seqs])]
 
@@ -530,13 +553,16 @@ def _round_trip(
 
 def _tile_part(t: Transfers, setup: int, mem: Memories, stream: str) -> _ProgramPart:
     """The store (``stream`` "output") or the residual read of a task's output tile region:
-    its set-ups, bus beats and one round trip to the memory ``stream`` lives in."""
+    its set-ups, bus beats and one round trip to the memory ``stream`` lives in. One
+    transfer with nothing in flight beside it: its bytes move, then its round trip passes
+    (the read's data, the write's acknowledgement), as a task's first tiles."""
     payload = t.bytes.astype(float)
     zero = np.zeros(len(payload))
     write, l2 = stream == "output", mem.in_l2(stream)
+    latency = mem.latency(stream)
     return _ProgramPart(
         payload,
-        t.count * setup + t.beats + mem.latency(stream),
+        t.count * setup + t.beats + latency,
         np.zeros(0),
         zero,
         zero if write or l2 else payload,
@@ -546,6 +572,7 @@ def _tile_part(t: Transfers, setup: int, mem: Memories, stream: str) -> _Program
         zero if l2 else t.hbm.astype(float),
         payload if l2 and not write else zero,
         payload if l2 and write else zero,
+        delay=np.full(len(payload), float(latency)),
     )
 
 

@@ -3,12 +3,11 @@
 A fixed sample of the example networks' layers, one of each kind of work the model
 describes differently (a 7x7 stride-2 stem, 3x3 and 1x1 convolutions on Alg. 3 share groups,
 a share group with fewer input steps than members, a strided 1x1, pooling, depthwise
-convolutions at both strides, an expansion 1x1, a fully connected layer): each is solved by
-the integer program and its winner simulated. ``benchmarks/bench_fidelity.py`` measures
-every layer of every example network; this holds the sample where the whole networks stand
-today (issue 15's per-layer 10 % and network 3 % targets). Left out, because they still miss:
-MobileNetV2's projection 1x1 layers on Alg. 3 (the model adds a member's forwarded tiles to
-its memory stream; the simulator overlaps them: up to 15 % apart).
+convolutions at both strides, an expansion 1x1, projection 1x1s whose forwarded tiles run
+beside a memory-bound stream, one with a short last step, a fully connected layer): each is
+solved by the integer program and its winner simulated. ``benchmarks/bench_fidelity.py``
+measures every layer of every example network; this holds the sample where the whole
+networks stand today (issue 15's per-layer 10 % and network 3 % targets).
 """
 
 from __future__ import annotations
@@ -34,7 +33,9 @@ SAMPLE = {
     "mobilenetv2": (
         "features.1.conv.0.0",
         "features.2.conv.1.0",
+        "features.4.conv.2",
         "features.8.conv.0.0",
+        "features.8.conv.2",
         "features.15.conv.1.0",
     ),
 }

@@ -312,3 +312,24 @@ def test_first_tiles_wait_their_round_trip_after_their_bytes(manticore, delta_o)
     starts = [s[2] for s in r.trace.spans if s[0] == "cluster" and s[4] == "compute"]
     assert a.tasks >= manticore.clusters
     assert min(starts) >= manticore.hbm_latency_cycles + served
+
+
+@pytest.mark.parametrize("output_depth", [1, 2])
+def test_a_layer_ends_a_round_trip_after_its_last_stored_bytes(manticore, output_depth):
+    """A write is done when its acknowledgement is back, and the last store has nothing in
+    flight beside it to hide that: the layer ends no earlier than one round trip after the
+    HBM has taken every cluster's last output tile, single- or double-buffered (a store
+    costed as the longer of its transfer and its round trip ended the global pool's 128
+    tiny stores a round trip after its last compute, as if they took no time)."""
+    layer = Layer("gap", "avgpool", 7, 7, 1280, 1280, 7, 7, groups=1280)
+    mapping = Mapping(
+        "output_stack", delta_o=10, tile=Tile(in_c=8), buffers=Buffers(output_depth=output_depth)
+    )
+    r = simulate(layer, mapping, manticore, trace=True)
+    a = analyze(layer, mapping, manticore)
+    assert a.tasks == manticore.clusters
+    last_compute = max(s[3] for s in r.trace.spans if s[0] == "cluster" and s[4] == "compute")
+    stored = manticore.clusters * a.buffer_tile_words["output"] * a.word_bytes
+    served = stored / manticore.hbm_bytes_per_cycle
+    assert r.cycles >= last_compute + served + manticore.hbm_latency_cycles
+    assert r.cycles == pytest.approx(a.cycles, rel=0.05)

@@ -71,7 +71,8 @@ from autotune.version import __version__
 #: named by the layer's placement and prefetch too.
 #: 5: the simulator waits the first tiles' round trip after their transfer (a trial's
 #: simulated cycles changed).
-SPACE_VERSION = 5
+#: 6: a store's round trip passes after its bytes (a trial's simulated cycles changed).
+SPACE_VERSION = 6
 
 #: The simulator as refinement calls it:
 #: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``.
