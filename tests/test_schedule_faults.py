@@ -167,14 +167,22 @@ def _normal(path: Path) -> dict[str, Any]:
 LAYOUT_CHOICE = re.compile(r"^plan\.tensors\[\d+\]\.offset$")
 
 
+#: A mapping is a choice too: one the search ranks equal to its winner (every figure the same
+#: under the model, which the audit re-derives, and under the simulator, which it runs again)
+#: is as optimal a claim as the original, e.g. a one-wave layer's output single- or
+#: double-buffered when both fit the same bank-aligned bytes.
+MAPPING_CHOICE = re.compile(r"^layers\[\d+\]\.mapping\.")
+
+
 def _harmless(edited: Path, reference: dict[str, Any], path: str, new: Any) -> bool:
     """The edited file reads to the original schedule (informational fields aside), the edit
-    moved an L2 tensor to another sound place, or it only left out an optional claim and
-    everything else is as it was."""
+    moved an L2 tensor to another sound place or chose another mapping the audit found
+    equal in every figure, or it only left out an optional claim and everything else is as
+    it was."""
     normal = _normal(edited)
     if normal == reference:
         return True
-    if LAYOUT_CHOICE.match(path):
+    if LAYOUT_CHOICE.match(path) or MAPPING_CHOICE.match(path):
         return {p: v for p, v in normal.items() if p != path} == {
             p: v for p, v in reference.items() if p != path
         }

@@ -184,11 +184,18 @@ def test_a_plan_whose_layers_were_refined_is_restated_and_audits(tuned, manticor
     prefetch = plan.prefetch_bytes(r.layer.name)
     space = search_space(r.layer, manticore, batch)
     ranked = top_k(space, manticore, "fp32", "latency", 8, placement=placement)
-    other = next(m for m in (space.decode(k) for k in ranked) if m != r.mapping)
+
+    def predicted(mapping):
+        return analyze(r.layer, mapping, manticore, "fp32", batch, placement=placement)
+
+    # the next mapping the model ranks slower (ties would restate the plan's figures unchanged)
+    other = next(
+        m for m in (space.decode(k) for k in ranked) if predicted(m).cycles != r.predicted.cycles
+    )
     changed = replace(
         r,
         mapping=other,
-        predicted=analyze(r.layer, other, manticore, "fp32", batch, placement=placement),
+        predicted=predicted(other),
         simulated=simulate(r.layer, other, manticore, "fp32", batch, placement, prefetch),
         verified=None,
         ilp_simulated_cycles=r.simulated.cycles,
