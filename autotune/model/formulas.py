@@ -782,23 +782,36 @@ def spread_load_cycles(
     loaders: Value,
     per_group: Value,
     spacing: Value,
+    clusters: Value,
+    each_bytes: Value,
 ) -> Value:
     """Cycles of one of ``loaders`` clusters loading ``nbytes`` from ``level``
-    while the others between them load nothing: the first ``per_group`` of every aligned
+    while the others between them load no input: the first ``per_group`` of every aligned
     ``spacing`` clusters (Alg. 3's members that load an input step), ``shared_bytes`` each on
     average. Its DMA port; each uplink above it at the share of the loaders below that uplink
     (``min(below, per_group)`` under a link with fewer clusters below than a group, ``below x
     per_group / spacing`` under a larger one); the memory's share of all loaders. Shared
     fairly, a link or memory that is the bottleneck finishes the largest load only when it has
     carried all of them: their average sets the shared terms. An L2 load does not cross the
-    root's uplink."""
+    root's uplink.
+
+    The group starts together, so the rest of it takes its first tiles meanwhile too, over
+    the same links: each of the ``clusters`` active ones its ``each_bytes`` (a filter tile),
+    and a subtree that holds the loaders and members that do not load, but not the whole
+    group, takes a step from the ring of the next subtree."""
     terms = [ops.cdiv(nbytes * k.port_cycles_per_byte_scaled, SCALE)]
     for depth, (below, per_byte) in enumerate(k.uplinks):
         if level == "l2" and depth == len(k.uplinks) - 1:
             continue
         groups = ops.cdiv(per_group * below, spacing)
         sharing = ops.min(ops.max(groups, ops.min(per_group, below)), loaders)
-        terms.append(ops.cdiv(ops.mul(shared_bytes, sharing) * per_byte, SCALE))
+        ring = ops.mul(
+            ops.min(1, ops.max(0, below - per_group)), ops.min(1, ops.max(0, spacing - below))
+        )
+        carried = ops.mul(shared_bytes, sharing + ring) + ops.mul(
+            ops.min(clusters, below), each_bytes
+        )
+        terms.append(ops.cdiv(carried * per_byte, SCALE))
     share = StreamRates(ops, k, loaders, 0)  # the memory's share of ``loaders`` streams
     memory = share["hbm"] if level == "hbm" else share["l2_share"]
     terms.append(ops.cdiv(ops.mul(shared_bytes, memory), SCALE))
@@ -890,6 +903,7 @@ class Loads:
     opening: Stream  # the first tile of every stream, double- or single-buffered
     lead_opening: Stream  # the same for the member that loads the first input step itself
     lead_in_bytes: Value  # that member's first input step
+    lead_first: Stream  # its double-buffered first tiles (``first`` for that member)
 
 
 def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
@@ -966,6 +980,7 @@ def load_streams(
         plus(first, first_single),
         plus(lead, lead_single),
         lead_in,
+        lead,
     )
 
 
@@ -1103,7 +1118,10 @@ def dma_cycles(
         (rest.payload + work.forwarded_words * k.word_bytes) * k.port_cycles_per_byte_scaled,
         SCALE,
     )
-    overlapped = ops.max(stream_cycles(ops, k, rates, rest), floor, port) + overhead
+    # The set-ups are the engine's work: a core programs the next transfer while the one
+    # before moves its bytes, so they add to the engine's own time (the port's beats, or the
+    # chain of round trips that paces a small buffer), not to a transfer the memory slows.
+    overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
     round_trips = ops.mul(2 - q.input_buffer_depth, work.steps) * k.round_trip("input")
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
@@ -1128,9 +1146,12 @@ def dma_cycles(
         loaders,
         per_group,
         q.share_group,
+        sched.active,
+        ops.min(l1.tile_words["filter"] * k.word_bytes, work.filter_words * k.word_bytes),
     )
     first = ops.max(first, ops.mul(lead_flag, lead))
-    prologue = first + first_overhead
+    first_port = ops.cdiv(loads.lead_first.payload * k.port_cycles_per_byte_scaled, SCALE)
+    prologue = ops.max(first, first_port + first_overhead)
     handover: Value = 0
     # They meet in the HBM, which serves reads and writes together; to and from the L2 the
     # store goes up the tree while the tiles come down, on links of their own direction.

@@ -39,12 +39,16 @@ class L1Plan:
         """Tiles of ``tile_bytes`` a stream can have in flight while one is computed on.
 
         A double buffer of exactly two tiles gives 1; the report's 16 KiB buffer for small
-        filter slices gives hundreds. Single buffers give 0 (their loads serialise).
+        filter slices gives hundreds. Single buffers give 0 (their loads serialise). The
+        tile computed on may be the largest (a whole step), so the bytes in flight are the
+        buffer's beyond that one; tiles of the average size (``tile_bytes``, shorter when
+        the last step is) fit them more often, as the model's Little's law has it in bytes.
         """
         tile = np.maximum(np.asarray(tile_bytes, dtype=float), 1.0)
         if self.depth[operand] < 2:
             return np.zeros_like(tile)
-        return np.maximum(1.0, (self.allocated_bytes[operand] - tile) / tile)
+        in_flight = self.allocated_bytes[operand] - max(self.tile_bytes[operand], 1)
+        return np.maximum(1.0, in_flight / tile)
 
 
 def plan_l1(grid: TaskGrid, machine: Machine, word_bytes: int) -> L1Plan:

@@ -206,6 +206,29 @@ AGREEMENT = {
         1,
         False,
     ),
+    # MobileNetV2's features.15.conv.2: while four members of each group of 64 load the four
+    # steps, the other members of their L2 quadrant take their first filter tiles and a step
+    # from the next quadrant's ring over the same uplink (the model without them: 0.92x).
+    "shared, the group's first tiles share the uplinks": (
+        Layer("p", "conv", 7, 7, 960, 160),
+        _shared(3, 64, Tile(out_h=4, in_c=256)),
+        1,
+        False,
+    ),
+    # A partial-width band: each input step is 64 2D transfers, whose set-ups the engine does
+    # while the memory serves the bytes (the model added them after: 1.10x).
+    "shared, set-ups under the transfer": (
+        Layer("p", "conv", 56, 56, 144, 24),
+        Mapping(
+            "output_stack_shared",
+            delta_o=6,
+            share_group=4,
+            tile=Tile(out_h=7, out_w=14, in_c=64),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+        ),
+        1,
+        False,
+    ),
     "fc+epilogue": (
         dataclasses.replace(Layer.fc("fc", 7, 7, 512, 1024), epilogue=BIAS_RESIDUAL_RELU),
         Mapping(
