@@ -6,8 +6,8 @@ a share group with fewer input steps than members, a strided 1x1, pooling, depth
 convolutions at both strides, an expansion 1x1, projection 1x1s whose forwarded tiles run
 beside a memory-bound stream, one with a short last step, a fully connected layer): each is
 solved by the integer program and its winner simulated. ``benchmarks/bench_fidelity.py``
-measures every layer of every example network; this holds the sample where the whole
-networks stand today (issue 15's per-layer 10 % and network 3 % targets).
+measures every layer of every example network; this holds the sample to issue 15's targets:
+every layer within 10 %, 95 % of them within 5 %, the whole within 3 %.
 """
 
 from __future__ import annotations
@@ -74,4 +74,4 @@ def test_the_sample_as_a_whole_is_within_three_percent():
     simulated = sum(s for _, s in pairs)
     assert model / simulated == pytest.approx(1.0, abs=0.03)
     within_five = sum(abs(m / s - 1) <= 0.05 for m, s in pairs)
-    assert within_five >= 0.8 * len(pairs)
+    assert within_five >= 0.95 * len(pairs)
