@@ -131,6 +131,11 @@ def _shared(delta_o: int, share_group: int, tile: Tile) -> Mapping:
     )
 
 
+def _batch_one(layer: Layer, mapping: Mapping) -> tuple[Layer, Mapping, int, bool]:
+    """A case of one image whose main memory is not the bound."""
+    return layer, mapping, 1, False
+
+
 #: Per kind: a layer, a mapping of many tasks, the batch, and whether main memory bounds it
 #: (HBM saturated). The kinds without weights move much and compute little; the
 #: softmax and the global pool are latency-bound (few words per task).
@@ -166,58 +171,41 @@ AGREEMENT = {
         1,
         False,
     ),
-    "shared, steps < members, double": (
-        Layer("c1", "conv", 14, 14, 1024, 256),
-        _shared(4, 64, Tile(out_h=7, in_c=64)),
-        1,
-        False,
+    "shared, steps < members, double": _batch_one(
+        Layer("c1", "conv", 14, 14, 1024, 256), _shared(4, 64, Tile(out_h=7, in_c=64))
     ),
     # A MobileNetV2 projection (features.8.conv.2): a member's forwarded tiles cross its port
     # beside the memory stream that bounds it (the model added them after it: 1.10x).
-    "shared, forwarded beside a memory-bound stream": (
-        Layer("p", "conv", 14, 14, 384, 64),
-        _shared(4, 16, Tile(out_h=2, in_c=192)),
-        1,
-        False,
+    "shared, forwarded beside a memory-bound stream": _batch_one(
+        Layer("p", "conv", 14, 14, 384, 64), _shared(4, 16, Tile(out_h=2, in_c=192))
     ),
     # features.15.conv.1.0: a depthwise stack loads one filter tile per output channel, not
     # one per step and output channel (the model's set-ups were twice the simulator's).
-    "depthwise, one filter tile per output": (
+    "depthwise, one filter tile per output": _batch_one(
         Layer("dw", "conv", 7, 7, 960, 960, 3, 3, pad_h=1, pad_w=1, groups=960),
         Mapping("output_stack", delta_o=4, tile=Tile(in_c=2), buffers=DOUBLE),
-        1,
-        False,
     ),
     # ResNet-50's layer1.1.conv1 on 64 one-channel stacks: each small filter tile waits
     # behind a 25 KB input step in the one read engine, a round trip each (the model
     # without that wait: 0.75x the simulator).
-    "shared, filter tiles behind input steps": (
-        Layer("q", "conv", 56, 56, 256, 64),
-        _shared(1, 64, Tile(out_h=28, in_c=4)),
-        1,
-        False,
+    "shared, filter tiles behind input steps": _batch_one(
+        Layer("q", "conv", 56, 56, 256, 64), _shared(1, 64, Tile(out_h=28, in_c=4))
     ),
     # MobileNetV2's features.4.conv.2: three steps (64, 64, 16 channels) for 16 members; the
     # three loaders' first tiles share the L3 uplink at their average, not three whole steps
     # (the model: 1.13x).
-    "shared, steps < members, a short last step": (
-        Layer("p", "conv", 28, 28, 144, 32),
-        _shared(2, 16, Tile(out_h=4, in_c=64)),
-        1,
-        False,
+    "shared, steps < members, a short last step": _batch_one(
+        Layer("p", "conv", 28, 28, 144, 32), _shared(2, 16, Tile(out_h=4, in_c=64))
     ),
     # MobileNetV2's features.15.conv.2: while four members of each group of 64 load the four
     # steps, the other members of their L2 quadrant take their first filter tiles and a step
     # from the next quadrant's ring over the same uplink (the model without them: 0.92x).
-    "shared, the group's first tiles share the uplinks": (
-        Layer("p", "conv", 7, 7, 960, 160),
-        _shared(3, 64, Tile(out_h=4, in_c=256)),
-        1,
-        False,
+    "shared, the group's first tiles share the uplinks": _batch_one(
+        Layer("p", "conv", 7, 7, 960, 160), _shared(3, 64, Tile(out_h=4, in_c=256))
     ),
     # A partial-width band: each input step is 64 2D transfers, whose set-ups the engine does
     # while the memory serves the bytes (the model added them after: 1.10x).
-    "shared, set-ups under the transfer": (
+    "shared, set-ups under the transfer": _batch_one(
         Layer("p", "conv", 56, 56, 144, 24),
         Mapping(
             "output_stack_shared",
@@ -226,8 +214,6 @@ AGREEMENT = {
             tile=Tile(out_h=7, out_w=14, in_c=64),
             buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
         ),
-        1,
-        False,
     ),
     "fc+epilogue": (
         dataclasses.replace(Layer.fc("fc", 7, 7, 512, 1024), epilogue=BIAS_RESIDUAL_RELU),
