@@ -31,6 +31,12 @@ Alg. 5's outer loop; the others run one):
     cycles = max(phases x phase + store_tail, memory_floor)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
 
+An ``output_stack`` mapping whose input and filter buffers are double loads each task's
+successor's first tiles beside it instead (``follower_cycles``): with two waves or more,
+the first task's prologue, then the first task carrying the second's first tiles, the
+followers each carrying the next one's (no prologue, no round trip of their own), and the
+last carrying none.
+
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
 as its largest task: remainders cost a whole wave, as on the machine. Waves run in lockstep,
 so a wave's double-buffered stores leave while the next wave's first tiles arrive: that
@@ -1035,6 +1041,9 @@ class DmaCycles:
     overlapped: Value
     exposed: Value
     handover: Value  # the previous wave's double-buffered store slowing this prologue
+    steady: Value  # ``overlapped`` of a task that loads the next one's first tiles beside it
+    first: Value  # ``overlapped`` of a cluster's first task when it loads the second's tiles
+    last: Value  # ``overlapped`` of a cluster's last task when the one before loaded its tiles
 
 
 def dma_cycles(
@@ -1121,7 +1130,8 @@ def dma_cycles(
     # The set-ups are the engine's work: a core programs the next transfer while the one
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
-    overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
+    engine = ops.max(floor, port) + overhead
+    overlapped = ops.max(stream_cycles(ops, k, rates, rest), engine)
     round_trips = ops.mul(2 - q.input_buffer_depth, work.steps) * k.round_trip("input")
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
@@ -1166,7 +1176,34 @@ def dma_cycles(
         # input step itself while the others' tiles come round the ring.
         lead_opening = stream_cycles(ops, k, rates, loads.lead_opening)
         handover = ops.mul(overlaps, ops.min(with_store - opening, lead_opening))
-    return DmaCycles(prologue, overlapped, exposed, handover)
+    # A task after the first on its cluster loads the next one's first tiles beside its
+    # stream (``follower_cycles``), from its start, as the store of the task before (and the
+    # residual read of its second slot) leaves: a burst of traffic. Other tiles are in
+    # flight now, so their round trip overlaps their transfer (the first task's cannot):
+    # they are in after the slower of their round trip plus the engine's beats and set-ups
+    # and their share of the memory beside the burst.
+    behind = ops.mul(q.output_buffer_depth - 1, stores)
+    burst = scaled(ops, behind, store)
+    if residual is not None:
+        burst = plus(burst, scaled(ops, early, residual))
+    next_tiles = ops.max(
+        k.start_latency_cycles + first_port + first_overhead,
+        stream_cycles(ops, k, rates, plus(loads.first, burst)),
+    )
+    everything = plus(plus(loads.first, loads.rest), burst)
+    steady = ops.max(
+        overlapped,
+        next_tiles,
+        stream_cycles(ops, k, rates, everything),
+    )
+    # The first task has no store before it, the last loads no next tiles.
+    opening_tiles = ops.max(
+        k.start_latency_cycles + first_port + first_overhead,
+        stream_cycles(ops, k, rates, plus(loads.first, loads.rest)),
+    )
+    first_task = ops.max(overlapped, opening_tiles)
+    last = ops.max(overlapped, stream_cycles(ops, k, rates, plus(loads.rest, burst)))
+    return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
@@ -1232,6 +1269,36 @@ def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_sto
     )
 
 
+def follower_cycles(
+    ops: Ops, q: Quantities, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value
+) -> tuple[Value, Value, Value]:
+    """(whether a cluster's tasks load the next one's first tiles, how long such a task lasts
+    after its first tiles are in, what the cluster's last task adds to the first one's
+    stream). An ``output_stack`` task whose
+    input and filter buffers are double leaves a slot of each free in its last step, and the
+    next task's first tiles load into them beside it (the report's buffers let "data
+    transfers by the DMA engine run fully in background", Sec. 2.1.2; the stream does not
+    stop between tasks): a cluster's tasks after the first start with no prologue, and each
+    task but the last carries the next one's first tiles (``dma_cycles``: ``steady``). Not
+    for Alg. 3,
+    whose few loaders per group would then load every step of a group beside its stream
+    over their quadrant's links (a contention this model does not describe), nor for
+    multicast waves or ``input_parallel`` (which prefetches its input batch apart)."""
+    double = q.input_buffer_depth - 1
+    if k.has_filters:
+        double = ops.mul(double, q.filter_buffer_depth - 1)
+    stacks = ops.choose(q.algorithm, [1, 0, 0])
+    prefetch = ops.mul(ops.mul(double, stacks), 1 - q.multicast)
+    steady = ops.max(compute, dma.steady) + dma.exposed + exposed_store
+    # The first task carries the second's first tiles with no store before it, the last
+    # carries no next tiles: what the two add to the first task's own stream (in ``task``)
+    # and a follower.
+    own = ops.max(compute, dma.overlapped)
+    first = ops.max(compute, dma.first)
+    last = ops.max(compute, dma.last) + dma.exposed + exposed_store
+    return prefetch, steady, first - own + last - steady
+
+
 def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
     """``input_parallel``: each phase ends with the tree reduction of the ``active`` private
     stacks level by level and one store of the stack (Sec. 3.1.3); 0 for the others. The
@@ -1281,13 +1348,25 @@ def phases_cycles(
     reduction: Value,
     store_tail: Value,
     handover: Value,
+    follower: tuple[Value, Value, Value] = (0, 0, 0),
 ) -> Value:
     """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
     lasts as long as its largest task, and every wave but the first starts while the one
-    before stores (``dma_cycles``)."""
-    wave_starts = ops.mul(sched.waves, task)
-    if not (isinstance(handover, int) and handover == 0):
-        wave_starts = wave_starts + ops.mul(sched.waves - 1, handover)
+    before stores (``dma_cycles``); or, where the tasks prefetch their followers' first tiles
+    (``follower_cycles``: a 0/1 flag, such a task's time and the last one's), the first
+    wave's task, the followers, and the last wave's task."""
+    prefetch, follower_task, last_extra = follower
+    later = task if isinstance(handover, int) and handover == 0 else task + handover
+    wave_starts = task
+    if isinstance(prefetch, int) and prefetch == 0:
+        wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
+    else:
+        # With two waves or more: the first wave's prologue and the first task carrying the
+        # second's first tiles, the followers carrying the next ones' (``follower_task``),
+        # and the last carrying none (``last_extra``: what the first and the last add).
+        pipelined = ops.mul(prefetch, ops.min(1, sched.waves - 1))
+        waves = ops.mul(sched.waves - 1, ops.choose(prefetch, [later, follower_task]))
+        wave_starts = wave_starts + waves + ops.mul(pipelined, last_extra)
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
@@ -1472,10 +1551,12 @@ def evaluate(
     residual = residual_stream(ops, q, k, work, sched)
     dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store)
     compute = compute_cycles(ops, k, work)
-    task = task_cycles(ops, k, compute, dma, exposed_store_cycles(ops, q, k, store, rates))
+    exposed_store = exposed_store_cycles(ops, q, k, store, rates)
+    task = task_cycles(ops, k, compute, dma, exposed_store)
+    follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, rates)
-    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover)
+    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower)
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes

@@ -69,7 +69,7 @@ class Work:
 
 
 #: Kinds of background transfer, each with its own flow per cluster.
-KINDS = ("store", "load")
+KINDS = ("store", "load", "next", "stream")
 #: The kind of the prefetch's flow: one flow, on the slot after the clusters' ``KINDS``.
 PREFETCH = "prefetch"
 
@@ -441,7 +441,10 @@ class _Run:
             moving_bg = self.bg_left > 0
             self.bg_left[moving_bg] -= bg_rate[moving_bg] * dt
             for slot in np.flatnonzero(moving_bg & (t_bg <= dt + slack)).tolist():
-                self._finish_background(slot)
+                # A transfer that an agent resumed by an earlier one of this list started in
+                # the same slot, now, has its bytes still to move.
+                if self.bg_start[slot] < self.t:
+                    self._finish_background(slot)
             for a in np.flatnonzero(self.working & (t_agent <= dt + slack)).tolist():
                 self._finish_work(a)
                 self._advance(a)

@@ -37,6 +37,18 @@ tiles stream with the round trip inside their own time (several in flight). The 
 input step is a whole one (``in_c`` slices) even when the task's average step is shorter
 (only the last may be).
 
+**The next task's first tiles** (``output_stack`` with double input and filter buffers). A
+task's last step leaves a slot of each buffer free, and the report's buffers let "data
+transfers by the DMA engine run fully in background" (Sec. 2.1.2): a cluster loads its next
+task's first tiles beside the stream (the "next" track), so only its first task waits for a
+prologue, and the others' round trips are inside their transfer, as in a stream. The
+stream's own later tiles are then a transfer of their own too (the "stream" track), paced
+by their round-trip chains and engine (``_ProgramPart.pace``), and the compute does not
+wait for each byte as in one Work: a burst of other traffic (a wave's stores, the next
+tiles) delays the task only when its loads fall behind its compute as a whole. Alg. 3
+groups and multicast waves keep a prologue per task (``model.formulas.follower_cycles``
+says why).
+
 **Memories.** Each stream (input, weights, residual, output) is loaded from or stored to
 the memory its ``Placement`` names (``memory``): an L2 transfer waits the L2's round trip
 instead of the HBM's and is routed to the L2. A prologue that loads its input tile from
@@ -140,6 +152,9 @@ class _ProgramPart:
     #: The part of ``own`` that is a pure wait, no bytes moving: the first tiles' round trip
     #: (nothing is in flight before them, so it cannot overlap their transfer).
     delay: np.ndarray | None = None
+    #: The uncontended time of the part's transfers alone, without its compute (a stream's
+    #: round-trip chains and engine; ``_Tasks.stream``).
+    pace: np.ndarray | None = None
 
 
 class _Tasks:
@@ -153,11 +168,13 @@ class _Tasks:
         peer: np.ndarray,
         parts: dict[str, _ProgramPart],
         store_blocking: bool,
+        streams_behind: bool = False,
     ) -> None:
         self.net, self.width = net, width
         self.cluster, self.peer = cluster, peer
         self.arrays = parts
         self.store_blocking = store_blocking
+        self.streams_behind = streams_behind
 
     def part(self, t: int, name: str) -> MemberShare:
         """Task ``t``'s share of program part ``name`` (scalars read on demand: only the
@@ -230,7 +247,7 @@ class _Tasks:
     def background(self) -> set[str]:
         """Parts that run behind the program: a double-buffered store and the residual read
         of its second slot, input prefetches."""
-        return {"prefetch"} | (set() if self.store_blocking else {"store", "residual"})
+        return {"prefetch", "next"} | (set() if self.store_blocking else {"store", "residual"})
 
     def sequence(self, items: list[list[int] | _Chunk]) -> Iterator[Instr]:
         """An agent's items in order: per task its prologue, stream and store (a prefetch of
@@ -241,7 +258,15 @@ class _Tasks:
             if isinstance(item, _Chunk):
                 yield item.work
                 continue
-            yield from self.timed("load", "load", item)
+            ahead = self.arrays.get("next")
+            if ahead is not None:
+                yield WaitTransfer("next")  # this task's first tiles, loaded by the task before
+            if self.arrays["load"].own_agent[item[0]] > 0:
+                yield from self.timed("load", "load", item)
+            if ahead is not None:
+                moving = tuple(p for p in self.work("", "next", item).parts if p.bytes > 0)
+                if moving:
+                    yield StartTransfer("next", "next", moving)
             if "prefetch" in self.arrays:
                 yield WaitTransfer("load")  # the input prefetched by the last task
                 if self.arrays["prefetch"].bytes[item[0]] > 0:
@@ -249,7 +274,7 @@ class _Tasks:
             residual = "residual" in self.arrays and self.arrays["residual"].bytes[item[0]] > 0
             if residual and not self.store_blocking:
                 yield StartTransfer("load", "residual", self.work("", "residual", item).parts)
-            yield self.work("compute", "stream", item)
+            yield from self.stream(item)
             if residual:
                 if self.store_blocking:
                     yield from self.timed("residual", "residual", item)
@@ -257,6 +282,34 @@ class _Tasks:
                     yield WaitTransfer("load")
             if "store" in self.arrays:
                 yield from self.store(item)
+
+    def stream(self, tasks: list[int]) -> Iterator[Instr]:
+        """The tasks' compute beside the loads of their later tiles. With ``streams_behind``
+        the loads are a transfer of their own, paced by the stream's uncontended time (its
+        round-trip chains and engine), and the compute does not wait for each byte as it
+        would in one Work: a double buffer holds a step ahead, so a burst of other traffic
+        that slows the loads for a while (a wave's stores, the next tiles) delays the
+        compute only when the loads fall behind it as a whole. The task ends when both are
+        done."""
+        whole = self.work("compute", "stream", tasks)
+        if not self.streams_behind:
+            yield whole
+            return
+        pace = self.arrays["stream"].pace
+        assert pace is not None
+        moving = tuple(
+            replace(p, own=float(pace[t]))
+            for p, t in zip(whole.parts, tasks, strict=True)
+            if p.bytes > 0
+        )
+        if moving:
+            yield StartTransfer("stream", "stream", moving)
+        compute = tuple(
+            MemberShare(p.cluster, 0.0, None, p.compute, p.compute) for p in whole.parts
+        )
+        yield Work("compute", max(p.compute for p in compute), compute)
+        if moving:
+            yield WaitTransfer("stream")
 
     def store(self, tasks: list[int]) -> Iterator[Instr]:
         if self.arrays["store"].bytes[tasks[0]] <= 0:
@@ -470,19 +523,10 @@ def stack_runs(
     st_load, st_l2, st_hbm = mem.split(
         ("input", h * in_rest, h * in_rest * in_occ), ("weights", f_rest, f_rest * f_occ)
     )
+    stream_args = (steps - 1, in_unit, in_eng, in_window, n_f - 1, f_eng + lat_w, f_eng, k_f)
     st = _ProgramPart(
         in_rest + f_rest,
-        stream_own(
-            costs.compute,
-            steps - 1,
-            in_unit,
-            in_eng,
-            in_window,
-            n_f - 1,
-            f_eng + lat_w,
-            f_eng,
-            k_f,
-        ),
+        stream_own(costs.compute, *stream_args),
         np.zeros(0),
         costs.compute,
         st_load,
@@ -509,6 +553,11 @@ def stack_runs(
                 ("weights", carried_f, carried_f * f_occ),
             )
     parts = dict(load=pro, stream=st, store=_tile_part(out, setup, mem, "output"))
+    buffers = grid.mapping.buffers
+    double = buffers.input_depth == 2 and (buffers.filter_depth == 2 or not np.any(f_tile > 0))
+    if double and not multicast and not shared:
+        parts["next"] = _prefetched(pro, _next_on_cluster(slot, c_total))
+        st.pace = stream_own(np.zeros_like(in_tile), *stream_args)
     if grid.layer.epilogue.residual:
         # The output tile's region of the residual operand: one read, costed as the store
         # (set-ups, beats, round trip). Every task reads its own (never multicast).
@@ -525,6 +574,7 @@ def stack_runs(
         peer,
         parts,
         grid.mapping.buffers.output_depth == 1,
+        streams_behind=st.pace is not None,
     )
 
     n_agents = c_total // g
@@ -539,6 +589,41 @@ def stack_runs(
         yield from tasks.drain(items)
 
     return g, [RunSpec(None, lambda: [program(s) for s in seqs])]
+
+
+def _next_on_cluster(slot: np.ndarray, clusters: int) -> np.ndarray:
+    """Per task, the task its cluster runs next (the slot a wave later; -1: none)."""
+    by_slot = np.full(int(slot.max()) + clusters + 1, -1, dtype=np.int64)
+    by_slot[slot] = np.arange(len(slot))
+    return by_slot[slot + clusters]
+
+
+#: The fields of a prologue that move with it to the task that loads it.
+_MOVED = ("bytes", "own", "compute", "load", "store", "peer", "beats", "hbm", "l2_load", "l2_store")
+
+
+def _prefetched(prologue: _ProgramPart, nxt: np.ndarray) -> _ProgramPart:
+    """Per task, the prologue of the task its cluster runs next (``nxt``, -1: none), which
+    it loads in the background beside its stream; those prologues are then empty. A task's
+    last input step and filter tile leave a slot of each double buffer free, and the report's
+    buffers let "data transfers by the DMA engine run fully in background" (Sec. 2.1.2): the
+    stream does not stop between the tasks of a cluster. The round trip is inside the
+    transfer's time, as in a stream."""
+    has = nxt >= 0
+    after = np.where(has, nxt, 0)
+
+    def moved(values: np.ndarray) -> np.ndarray:
+        return np.where(has, values[after], 0.0)
+
+    fields = _MOVED
+    ahead = _ProgramPart(**{f: moved(getattr(prologue, f)) for f in fields}, own_agent=np.zeros(0))
+    emptied = np.zeros(len(has), dtype=bool)
+    emptied[nxt[has]] = True
+    for f in fields:
+        setattr(prologue, f, np.where(emptied, 0.0, getattr(prologue, f)))
+    if prologue.delay is not None:
+        prologue.delay = np.where(emptied, 0.0, prologue.delay)
+    return ahead
 
 
 def _round_trip(

@@ -142,7 +142,16 @@ class SimResult:
         return path
 
 
-_PIDS = {"cluster": 1, "store": 2, "load": 3, "hbm": 4, "l2": 5, "prefetch": 6}
+_PIDS = {
+    "cluster": 1,
+    "store": 2,
+    "load": 3,
+    "hbm": 4,
+    "l2": 5,
+    "prefetch": 6,
+    "next": 7,
+    "stream": 8,
+}
 
 
 def trace_pid(track: str) -> int:
@@ -150,7 +159,13 @@ def trace_pid(track: str) -> int:
     return _PIDS[track]
 
 
-_TRACKS = {"cluster": "clusters", "store": "background stores", "load": "input prefetches"}
+_TRACKS = {
+    "cluster": "clusters",
+    "store": "background stores",
+    "load": "input prefetches",
+    "next": "next tasks' first tiles",
+    "stream": "streamed tiles",
+}
 
 
 def trace_events(result: SimResult) -> dict[str, Any]:

@@ -72,7 +72,10 @@ from autotune.version import __version__
 #: 5: the simulator waits the first tiles' round trip after their transfer (a trial's
 #: simulated cycles changed).
 #: 6: a store's round trip passes after its bytes (a trial's simulated cycles changed).
-SPACE_VERSION = 6
+#: 7: output stacks load the next task's first tiles beside the stream, and transfers an
+#: agent restarts in the event that ends others of the same kind are no longer ended with
+#: them (a trial's simulated cycles changed).
+SPACE_VERSION = 7
 
 #: The simulator as refinement calls it:
 #: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``.
