@@ -40,6 +40,10 @@ Label = str | int
 ItemCaps = Mapping[tuple[Label, ...], tuple[int, str]]
 
 
+#: The refusal of an input nested deeper than ``MAX_YAML_DEPTH``.
+TOO_DEEP = f"nested more than {MAX_YAML_DEPTH} levels deep (MAX_YAML_DEPTH, see 'Input limits')"
+
+
 class _BoundedComposer(Composer):
     """PyYAML's composer in one recursive method that counts as it composes.
 
@@ -128,10 +132,7 @@ class _BoundedComposer(Composer):
             return node
         self._depth += 1
         if self._depth > MAX_YAML_DEPTH:
-            self._refuse(
-                f"nested more than {MAX_YAML_DEPTH} levels deep "
-                f"(MAX_YAML_DEPTH, see 'Input limits')"
-            )
+            self._refuse(TOO_DEEP)
         sequence = isinstance(event, _SequenceStart)
         kind = SequenceNode if sequence else MappingNode
         if tag is None or tag == "!":
@@ -224,6 +225,10 @@ def load_yaml(
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        if "nesting depth" in str(getattr(exc, "problem", "")):
+            # libyaml's scanner (as PyYAML 6.0.4 ships it) reads ahead of the composer and
+            # stops at its own depth of 1000 before this module sees the 33rd level.
+            raise InputError(path, TOO_DEEP + where) from None
         raise InputError(path, f"not valid YAML{where}") from None
     except (ValueError, TypeError):  # an explicit tag on a value it cannot convert: !!int x
         raise InputError(path, "not valid YAML: a value does not fit its explicit tag") from None
