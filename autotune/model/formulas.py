@@ -1130,8 +1130,7 @@ def dma_cycles(
     # The set-ups are the engine's work: a core programs the next transfer while the one
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
-    engine = ops.max(floor, port) + overhead
-    overlapped = ops.max(stream_cycles(ops, k, rates, rest), engine)
+    overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
     round_trips = ops.mul(2 - q.input_buffer_depth, work.steps) * k.round_trip("input")
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
@@ -1186,10 +1185,8 @@ def dma_cycles(
     burst = scaled(ops, behind, store)
     if residual is not None:
         burst = plus(burst, scaled(ops, early, residual))
-    next_tiles = ops.max(
-        k.start_latency_cycles + first_port + first_overhead,
-        stream_cycles(ops, k, rates, plus(loads.first, burst)),
-    )
+    in_flight = k.start_latency_cycles + first_port + first_overhead
+    next_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, burst)))
     everything = plus(plus(loads.first, loads.rest), burst)
     steady = ops.max(
         overlapped,
@@ -1197,10 +1194,7 @@ def dma_cycles(
         stream_cycles(ops, k, rates, everything),
     )
     # The first task has no store before it, the last loads no next tiles.
-    opening_tiles = ops.max(
-        k.start_latency_cycles + first_port + first_overhead,
-        stream_cycles(ops, k, rates, plus(loads.first, loads.rest)),
-    )
+    opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
     first_task = ops.max(overlapped, opening_tiles)
     last = ops.max(overlapped, stream_cycles(ops, k, rates, plus(loads.rest, burst)))
     return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
@@ -1274,16 +1268,15 @@ def follower_cycles(
 ) -> tuple[Value, Value, Value]:
     """(whether a cluster's tasks load the next one's first tiles, how long such a task lasts
     after its first tiles are in, what the cluster's last task adds to the first one's
-    stream). An ``output_stack`` task whose
-    input and filter buffers are double leaves a slot of each free in its last step, and the
-    next task's first tiles load into them beside it (the report's buffers let "data
-    transfers by the DMA engine run fully in background", Sec. 2.1.2; the stream does not
-    stop between tasks): a cluster's tasks after the first start with no prologue, and each
-    task but the last carries the next one's first tiles (``dma_cycles``: ``steady``). Not
-    for Alg. 3,
-    whose few loaders per group would then load every step of a group beside its stream
-    over their quadrant's links (a contention this model does not describe), nor for
-    multicast waves or ``input_parallel`` (which prefetches its input batch apart)."""
+    stream). An ``output_stack`` task whose input and filter buffers are double leaves a
+    slot of each free in its last step, and the next task's first tiles load into them
+    beside it (the report's buffers let "data transfers by the DMA engine run fully in
+    background", Sec. 2.1.2; the stream does not stop between tasks): a cluster's tasks
+    after the first start with no prologue, and each task but the last carries the next
+    one's first tiles (``dma_cycles``: ``steady``). Not for Alg. 3, whose few loaders per
+    group would then load every step of a group beside its stream over their quadrant's
+    links (a contention this model does not describe), nor for multicast waves or
+    ``input_parallel`` (which prefetches its input batch apart)."""
     double = q.input_buffer_depth - 1
     if k.has_filters:
         double = ops.mul(double, q.filter_buffer_depth - 1)

@@ -168,13 +168,11 @@ class _Tasks:
         peer: np.ndarray,
         parts: dict[str, _ProgramPart],
         store_blocking: bool,
-        streams_behind: bool = False,
     ) -> None:
         self.net, self.width = net, width
         self.cluster, self.peer = cluster, peer
         self.arrays = parts
         self.store_blocking = store_blocking
-        self.streams_behind = streams_behind
 
     def part(self, t: int, name: str) -> MemberShare:
         """Task ``t``'s share of program part ``name`` (scalars read on demand: only the
@@ -284,19 +282,18 @@ class _Tasks:
                 yield from self.store(item)
 
     def stream(self, tasks: list[int]) -> Iterator[Instr]:
-        """The tasks' compute beside the loads of their later tiles. With ``streams_behind``
-        the loads are a transfer of their own, paced by the stream's uncontended time (its
+        """The tasks' compute beside the loads of their later tiles. Where the stream has a
+        ``pace`` the loads are a transfer of their own, paced by the stream's uncontended time (its
         round-trip chains and engine), and the compute does not wait for each byte as it
         would in one Work: a double buffer holds a step ahead, so a burst of other traffic
         that slows the loads for a while (a wave's stores, the next tiles) delays the
         compute only when the loads fall behind it as a whole. The task ends when both are
         done."""
         whole = self.work("compute", "stream", tasks)
-        if not self.streams_behind:
+        pace = self.arrays["stream"].pace
+        if pace is None:
             yield whole
             return
-        pace = self.arrays["stream"].pace
-        assert pace is not None
         moving = tuple(
             replace(p, own=float(pace[t]))
             for p, t in zip(whole.parts, tasks, strict=True)
@@ -574,7 +571,6 @@ def stack_runs(
         peer,
         parts,
         grid.mapping.buffers.output_depth == 1,
-        streams_behind=st.pace is not None,
     )
 
     n_agents = c_total // g
@@ -615,11 +611,10 @@ def _prefetched(prologue: _ProgramPart, nxt: np.ndarray) -> _ProgramPart:
     def moved(values: np.ndarray) -> np.ndarray:
         return np.where(has, values[after], 0.0)
 
-    fields = _MOVED
-    ahead = _ProgramPart(**{f: moved(getattr(prologue, f)) for f in fields}, own_agent=np.zeros(0))
+    ahead = _ProgramPart(**{f: moved(getattr(prologue, f)) for f in _MOVED}, own_agent=np.zeros(0))
     emptied = np.zeros(len(has), dtype=bool)
     emptied[nxt[has]] = True
-    for f in fields:
+    for f in _MOVED:
         setattr(prologue, f, np.where(emptied, 0.0, getattr(prologue, f)))
     if prologue.delay is not None:
         prologue.delay = np.where(emptied, 0.0, prologue.delay)
