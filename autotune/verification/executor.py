@@ -132,12 +132,14 @@ class _Content:
     """A region held at ``[start, end)`` words of a buffer (``data``: those words of L1);
     ``pairs`` >= 0 marks an accumulator and counts the (output channel, input channel) pairs
     summed into it. ``running``: a softmax accumulator's maximum and sum per image and pixel
-    (kept beside the arena, as the FP16.32 partial sums are)."""
+    (kept beside the arena, as the FP16.32 partial sums are). ``view``: the same words shaped
+    as the region (made once: blocks read a content many times)."""
 
-    __slots__ = ("start", "end", "region", "pairs", "data", "running")
+    __slots__ = ("start", "end", "region", "pairs", "data", "view", "running")
 
     def __init__(self, start: int, data: np.ndarray, region: Region, pairs: int) -> None:
         self.start, self.end, self.data = start, start + data.size, data
+        self.view = data.reshape(region.shape)
         self.region, self.pairs = region, pairs
         self.running: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -300,8 +302,7 @@ def _load(m: _Machine, op: Load) -> None:
     src = m.tensor(op.src, ("input", "filter"))
     words = op.src.words
     data = buffer.span(op.offset, words, op.src)
-    data.reshape(op.src.shape)[...] = src[op.src.slices]
-    buffer.write(op.offset, data, op.src, -1)
+    buffer.write(op.offset, data, op.src, -1).view[...] = src[op.src.slices]
     m.stats.load_bytes += words * m.wb
 
 
@@ -320,8 +321,7 @@ def _multicast(m: _Machine, op: Multicast) -> None:
     for cluster, offset in op.targets:
         buffer = m.buffer(cluster, op.buffer)
         data = buffer.span(offset, words, op.src)
-        data.reshape(op.src.shape)[...] = block
-        buffer.write(offset, data, op.src, -1)
+        buffer.write(offset, data, op.src, -1).view[...] = block
     m.stats.load_bytes += words * m.wb
     m.stats.multicast_bytes += (len(op.targets) - 1) * words * m.wb
 
@@ -470,12 +470,12 @@ def _conv(m: _Machine, op: Conv) -> None:
             f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
             f"but buffer {op.filter_buffer!r} holds {filt.region}"
         )
-    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0] : i1 - p_ch[0]]
-    w = filt.data.reshape(filt.region.shape)
+    x = patch.view[:, i0 - p_ch[0] : i1 - p_ch[0]]
+    w = filt.view
     if m.acc_dtype != m.dtype:  # FP16.32: fp16 products are exact in fp32, summed in fp32
         x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
     result = conv_block(x, w, op.groups, op.stride, (rows[2], rows[3], cols[2], cols[3]))
-    y = acc.data.reshape(acc.region.shape)[:, o0 - out_ch[0] : o1 - out_ch[0]]
+    y = acc.view[:, o0 - out_ch[0] : o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
     y += result
@@ -494,10 +494,10 @@ def _apply(m: _Machine, op: Apply) -> None:
     patch, acc, rows, cols = block.patch, block.acc, block.rows, block.cols
     (i0, i1), (o0, o1) = op.in_channels, op.out_channels
     p_ch, out_ch = patch.region.box[1], acc.region.box[1]
-    x = patch.data.reshape(patch.region.shape)[:, i0 - p_ch[0] : i1 - p_ch[0]]
+    x = patch.view[:, i0 - p_ch[0] : i1 - p_ch[0]]
     if m.acc_dtype != m.dtype:  # FP16.32: fp16 inputs, fp32 arithmetic
         x = x.astype(m.acc_dtype)
-    tile = acc.data.reshape(acc.region.shape)
+    tile = acc.view
     pads = (rows[2], rows[3], cols[2], cols[3])
     kernel = (layer.kernel_h, layer.kernel_w)
     if kind == "softmax":
@@ -601,8 +601,7 @@ def _combine(kind: str, mine: _Content, theirs: _Content) -> None:
         (peak, total), (their_peak, their_total) = mine.running, theirs.running
         new_peak = np.maximum(peak, their_peak)
         mine_scale, their_scale = np.exp(peak - new_peak), np.exp(their_peak - new_peak)
-        shape = mine.region.shape
-        acc, other = mine.data.reshape(shape), theirs.data.reshape(shape)
+        acc, other = mine.view, theirs.view
         acc *= mine_scale[:, None]
         acc += other * their_scale[:, None]
         total *= mine_scale
@@ -617,7 +616,7 @@ def _epilogue(m: _Machine, content: _Content, region: Region) -> np.ndarray:
     epilogue (``+ bias[c]``, ``+ residual``, the activation) in the accumulation precision,
     rounded once to the storage precision. Reads the epilogue's operands of ``region``."""
     layer, stats = m.layer, m.stats
-    z = content.data.reshape(region.shape)
+    z = content.view
     if content.running is not None:
         z = z / content.running[1][:, None]
     epilogue = layer.epilogue

@@ -46,6 +46,8 @@ def conv_block(
     oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
     if kh == kw == 1:
         cols = x[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
+    elif oh == ow == 1:  # one window (an fc layer's tile): the patch's top-left corner
+        cols = x[:, :, :kh, :kw]
     else:
         s0, s1, s2, s3 = x.strides
         cols = as_strided(
