@@ -18,6 +18,13 @@ simulator (independent of the model) on every layer of the example networks:
 
     python benchmarks/bench_fidelity.py [--networks resnet50,mobilenetv2] [--batch 1,8]
         [--precision fp32,fp64] [--top 50] [--quick [N]] [--random N] [--json out.json]
+        [--plan per-layer|network]
+
+``--plan network`` measures the winners ``autotune tune`` exports by default: each layer's
+mapping at the placement the network plan gives its streams (input, weights, residual,
+output in the chiplet's L2 or the HBM), the model, the simulator and the ranked candidates
+all at that placement (the weights the step prefetches for later layers are left out: they
+are the plan's, not the layer's). ``per-layer`` (the default) measures every stream in HBM.
 
 YOLOv3 also runs on ``mppa3`` in fp16 (what KaNN runs). Layer shapes are solved, ranked and
 simulated once per (machine, precision, batch); simulations are shared by (shape, mapping).
@@ -46,9 +53,13 @@ from autotune.api import solve_network  # noqa: E402
 from autotune.cli.render import stdout as console  # noqa: E402
 from autotune.cli.render import tile_text  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
+from autotune.ir.placement import HBM_ONLY, Placement  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
-from autotune.model.analysis import compulsory_words  # noqa: E402
+from autotune.model.analysis import analyze, compulsory_words  # noqa: E402
+from autotune.plans import plan_applies, plan_network  # noqa: E402
+from autotune.result import step_placement  # noqa: E402
 from autotune.search.exhaustive import ranking  # noqa: E402
+from autotune.search.solve import LayerSolution  # noqa: E402
 from autotune.search.space import search_space  # noqa: E402
 from autotune.sim.result import SimResult  # noqa: E402
 
@@ -123,6 +134,7 @@ class LayerRecord:
     layer: str
     kind: str
     shape: str
+    placement: str  # the streams in L2: i(nput), w(eights), r(esidual), o(utput); "" all HBM
     algorithm: str
     delta_o: int
     tile: str
@@ -148,13 +160,28 @@ class Simulations:
     calls: int = 0
 
     def get(
-        self, layer: Layer, mapping: Mapping, machine: Machine, precision: str, batch: int
+        self,
+        layer: Layer,
+        mapping: Mapping,
+        machine: Machine,
+        precision: str,
+        batch: int,
+        placement: Placement = HBM_ONLY,
     ) -> SimResult:
-        key = (machine.name, precision, batch, layer.shape_key(), mapping)
+        key = (machine.name, precision, batch, layer.shape_key(), mapping, placement)
         if key not in self.results:
             self.calls += 1
-            self.results[key] = simulate(layer, mapping, machine, precision, batch)
+            self.results[key] = simulate(
+                layer, mapping, machine, precision, batch, placement=placement
+            )
         return self.results[key]
+
+
+def placement_text(placement: Placement) -> str:
+    """The streams a placement keeps in L2, one letter each (input, weights, residual,
+    output); empty when everything is in HBM."""
+    streams = ("input", "weights", "residual", "output")
+    return "".join(name[0] for name in streams if getattr(placement, name) == "l2")
 
 
 def shape_text(layer: Layer) -> str:
@@ -185,16 +212,19 @@ def rank_agreement(
     batch: int,
     top: int,
     sims: Simulations,
+    placement: Placement = HBM_ONLY,
 ) -> tuple[float, int, int, int]:
     """Spearman's rho between model and simulated cycles over the model's ``top`` best
     candidates, how many there were, how many distinct model cycles they have, and the fewest
     simulated cycles among them: the search trusts the model's order, not only its winner,
     and a poor order matters only as far as a better candidate was passed over."""
     space = search_space(layer, machine, batch)
-    best = [b for b in ranking(space, machine, precision, "latency", top) if b.index]
+    ranked = ranking(space, machine, precision, "latency", top, placement=placement)
+    best = [b for b in ranked if b.index]
     model = [b.values["cycles"] for b in best]
     simulated = [
-        sims.get(layer, space.decode(b.index), machine, precision, batch).cycles for b in best
+        sims.get(layer, space.decode(b.index), machine, precision, batch, placement).cycles
+        for b in best
     ]
     return spearman(model, simulated), len(best), len(set(model)), min(simulated)
 
@@ -208,37 +238,51 @@ def measure_network(
     sims: Simulations,
     processes: int = 1,
     progress: Callable[[str], None] | None = None,
+    plan: str = "per-layer",
 ) -> list[LayerRecord]:
-    """Solve ``network`` with the integer program and measure every layer (each distinct
-    shape once; repeated shapes get the first one's figures under their own name)."""
+    """Solve ``network`` with the integer program (``plan="network"``: within the network
+    plan, each layer at its planned placement) and measure every layer (each distinct shape
+    and placement once; repeated ones get the first one's figures under their own name)."""
     if machine.chiplets != 1:
         raise ValueError(f"machine {machine.name!r}: the fidelity benchmark ranks one chiplet")
-    options = TuneOptions(precision=precision, batch=batch, processes=processes)
-    solutions = solve_network(network, machine, options)
+    options = TuneOptions(precision=precision, batch=batch, processes=processes, plan=plan)
+    solutions: Sequence[LayerSolution]
+    placements: dict[str, Placement] = {}
+    if plan == "network" and plan_applies(network, machine):
+        planned = plan_network(network, machine, options)
+        solutions = planned.solutions
+        placements = {
+            sol.layer.name: step_placement(planned.plan, sol.layer.name)[0] for sol in solutions
+        }
+    else:
+        solutions = solve_network(network, machine, options)
     done: dict[tuple[object, ...], LayerRecord] = {}
     records = []
     for sol in solutions:
         layer, mapping = sol.layer, sol.mapping
-        key = layer.shape_key()
+        placement = placements.get(layer.name, HBM_ONLY)
+        key = (layer.shape_key(), placement)
         if key not in done:
             if progress:
                 progress(layer.name)
-            sim = sims.get(layer, mapping, machine, precision, batch)
+            sim = sims.get(layer, mapping, machine, precision, batch, placement)
             rho, count, distinct, sim_best = rank_agreement(
-                layer, machine, precision, batch, top, sims
+                layer, machine, precision, batch, top, sims, placement
             )
             bound = bound_cycles(layer, machine, precision, batch)
+            model = analyze(layer, mapping, machine, precision, batch, placement=placement)
             done[key] = LayerRecord(
                 layer=layer.name,
                 kind=layer.kind,
                 shape=shape_text(layer),
+                placement=placement_text(placement),
                 algorithm=winner_text(mapping),
                 delta_o=mapping.delta_o,
                 tile=tile_text(mapping),
                 search_status=sol.search.status,
-                model_cycles=sol.analysis.cycles,
+                model_cycles=model.cycles,
                 sim_cycles=sim.cycles,
-                ratio=sol.analysis.cycles / sim.cycles,
+                ratio=model.cycles / sim.cycles,
                 rank_rho=None if math.isnan(rho) else rho,
                 rank_candidates=count,
                 rank_model_distinct=distinct,
@@ -330,14 +374,16 @@ def pct(value: float) -> str:
 
 
 def run_title(run: dict) -> str:
-    return f"{run['network']} on {run['machine']}, {run['precision']}, batch {run['batch']}"
+    title = f"{run['network']} on {run['machine']}, {run['precision']}, batch {run['batch']}"
+    return title + (", network plan" if run.get("plan") == "network" else "")
 
 
 def print_layers(run: dict) -> None:
     """The per-layer table; breakdown parts as % of the simulated cycles."""
     table = Table(title=run_title(run), box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("layer", "shape", "winner", "tile", "model", "sim", "model/sim"):
-        table.add_column(name, justify="left" if name in ("layer", "shape", "winner") else "right")
+    for name in ("layer", "shape", "in L2", "winner", "tile", "model", "sim", "model/sim"):
+        left = name in ("layer", "shape", "in L2", "winner")
+        table.add_column(name, justify="left" if left else "right")
     table.add_column("rho distinct/top", justify="right")
     table.add_column("sim/best", justify="right")
     for part in PARTS:
@@ -353,6 +399,7 @@ def print_layers(run: dict) -> None:
         table.add_row(
             r.layer,
             r.shape,
+            r.placement,
             f"{r.algorithm} d{r.delta_o}",
             r.tile,
             f"{r.model_cycles:,}",
@@ -495,6 +542,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=1, help="solver processes")
     parser.add_argument("--json", type=Path, default=None, help="write all figures here")
     parser.add_argument("--no-layers", action="store_true", help="summary tables only")
+    parser.add_argument(
+        "--plan",
+        choices=("per-layer", "network"),
+        default="per-layer",
+        help="per-layer: every stream in HBM; network: the network plan's placements",
+    )
     return parser.parse_args(argv)
 
 
@@ -540,10 +593,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             print(f"  {net.name}: {name}", file=sys.stderr, flush=True)
 
         records = measure_network(
-            net, machine, precision, batch, top, sims, args.processes, progress
+            net, machine, precision, batch, top, sims, args.processes, progress, args.plan
         )
         run = dict(
             network=net.name,
+            plan=args.plan,
             machine=machine_name,
             precision=precision,
             batch=batch,

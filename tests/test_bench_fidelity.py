@@ -10,9 +10,12 @@ import sys
 from types import ModuleType
 
 import pytest
+import yaml
 
 from autotune import Layer, Machine, Network
+from autotune.io.network_yaml import parse_network
 from tests.conftest import ROOT
+from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
 
 
 def _load_bench() -> ModuleType:
@@ -113,3 +116,20 @@ def test_random_network_is_seeded() -> None:
     a, b = bench.random_network(12, seed=3), bench.random_network(12, seed=3)
     assert a == b and len(a.layers) == 12
     assert a != bench.random_network(12, seed=4)
+
+
+def test_network_plan_measures_each_layer_at_its_placement(manticore) -> None:
+    """``--plan network``: the winners ``tune`` exports by default, each measured (model,
+    simulator, ranked candidates) with its streams where the plan keeps them."""
+    net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
+    planned = bench.measure_network(
+        net, manticore, "fp32", 1, 3, bench.Simulations(), plan="network"
+    )
+    alone = bench.measure_network(net, manticore, "fp32", 1, 3, bench.Simulations())
+    assert [r.layer for r in planned] == [r.layer for r in alone]
+    assert all(r.placement == "" for r in alone)
+    in_l2 = [r for r in planned if r.placement]
+    assert in_l2 and set("".join(r.placement for r in in_l2)) <= set("iwro")
+    for r in planned:
+        assert r.ratio == pytest.approx(r.model_cycles / r.sim_cycles)
+        assert 1 <= r.rank_candidates <= 3

@@ -855,6 +855,35 @@ def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Va
     return ops.choose(rates.multicast, [plain_stream_cycles(ops, k, rates, stream), shared])
 
 
+def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, down: Stream, up: Stream) -> Value:
+    """Cycles of one cluster's loads (``down``) and stores (``up``) at once. The tree's links
+    carry each direction on wires of their own, so each direction alone takes its share of
+    them (``stream_cycles``); what both cross is the cluster's DMA port (the read and write
+    engines "share one master port", report Sec. 1) and each memory, which serves reads and
+    writes together: the HBM's share and the L2's share of the bytes of both. With every
+    cluster streaming, the HBM's share is the path's (the root's uplink is as wide as the
+    HBM), so an HBM-only burst costs the sum of its bytes as before; an L2 one (the L2 is
+    faster than a direction of the tree) costs the slower direction. A multicast wave's
+    distinct bytes are costed together as before."""
+    both = plus(down, up)
+    terms = [
+        stream_cycles(ops, k, rates, down),
+        stream_cycles(ops, k, rates, up),
+        ops.cdiv(ops.mul(both.payload, k.port_cycles_per_byte_scaled), SCALE),
+    ]
+    if both.hbm_bytes is not None:
+        if k.has_dma_efficiency:
+            terms.append(ops.cdiv(ops.mul(both.occupied, rates["hbm"]), SCALE * SCALE))
+        else:
+            terms.append(ops.cdiv(ops.mul(both.hbm_bytes, rates["hbm"]), SCALE))
+    if both.l2_bytes is not None:
+        terms.append(ops.cdiv(ops.mul(both.l2_bytes, rates["l2_share"]), SCALE))
+    apart = ops.max(*terms)
+    if not k.can_multicast:
+        return apart
+    return ops.choose(rates.multicast, [apart, stream_cycles(ops, k, rates, both)])
+
+
 def operand_stream(
     ops: Ops, k: Consts, stream: str, nbytes: Value, inverse_efficiency: Value, wave: Value
 ) -> Stream:
@@ -1131,9 +1160,11 @@ def dma_cycles(
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
     overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
-    round_trips = ops.mul(2 - q.input_buffer_depth, work.steps) * k.round_trip("input")
+    # A single-buffered stream waits a round trip per tile, but its first tile's is the
+    # task's start ``L``: the first tiles of every stream load together before compute.
+    round_trips = ops.mul(2 - q.input_buffer_depth, work.steps - 1) * k.round_trip("input")
     if k.has_filters:
-        single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads)
+        single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads - 1)
         round_trips = round_trips + single_filter_loads * k.round_trip("weights")
     exposed = stream_cycles(ops, k, rates, loads.single) + round_trips + exposed_residual
     first = stream_cycles(ops, k, rates, loads.first)
@@ -1181,22 +1212,25 @@ def dma_cycles(
     # flight now, so their round trip overlaps their transfer (the first task's cannot):
     # they are in after the slower of their round trip plus the engine's beats and set-ups
     # and their share of the memory beside the burst.
+    # The store goes up while the loads (and the residual read) come down (``two_way_cycles``).
     behind = ops.mul(q.output_buffer_depth - 1, stores)
     burst = scaled(ops, behind, store)
-    if residual is not None:
-        burst = plus(burst, scaled(ops, early, residual))
+
+    def beside_burst(loaded: Stream) -> Value:
+        down = loaded if residual is None else plus(loaded, scaled(ops, early, residual))
+        return two_way_cycles(ops, k, rates, down, burst)
+
     in_flight = k.start_latency_cycles + first_port + first_overhead
-    next_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, burst)))
-    everything = plus(plus(loads.first, loads.rest), burst)
+    next_tiles = ops.max(in_flight, beside_burst(loads.first))
     steady = ops.max(
         overlapped,
         next_tiles,
-        stream_cycles(ops, k, rates, everything),
+        beside_burst(plus(loads.first, loads.rest)),
     )
     # The first task has no store before it, the last loads no next tiles.
     opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
     first_task = ops.max(overlapped, opening_tiles)
-    last = ops.max(overlapped, stream_cycles(ops, k, rates, plus(loads.rest, burst)))
+    last = ops.max(overlapped, beside_burst(loads.rest))
     return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
 
 

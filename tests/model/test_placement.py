@@ -16,7 +16,16 @@ from autotune.ir.machine import whole_pj
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement, placements
 from autotune.ir.precision import word_bytes
-from autotune.model.formulas import SCALE, consts, evaluate
+from autotune.model.formulas import (
+    SCALE,
+    Stream,
+    StreamRates,
+    consts,
+    evaluate,
+    plus,
+    stream_cycles,
+    two_way_cycles,
+)
 from autotune.model.ops import NumpyOps
 from autotune.search.exhaustive import _variable_values, quantities, ranking
 from autotune.search.objective import VARIABLES
@@ -226,7 +235,9 @@ def test_l2_rates_skip_the_root_uplink_and_share_the_l2():
 def test_an_l2_stream_pays_the_l2_round_trip():
     """One task on one cluster (every rate is the DMA port's, whatever the level), all
     single buffered: the input in the L2 saves the HBM's extra round trip on every input
-    step, the output in the L2 on its store."""
+    step after the first (the first tiles of every stream load together at the task's start,
+    which waits for the filters' round trip from the HBM), the output in the L2 on its
+    store."""
     layer = Layer("c", "conv", 8, 8, 64, 16, 3, 3, pad_h=1, pad_w=1)
     single = Buffers(input_depth=1, filter_depth=1, output_depth=1)
     mapping = Mapping("output_stack", delta_o=16, tile=Tile(in_c=8), buffers=single)
@@ -234,7 +245,7 @@ def test_an_l2_stream_pays_the_l2_round_trip():
     everything_in_hbm = analyze(layer, mapping, MANTICORE)
     steps = 64 // 8
     input_in_l2 = analyze(layer, mapping, MANTICORE, placement=Placement(input="l2"))
-    assert input_in_l2.cycles == everything_in_hbm.cycles - steps * saved
+    assert input_in_l2.cycles == everything_in_hbm.cycles - (steps - 1) * saved
     output_in_l2 = analyze(layer, mapping, MANTICORE, placement=Placement(output="l2"))
     assert output_in_l2.cycles == everything_in_hbm.cycles - saved
 
@@ -309,3 +320,29 @@ def test_l2_placement_on_a_package_is_each_chiplets_own():
         assert found[p].analysis.cycles == alone.analysis.cycles
         assert found[p].search.status == "OPTIMAL"
     assert all(found[p].search.bound is None for p in every[1:-1])
+
+
+@pytest.mark.parametrize("level", ["l2", "hbm"])
+def test_loads_and_stores_share_the_port_and_the_memory_not_the_links(level):
+    """The tree's links carry each direction on wires of their own (as the simulator's
+    routes do); the DMA port and each memory carry both. With every cluster streaming, a
+    store burst beside the loads from the L2 (which serves twice what a direction of the
+    tree carries) costs the slower direction; from the HBM (which serves reads and writes
+    together, as wide as the root's uplink) the sum of both."""
+    layer = Layer("c", "conv", 14, 14, 64, 64, 1, 1)
+    placement = Placement(input=level, output=level)
+    k = consts(layer, MANTICORE, "fp32", 4, 1, placement)
+    ops = NumpyOps()
+    rates = StreamRates(ops, k, MANTICORE.clusters, 0)
+
+    def at_level(nbytes: int) -> Stream:
+        return Stream(l2_bytes=nbytes) if level == "l2" else Stream(hbm_bytes=nbytes)
+
+    down, up = at_level(4096), at_level(3072)
+    alone = [int(stream_cycles(ops, k, rates, s)) for s in (down, up)]
+    together = int(stream_cycles(ops, k, rates, plus(down, up)))
+    burst = int(two_way_cycles(ops, k, rates, down, up))
+    if level == "l2":
+        assert burst == max(alone) < together
+    else:
+        assert burst == together > max(alone)
