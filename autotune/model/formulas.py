@@ -27,7 +27,7 @@ Latency (cycles), per phase (``input_parallel`` runs one phase per stack and bat
 Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
-    task   = L + prologue + max(compute + exposed_dma, overlapped_dma) + after + exposed_store
+    task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
     cycles = max(phases x phase + store_tail, memory_floor)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
 
@@ -48,9 +48,7 @@ DMA port, its fair share of HBM and of each uplink above it when ``active_cluste
 (report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per stream. The first tile of
 each double-buffered stream precedes the first iteration, so nothing hides it (``prologue``:
 the pipeline's fill, paid before compute starts); the rest overlaps compute. Single-buffered
-streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load
-after their first (which loads with the others), while the double-buffered ones go on in the
-background; a residual read that only a single output buffer allows comes ``after`` both;
+streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load;
 each transfer pays the DMA set-up. A task pays ``L`` to start and, unless its output is double
 buffered, ``L`` plus the transfer to store. ``input_parallel`` phases end with the tree
 reduction of Sec. 3.1.3 and one store.
@@ -1065,15 +1063,12 @@ def little_cycles(
 class DmaCycles:
     """DMA time of the largest task: ``prologue`` loads the first tiles before compute can
     start, ``overlapped`` runs under compute (the rest of the double-buffered streams,
-    forwarding, set-ups), ``exposed`` serialises with compute but not with ``overlapped``
-    (single-buffered loads, each paying the round trip: the cores wait for them while the
-    double-buffered streams go on in the background), ``after`` follows both (the residual
-    read of a single output buffer, issued after the last step)."""
+    forwarding, set-ups), ``exposed`` serialises with it (single-buffered loads, each paying
+    the round trip)."""
 
     prologue: Value
     overlapped: Value
     exposed: Value
-    after: Value
     handover: Value  # the previous wave's double-buffered store slowing this prologue
     steady: Value  # ``overlapped`` of a task that loads the next one's first tiles beside it
     first: Value  # ``overlapped`` of a cluster's first task when it loads the second's tiles
@@ -1164,16 +1159,14 @@ def dma_cycles(
     # The set-ups are the engine's work: a core programs the next transfer while the one
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
-    # Every load of the task crosses the cluster's share, whichever its buffering.
-    all_loads = stream_cycles(ops, k, rates, plus(rest, loads.single))
-    overlapped = ops.max(all_loads, ops.max(floor, port) + overhead)
+    overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
     # A single-buffered stream waits a round trip per tile, but its first tile's is the
     # task's start ``L``: the first tiles of every stream load together before compute.
     round_trips = ops.mul(2 - q.input_buffer_depth, work.steps - 1) * k.round_trip("input")
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads - 1)
         round_trips = round_trips + single_filter_loads * k.round_trip("weights")
-    exposed = stream_cycles(ops, k, rates, loads.single) + round_trips
+    exposed = stream_cycles(ops, k, rates, loads.single) + round_trips + exposed_residual
     first = stream_cycles(ops, k, rates, loads.first)
     # Alg. 3 moves in lockstep: a group starts when its first member, which loads a whole
     # input step itself (the others' come round the ring), has its first tiles. Only the
@@ -1238,9 +1231,7 @@ def dma_cycles(
     opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
     first_task = ops.max(overlapped, opening_tiles)
     last = ops.max(overlapped, beside_burst(loads.rest))
-    return DmaCycles(
-        prologue, overlapped, exposed, exposed_residual, handover, steady, first_task, last
-    )
+    return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
@@ -1295,13 +1286,13 @@ def exposed_store_cycles(
 
 def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value) -> Value:
     """The largest task: ``L`` (the slower round trip of its first loads) and the first
-    tiles to start, compute and the single-buffered loads it waits for overlapped with the
-    rest of the double-buffered streams, then what cannot overlap (module docstring)."""
+    tiles to start, compute overlapped with the rest of the double-buffered streams, then what
+    cannot overlap (module docstring)."""
     return (
         k.start_latency_cycles
         + dma.prologue
-        + ops.max(compute + dma.exposed, dma.overlapped)
-        + dma.after
+        + ops.max(compute, dma.overlapped)
+        + dma.exposed
         + exposed_store
     )
 
@@ -1325,14 +1316,13 @@ def follower_cycles(
         double = ops.mul(double, q.filter_buffer_depth - 1)
     stacks = ops.choose(q.algorithm, [1, 0, 0])
     prefetch = ops.mul(ops.mul(double, stacks), 1 - q.multicast)
-    busy = compute + dma.exposed  # 0 exposed: such a task's loads are double-buffered
-    steady = ops.max(busy, dma.steady) + dma.after + exposed_store
+    steady = ops.max(compute, dma.steady) + dma.exposed + exposed_store
     # The first task carries the second's first tiles with no store before it, the last
     # carries no next tiles: what the two add to the first task's own stream (in ``task``)
     # and a follower.
-    own = ops.max(busy, dma.overlapped)
-    first = ops.max(busy, dma.first)
-    last = ops.max(busy, dma.last) + dma.after + exposed_store
+    own = ops.max(compute, dma.overlapped)
+    first = ops.max(compute, dma.first)
+    last = ops.max(compute, dma.last) + dma.exposed + exposed_store
     return prefetch, steady, first - own + last - steady
 
 
@@ -1613,7 +1603,7 @@ def evaluate(
         "compute_cycles": compute,
         "prologue_dma_cycles": dma.prologue,
         "overlapped_dma_cycles": dma.overlapped,
-        "exposed_dma_cycles": dma.exposed + dma.after,
+        "exposed_dma_cycles": dma.exposed,
         "reduction_cycles": ops.mul(sched.phases, reduction),  # over all phases
         "input_load_words": traffic.input_load_words,
         "filter_load_words": traffic.filter_load_words,
