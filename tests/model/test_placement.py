@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze
+from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
 from autotune.ir.machine import whole_pj
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement, placements
@@ -346,3 +346,15 @@ def test_loads_and_stores_share_the_port_and_the_memory_not_the_links(level):
         assert burst == max(alone) < together
     else:
         assert burst == together > max(alone)
+
+
+@pytest.mark.parametrize("placement", [HBM_ONLY, Placement(input="l2", weights="l2", output="l2")])
+def test_next_tiles_beside_the_store_agree_with_the_simulator(placement):
+    """MobileNetV2's 7x7 depthwise layer as its network plan maps it: tiny tasks whose store
+    burst goes up while the next task's tiles come down. Within issue 15's bound for every
+    layer (10 %; in L2 it was 54 % off while the burst was charged as if both went one way)."""
+    layer = Layer("dw7", "conv", 7, 7, 960, 960, 3, 3, pad_h=1, pad_w=1, groups=960)
+    mapping = Mapping("output_stack", tile=Tile(in_c=1), buffers=Buffers(output_depth=2))
+    a = analyze(layer, mapping, MANTICORE, placement=placement)
+    r = simulate(layer, mapping, MANTICORE, placement=placement)
+    assert a.fits and r.cycles == pytest.approx(a.cycles, rel=0.10)
