@@ -37,17 +37,18 @@ tiles stream with the round trip inside their own time (several in flight). The 
 input step is a whole one (``in_c`` slices) even when the task's average step is shorter
 (only the last may be).
 
+**Double-buffered streams** (Alg. 1-3 with double input and filter buffers). The report's
+buffers let "data transfers by the DMA engine run fully in background" (Sec. 2.1.2): a
+task's later tiles are a transfer of their own (the "stream" track), paced by their
+round-trip chains and engine (``_ProgramPart.pace``), and the compute does not wait for each
+byte as in one Work: a burst of other traffic (a wave's stores, the residual read, the next
+tiles) delays the task only when its loads fall behind its compute as a whole.
+
 **The next task's first tiles** (``output_stack`` with double input and filter buffers). A
-task's last step leaves a slot of each buffer free, and the report's buffers let "data
-transfers by the DMA engine run fully in background" (Sec. 2.1.2): a cluster loads its next
-task's first tiles beside the stream (the "next" track), so only its first task waits for a
-prologue, and the others' round trips are inside their transfer, as in a stream. The
-stream's own later tiles are then a transfer of their own too (the "stream" track), paced
-by their round-trip chains and engine (``_ProgramPart.pace``), and the compute does not
-wait for each byte as in one Work: a burst of other traffic (a wave's stores, the next
-tiles) delays the task only when its loads fall behind its compute as a whole. Alg. 3
-groups and multicast waves keep a prologue per task (``model.formulas.follower_cycles``
-says why).
+task's last step leaves a slot of each buffer free: a cluster loads its next task's first
+tiles beside the stream (the "next" track), so only its first task waits for a prologue,
+and the others' round trips are inside their transfer, as in a stream. Alg. 3 groups and
+multicast waves keep a prologue per task (``model.formulas.follower_cycles`` says why).
 
 **Memories.** Each stream (input, weights, residual, output) is loaded from or stored to
 the memory its ``Placement`` names (``memory``): an L2 transfer waits the L2's round trip
@@ -554,6 +555,7 @@ def stack_runs(
     double = buffers.input_depth == 2 and (buffers.filter_depth == 2 or not np.any(f_tile > 0))
     if double and not multicast and not shared:
         parts["next"] = _prefetched(pro, _next_on_cluster(slot, c_total))
+    if double and not multicast:
         st.pace = stream_own(np.zeros_like(in_tile), *stream_args)
     if grid.layer.epilogue.residual:
         # The output tile's region of the residual operand: one read, costed as the store

@@ -75,7 +75,9 @@ from autotune.version import __version__
 #: 7: output stacks load the next task's first tiles beside the stream, and transfers an
 #: agent restarts in the event that ends others of the same kind are no longer ended with
 #: them (a trial's simulated cycles changed).
-SPACE_VERSION = 7
+#: 8: Alg. 3's double-buffered streams are a transfer of their own, as Alg. 1/2's (a trial's
+#: simulated cycles changed).
+SPACE_VERSION = 8
 
 #: The simulator as refinement calls it:
 #: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``.
