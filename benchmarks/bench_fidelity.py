@@ -53,9 +53,9 @@ from autotune.api import solve_network  # noqa: E402
 from autotune.cli.render import stdout as console  # noqa: E402
 from autotune.cli.render import tile_text  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
-from autotune.ir.placement import HBM_ONLY, Placement  # noqa: E402
+from autotune.ir.placement import HBM_ONLY, STREAMS, Placement  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
-from autotune.model.analysis import analyze, compulsory_words  # noqa: E402
+from autotune.model.analysis import compulsory_words  # noqa: E402
 from autotune.plans import plan_applies, plan_network  # noqa: E402
 from autotune.result import step_placement  # noqa: E402
 from autotune.search.exhaustive import ranking  # noqa: E402
@@ -180,8 +180,7 @@ class Simulations:
 def placement_text(placement: Placement) -> str:
     """The streams a placement keeps in L2, one letter each (input, weights, residual,
     output); empty when everything is in HBM."""
-    streams = ("input", "weights", "residual", "output")
-    return "".join(name[0] for name in streams if getattr(placement, name) == "l2")
+    return "".join(name[0] for name in STREAMS if getattr(placement, name) == "l2")
 
 
 def shape_text(layer: Layer) -> str:
@@ -270,7 +269,6 @@ def measure_network(
                 layer, machine, precision, batch, top, sims, placement
             )
             bound = bound_cycles(layer, machine, precision, batch)
-            model = analyze(layer, mapping, machine, precision, batch, placement=placement)
             done[key] = LayerRecord(
                 layer=layer.name,
                 kind=layer.kind,
@@ -280,9 +278,9 @@ def measure_network(
                 delta_o=mapping.delta_o,
                 tile=tile_text(mapping),
                 search_status=sol.search.status,
-                model_cycles=model.cycles,
+                model_cycles=sol.analysis.cycles,  # at the layer's placement
                 sim_cycles=sim.cycles,
-                ratio=model.cycles / sim.cycles,
+                ratio=sol.analysis.cycles / sim.cycles,
                 rank_rho=None if math.isnan(rho) else rho,
                 rank_candidates=count,
                 rank_model_distinct=distinct,

@@ -105,6 +105,7 @@ two memories, and each byte costs its memory's energy. With every stream in HBM
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -855,33 +856,41 @@ def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Va
     return ops.choose(rates.multicast, [plain_stream_cycles(ops, k, rates, stream), shared])
 
 
-def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, down: Stream, up: Stream) -> Value:
-    """Cycles of one cluster's loads (``down``) and stores (``up``) at once. The tree's links
-    carry each direction on wires of their own, so each direction alone takes its share of
-    them (``stream_cycles``); what both cross is the cluster's DMA port (the read and write
-    engines "share one master port", report Sec. 1) and each memory, which serves reads and
-    writes together: the HBM's share and the L2's share of the bytes of both. With every
-    cluster streaming, the HBM's share is the path's (the root's uplink is as wide as the
-    HBM), so an HBM-only burst costs the sum of its bytes as before; an L2 one (the L2 is
+def two_way_cycles(
+    ops: Ops, k: Consts, rates: StreamRates, up: Stream
+) -> Callable[[Stream], Value]:
+    """Cycles of one cluster's loads (the returned function's ``down``) beside its stores
+    ``up``, whose own time is built once for every set of loads asked about. The tree's
+    links carry each direction on wires of their own, so each direction alone takes its
+    share of them (``stream_cycles``); what both cross is the cluster's DMA port (the read
+    and write engines "share one master port", report Sec. 1) and each memory, which serves
+    reads and writes together: the HBM's share and the L2's share of the bytes of both. With
+    every cluster streaming, the HBM's share is the path's (the root's uplink is as wide as
+    the HBM), so an HBM-only burst costs the sum of its bytes as before; an L2 one (the L2 is
     faster than a direction of the tree) costs the slower direction. A multicast wave's
     distinct bytes are costed together as before."""
-    both = plus(down, up)
-    terms = [
-        stream_cycles(ops, k, rates, down),
-        stream_cycles(ops, k, rates, up),
-        ops.cdiv(ops.mul(both.payload, k.port_cycles_per_byte_scaled), SCALE),
-    ]
-    if both.hbm_bytes is not None:
-        if k.has_dma_efficiency:
-            terms.append(ops.cdiv(ops.mul(both.occupied, rates["hbm"]), SCALE * SCALE))
-        else:
-            terms.append(ops.cdiv(ops.mul(both.hbm_bytes, rates["hbm"]), SCALE))
-    if both.l2_bytes is not None:
-        terms.append(ops.cdiv(ops.mul(both.l2_bytes, rates["l2_share"]), SCALE))
-    apart = ops.max(*terms)
-    if not k.can_multicast:
-        return apart
-    return ops.choose(rates.multicast, [apart, stream_cycles(ops, k, rates, both)])
+    up_alone = stream_cycles(ops, k, rates, up)
+
+    def beside(down: Stream) -> Value:
+        both = plus(down, up)
+        terms = [
+            stream_cycles(ops, k, rates, down),
+            up_alone,
+            ops.cdiv(ops.mul(both.payload, k.port_cycles_per_byte_scaled), SCALE),
+        ]
+        if both.hbm_bytes is not None:
+            if k.has_dma_efficiency:
+                terms.append(ops.cdiv(ops.mul(both.occupied, rates["hbm"]), SCALE * SCALE))
+            else:
+                terms.append(ops.cdiv(ops.mul(both.hbm_bytes, rates["hbm"]), SCALE))
+        if both.l2_bytes is not None:
+            terms.append(ops.cdiv(ops.mul(both.l2_bytes, rates["l2_share"]), SCALE))
+        apart = ops.max(*terms)
+        if not k.can_multicast:
+            return apart
+        return ops.choose(rates.multicast, [apart, stream_cycles(ops, k, rates, both)])
+
+    return beside
 
 
 def operand_stream(
@@ -1214,11 +1223,11 @@ def dma_cycles(
     # and their share of the memory beside the burst.
     # The store goes up while the loads (and the residual read) come down (``two_way_cycles``).
     behind = ops.mul(q.output_buffer_depth - 1, stores)
-    burst = scaled(ops, behind, store)
+    beside_store = two_way_cycles(ops, k, rates, scaled(ops, behind, store))
+    read_early = None if residual is None else scaled(ops, early, residual)
 
     def beside_burst(loaded: Stream) -> Value:
-        down = loaded if residual is None else plus(loaded, scaled(ops, early, residual))
-        return two_way_cycles(ops, k, rates, down, burst)
+        return beside_store(loaded if read_early is None else plus(loaded, read_early))
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
