@@ -19,6 +19,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from autotune import interrupts
 from autotune.api import (
     NetworkError,
     WeightsError,
@@ -88,6 +89,7 @@ def refusing(source: Path | None = None) -> Iterator[None]:
     Ctrl-C is one line and exit 130 (the library has left its storage consistent)."""
     try:
         yield
+        interrupts.check()  # a Ctrl-C swallowed where it landed still ends the run
     except KeyboardInterrupt:
         stderr.print("interrupted")
         raise typer.Exit(130) from None
@@ -603,7 +605,8 @@ def main() -> None:
     are one line each."""
     warnings.showwarning = _show_warning
     try:
-        app()
+        with interrupts.latched():
+            app()
     except SystemExit:
         raise
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from autotune import interrupts
 from autotune.api import Progress as ProgressCallback
 from autotune.batching import BatchChoice, SweepResult
 from autotune.graphs.execute import NetworkVerification
@@ -114,6 +115,7 @@ def progress_bar(description: str, total: int) -> Iterator[ProgressCallback]:
         task = bar.add_task(description, total=total, layer="")
 
         def progress(stage: str, name: str) -> None:
+            interrupts.check()  # a step ends: a Ctrl-C swallowed during it ends the run
             bar.update(task, advance=1, layer=f"{stage} {name}")
 
         yield progress

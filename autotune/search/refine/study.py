@@ -31,17 +31,16 @@ import json
 import multiprocessing
 import os
 import signal
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 import optuna
 
+from autotune import interrupts
 from autotune.ir.layer import Layer
 from autotune.ir.machine import STATIC_ENERGY, Machine
 from autotune.ir.mapping import Mapping
@@ -382,9 +381,21 @@ def run_trials(
     not told twice.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
+    with interrupts.latched():
+        _run_until(study, storage, objective, budget, deadline)
+
+
+def _run_until(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage | None,
+    objective: Callable[[optuna.Trial], float],
+    budget: int,
+    deadline: float | None,
+) -> None:
     counted = (*FINISHED, optuna.trial.TrialState.RUNNING)
     seen, since = None, 0.0
     while deadline is None or time.monotonic() < deadline:
+        interrupts.check()
         fail_stale_trials(study)
         trials = study.get_trials(deepcopy=False, states=counted)
         finished = sum(t.state in FINISHED for t in trials)
@@ -413,7 +424,7 @@ def _run_trial(
     propagates, so no trial of this process is left RUNNING."""
     trial = None
     try:
-        with interrupts_deferred(), warnings.catch_warnings():
+        with interrupts.deferred(), warnings.catch_warnings():
             # the heartbeats are this loop's (``heartbeat``), not Study.optimize's
             warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
             trial = study.ask()
@@ -429,7 +440,7 @@ def _run_trial(
         if trial is not None:
             _give_up(study, storage, trial, retry=isinstance(exc, KeyboardInterrupt))
         raise
-    with interrupts_deferred():
+    with interrupts.deferred():
         study.tell(trial, value, state=state, skip_if_finished=True)
 
 
@@ -441,7 +452,7 @@ def _give_up(
 ) -> None:
     """Fail a trial this process will not finish, and queue it again if ``retry``. Should the
     storage fail here too, the trial's heartbeat has stopped: the next run fails it."""
-    with interrupts_deferred():
+    with interrupts.deferred():
         try:
             failed = study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             if retry and storage is not None and failed.state == optuna.trial.TrialState.FAIL:
@@ -457,26 +468,6 @@ def _finished_elsewhere(exc: RuntimeError) -> bool:
     if finished is not None:
         return isinstance(exc, finished)
     return "has already finished" in str(exc)
-
-
-@contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back until the block ends (then raise ``KeyboardInterrupt``), so that a
-    storage write is never cut in half. Only in the main thread with Python's own handler."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        yield
-        return
-    caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if caught:
-            raise KeyboardInterrupt
 
 
 def _interrupt(helpers: Sequence[BaseProcess]) -> None:
