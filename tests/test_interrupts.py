@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 import typer
@@ -30,8 +31,13 @@ def _swallow_an_interrupt() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _quiet_unraisable(monkeypatch: pytest.MonkeyPatch) -> None:
+def _python_handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Python's own SIGINT handler, as in a command-line run (a pytest-xdist worker has its
+    own), and no "Exception ignored" report of the swallowed interrupt."""
     monkeypatch.setattr("sys.unraisablehook", lambda unraisable: None)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_a_swallowed_interrupt_is_raised_at_the_next_check() -> None:
