@@ -1009,11 +1009,16 @@ def load_streams(
     in_bytes, filter_bytes = work.offchip_input_words * w, work.filter_words * w
     first_in = ops.min(l1.tile_words["input"] * w, in_bytes)
     first_filter = ops.min(l1.tile_words["filter"] * w, filter_bytes)
-    double, single = split_streams(ops, q, k, sched, in_bytes, filter_bytes)
-    first, first_single = split_streams(ops, q, k, sched, first_in, first_filter)
     # Alg. 3's first member loads the whole first input step itself, even when its group
     # has more members than steps (slice d goes to member d mod m).
     lead_in = ops.min(l1.tile_words["input"] * w, work.input_words * w)
+    double, _ = split_streams(ops, q, k, sched, in_bytes, filter_bytes)
+    # A single input buffer of Alg. 3 loads from memory, after compute, only the steps after
+    # its first (which the group's prologue loads, ``dma_cycles``); the rest come round the ring.
+    lead_flag = ops.choose(q.algorithm, [0, 1, 0])
+    single_in = in_bytes - ops.mul(lead_flag, ops.min(in_bytes, lead_in))
+    _, single = split_streams(ops, q, k, sched, single_in, filter_bytes)
+    first, first_single = split_streams(ops, q, k, sched, first_in, first_filter)
     lead, lead_single = split_streams(ops, q, k, sched, lead_in, first_filter)
     return Loads(
         first,
@@ -1137,14 +1142,16 @@ def dma_cycles(
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
     step_overhead = ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead)
-    first_overhead = ops.mul(q.input_buffer_depth - 1, step_overhead)
+    first_overhead = step_overhead
     if k.has_filters:
         first_overhead = first_overhead + ops.mul(q.filter_buffer_depth - 1, k.dma_setup_cycles)
     transfers = filter_loads + stores
     # The beats of the input steps after the first (from memory or the ring) and of the filter
     # tiles: what a filter tile waits behind in the engine (``little_cycles``).
+    # (A single input buffer's steps move after compute, ``exposed``, not in that queue.)
     rest_in_bytes = work.input_words * k.word_bytes - loads.lead_in_bytes
-    input_engine = ops.cdiv(rest_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
+    queued_in_bytes = ops.mul(q.input_buffer_depth - 1, rest_in_bytes)
+    input_engine = ops.cdiv(queued_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
     little = little_cycles(ops, q, k, l1, loads, input_engine)
     rest, floor = loads.rest, little
     exposed_residual: Value = 0
@@ -1153,18 +1160,40 @@ def dma_cycles(
         late = stores - early  # 1: read after compute
         rest = plus(rest, scaled(ops, early, residual))
         transfers = transfers + early
-        residual_time = stream_cycles(ops, k, rates, residual) + k.round_trip("residual")
-        floor = ops.max(little, ops.mul(early, residual_time))
+        residual_alone = stream_cycles(ops, k, rates, residual)
+        residual_time = residual_alone + k.round_trip("residual")
+        # A stream paced by its round trips (Little's law) cannot catch up later. While the
+        # early read shares the cluster's bandwidth with it, flow by flow, it moves at half
+        # the share at most (if it demands more) and loses what it would have moved meanwhile:
+        # at demand D = bytes / little and share S, the read lasts 2R / S and the stream
+        # loses 2R / S - R / D.
+        paced = ops.cdiv(ops.mul(residual.payload, little), ops.max(loads.rest.payload, 1))
+        lost = ops.max(0, 2 * residual_alone - paced)
+        floor = ops.max(little + ops.mul(early, lost), ops.mul(early, residual_time))
         exposed_residual = ops.mul(late, residual_time + k.dma_setup_cycles)
     overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
+    # A single input buffer's later steps are issued only after the step before is computed:
+    # their set-ups are serialised with compute too (the first step's are the prologue's).
+    single_steps_overhead = ops.mul(
+        2 - q.input_buffer_depth, ops.mul(work.steps - 1, step_overhead)
+    )
+    overhead = overhead - single_steps_overhead
     # Alg. 3's forwarded tiles cross the port beside the memory stream, not after it: at
     # every step one member of a group loads the step from memory while the others read it
     # from the ring, and the group waits for the slower; summed over the steps, the slower
     # of the memory's share and the port carrying every byte.
+    # A single input buffer holds the step being computed, so the next step can come round
+    # the ring only after it: those forwarded tiles cross the port serialised with compute.
+    # (A member's first step, from the ring when the group has more members than steps,
+    # comes in with the group's first tiles.)
+    forwarded = work.forwarded_words * k.word_bytes
+    later_steps = work.input_words * k.word_bytes - loads.lead_in_bytes
+    serialised = ops.mul(2 - q.input_buffer_depth, ops.min(forwarded, later_steps))
     port = ops.cdiv(
-        (rest.payload + work.forwarded_words * k.word_bytes) * k.port_cycles_per_byte_scaled,
+        (rest.payload + forwarded - serialised) * k.port_cycles_per_byte_scaled,
         SCALE,
     )
+    forwarded_exposed = ops.cdiv(serialised * k.port_cycles_per_byte_scaled, SCALE)
     # The set-ups are the engine's work: a core programs the next transfer while the one
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
@@ -1175,7 +1204,13 @@ def dma_cycles(
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads - 1)
         round_trips = round_trips + single_filter_loads * k.round_trip("weights")
-    exposed = stream_cycles(ops, k, rates, loads.single) + round_trips + exposed_residual
+    exposed = (
+        stream_cycles(ops, k, rates, loads.single)
+        + forwarded_exposed
+        + single_steps_overhead
+        + round_trips
+        + exposed_residual
+    )
     first = stream_cycles(ops, k, rates, loads.first)
     # Alg. 3 moves in lockstep: a group starts when its first member, which loads a whole
     # input step itself (the others' come round the ring), has its first tiles. Only the
@@ -1199,7 +1234,12 @@ def dma_cycles(
         ops.min(l1.tile_words["filter"] * k.word_bytes, work.filter_words * k.word_bytes),
     )
     first = ops.max(first, ops.mul(lead_flag, lead))
-    first_port = ops.cdiv(loads.lead_first.payload * k.port_cycles_per_byte_scaled, SCALE)
+    # (Alg. 3's first step comes in with the first tiles even into a single input buffer.)
+    lead_opening = ops.choose(
+        q.algorithm,
+        [loads.lead_first.payload, loads.lead_opening.payload, loads.lead_first.payload],
+    )
+    first_port = ops.cdiv(lead_opening * k.port_cycles_per_byte_scaled, SCALE)
     prologue = ops.max(first, first_port + first_overhead)
     handover: Value = 0
     # They meet in the HBM, which serves reads and writes together; to and from the L2 the
