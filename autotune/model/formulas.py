@@ -1166,8 +1166,10 @@ def dma_cycles(
         # early read shares the cluster's bandwidth with it, flow by flow, it moves at half
         # the share at most (if it demands more) and loses what it would have moved meanwhile:
         # at demand D = bytes / little and share S, the read lasts 2R / S and the stream
-        # loses 2R / S - R / D.
-        paced = ops.cdiv(ops.mul(residual.payload, little), ops.max(loads.rest.payload, 1))
+        # loses 2R / S - R / D. (R / chain bytes in units of a bus beat: smaller products for
+        # the integer program.)
+        beats = ops.max(ops.cdiv(loads.rest.payload, k.dma_bytes_per_cycle), 1)
+        paced = ops.cdiv(ops.mul(ops.cdiv(residual.payload, k.dma_bytes_per_cycle), little), beats)
         lost = ops.max(0, 2 * residual_alone - paced)
         floor = ops.max(little + ops.mul(early, lost), ops.mul(early, residual_time))
         exposed_residual = ops.mul(late, residual_time + k.dma_setup_cycles)

@@ -183,7 +183,7 @@ def test_a_plan_whose_layers_were_refined_is_restated_and_audits(tuned, manticor
     batch, placement = planned.batch, r.placement
     prefetch = plan.prefetch_bytes(r.layer.name)
     space = search_space(r.layer, manticore, batch)
-    ranked = top_k(space, manticore, "fp32", "latency", 8, placement=placement)
+    ranked = top_k(space, manticore, "fp32", "latency", 64, placement=placement)
 
     def predicted(mapping):
         return analyze(r.layer, mapping, manticore, "fp32", batch, placement=placement)
