@@ -1012,12 +1012,12 @@ def load_streams(
     # Alg. 3's first member loads the whole first input step itself, even when its group
     # has more members than steps (slice d goes to member d mod m).
     lead_in = ops.min(l1.tile_words["input"] * w, work.input_words * w)
-    double, _ = split_streams(ops, q, k, sched, in_bytes, filter_bytes)
     # A single input buffer of Alg. 3 loads from memory, after compute, only the steps after
     # its first (which the group's prologue loads, ``dma_cycles``); the rest come round the ring.
+    # (A double buffer's stream is all of its input: the term is 0 for it.)
     lead_flag = ops.choose(q.algorithm, [0, 1, 0])
-    single_in = in_bytes - ops.mul(lead_flag, ops.min(in_bytes, lead_in))
-    _, single = split_streams(ops, q, k, sched, single_in, filter_bytes)
+    opened = ops.mul(2 - q.input_buffer_depth, ops.mul(lead_flag, ops.min(in_bytes, lead_in)))
+    double, single = split_streams(ops, q, k, sched, in_bytes - opened, filter_bytes)
     first, first_single = split_streams(ops, q, k, sched, first_in, first_filter)
     lead, lead_single = split_streams(ops, q, k, sched, lead_in, first_filter)
     return Loads(
@@ -1189,8 +1189,7 @@ def dma_cycles(
     # (A member's first step, from the ring when the group has more members than steps,
     # comes in with the group's first tiles.)
     forwarded = work.forwarded_words * k.word_bytes
-    later_steps = work.input_words * k.word_bytes - loads.lead_in_bytes
-    serialised = ops.mul(2 - q.input_buffer_depth, ops.min(forwarded, later_steps))
+    serialised = ops.mul(2 - q.input_buffer_depth, ops.min(forwarded, rest_in_bytes))
     port = ops.cdiv(
         (rest.payload + forwarded - serialised) * k.port_cycles_per_byte_scaled,
         SCALE,

@@ -382,36 +382,26 @@ def run_trials(
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     with interrupts.latched():
-        _run_until(study, storage, objective, budget, deadline)
-
-
-def _run_until(
-    study: optuna.Study,
-    storage: optuna.storages.BaseStorage | None,
-    objective: Callable[[optuna.Trial], float],
-    budget: int,
-    deadline: float | None,
-) -> None:
-    counted = (*FINISHED, optuna.trial.TrialState.RUNNING)
-    seen, since = None, 0.0
-    while deadline is None or time.monotonic() < deadline:
-        interrupts.check()
-        fail_stale_trials(study)
-        trials = study.get_trials(deepcopy=False, states=counted)
-        finished = sum(t.state in FINISHED for t in trials)
-        if finished >= budget:
-            return
-        if len(trials) < budget:
-            _run_trial(study, storage, objective)
-            continue
-        # Only trials other processes are running are missing: wait for them while the
-        # study moves (a trial without heartbeats may never be failed as stale).
-        now, state = time.monotonic(), (finished, frozenset(t.number for t in trials))
-        if state != seen:
-            seen, since = state, now
-        elif now - since > PATIENCE_S:
-            return
-        time.sleep(POLL_S)
+        counted = (*FINISHED, optuna.trial.TrialState.RUNNING)
+        seen, since = None, 0.0
+        while deadline is None or time.monotonic() < deadline:
+            interrupts.check()
+            fail_stale_trials(study)
+            trials = study.get_trials(deepcopy=False, states=counted)
+            finished = sum(t.state in FINISHED for t in trials)
+            if finished >= budget:
+                return
+            if len(trials) < budget:
+                _run_trial(study, storage, objective)
+                continue
+            # Only trials other processes are running are missing: wait for them while the
+            # study moves (a trial without heartbeats may never be failed as stale).
+            now, state = time.monotonic(), (finished, frozenset(t.number for t in trials))
+            if state != seen:
+                seen, since = state, now
+            elif now - since > PATIENCE_S:
+                return
+            time.sleep(POLL_S)
 
 
 def _run_trial(
