@@ -288,15 +288,16 @@ def _check_out(path: Path | None, option: str) -> None:
     folder = path.parent
     if not folder.is_dir():
         fail(f"option {option!r}: folder {str(folder)!r} does not exist")
-    if path.is_dir():
-        fail(f"option {option!r}: {str(path)!r} is a folder, not a file name")
     try:
         longest = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError):
         longest = 255
-    # the file is written as a temporary sibling first (".NAME.XXXXXXXX.tmp", then renamed)
+    # the file is written as a temporary sibling first (".NAME.XXXXXXXX.tmp", then renamed);
+    # checked before anything looks the name up (a stat of a too-long name raises)
     if len(os.fsencode(path.name)) + 14 > longest:
         fail(f"option {option!r}: file name {path.name[:40]!r}... is too long for {str(folder)!r}")
+    if path.is_dir():
+        fail(f"option {option!r}: {str(path)!r} is a folder, not a file name")
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass

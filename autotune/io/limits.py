@@ -85,6 +85,44 @@ WORST_WORDS_PER_MAC = 4
 RATE_SCALE = 1000
 
 
+#: Magnitude of any integer a JSON file read back may hold: a figure above the cost range is
+#: no claim the tool could have written, and Python's unbounded integers would reach numpy
+#: and the solver (an overflow deep inside instead of a line naming the field).
+MAX_JSON_INT = COST_LIMIT
+
+
+def check_json_integers(
+    value: object, path: str | Path, field: str = "", layers: list[object] | None = None
+) -> None:
+    """Every integer of a parsed JSON document within +-``MAX_JSON_INT``; the first one
+    outside is refused naming its field (and its layer, under ``layers``)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) > MAX_JSON_INT:
+            layer, rest = _layer_of(field, layers)
+            what = f"integer {value:.3e}" if abs(value) < 10**300 else "an integer of 300+ digits"
+            message = f"{what} is outside +-2**60 (MAX_JSON_INT, see 'Input limits')"
+            raise InputError(path, message, layer=layer, field=rest)
+        return
+    if isinstance(value, (dict, list)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            check_json_integers(item, path, f"{field}.{key}" if field else str(key), layers)
+
+
+def _layer_of(field: str, layers: list[object] | None) -> tuple[str | None, str]:
+    """(layer name, field within it) for a field under ``layers.<i>``, else (None, field)."""
+    parts = field.split(".")
+    if layers is None or len(parts) < 2 or parts[0] != "layers" or not parts[1].isdigit():
+        return None, field
+    entry = layers[int(parts[1])] if int(parts[1]) < len(layers) else None
+    name = entry.get("name") if isinstance(entry, dict) else None
+    if not isinstance(name, str):
+        return f"#{parts[1]}", ".".join(parts[2:])
+    return name, ".".join(parts[2:])
+
+
 def too_large(what: str, value: float, limit: int, name: str, unit: str = "") -> str:
     """The message for ``value`` over ``limit`` (``name``: the constant, as the README lists)."""
     return f"{what} {value}{unit} exceeds the limit of {limit}{unit} ({name}, see 'Input limits')"

@@ -34,6 +34,7 @@ from autotune.io.limits import (
     check_batch,
     check_count,
     check_fits,
+    check_json_integers,
     check_layer,
     check_name,
     read_text_bounded,
@@ -462,6 +463,8 @@ def load(path: str | Path) -> ScheduleFile:
         raise InputError(path, "not valid JSON: nested too deeply") from None
     if not isinstance(raw, dict):
         raise InputError(path, "expected a JSON object")
+    layers = raw.get("layers")
+    check_json_integers(raw, path, layers=layers if isinstance(layers, list) else None)
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
         raise InputError(

@@ -85,6 +85,7 @@ def test_sweep_bad_options_exit_2(tiny_fc_file, tmp_path):
     cases = [
         (["--objective", "speed"], "--objective"),
         (["--out", str(tmp_path / "no" / "s.json")], "--out"),
+        (["--out", str(tmp_path / ("x" * 300 + ".json"))], "too long"),  # a stat raises
         (["--plot", str(tmp_path / "s.xyz")], "--plot"),
         (["--machine", "nosuch"], "nosuch"),
     ]

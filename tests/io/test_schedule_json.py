@@ -153,3 +153,30 @@ def test_a_file_without_the_new_fields_still_loads(saved, tmp_path):
     layer = layer_from_record(schedule.layers[2])
     assert layer == NETWORK.layers[2]
     assert schedule.schema_version == 1
+
+
+@pytest.mark.parametrize(
+    "where, layer, field",
+    [
+        (("layers", 2, "mapping", "buffers", "input"), "plain", "mapping.buffers.input"),
+        (("layers", 0, "shape", "h_in"), "conv", "shape.h_in"),
+        (("totals", "cycles"), None, "totals.cycles"),
+    ],
+)
+@pytest.mark.parametrize("value", [10**400, -(2**61)])
+def test_an_integer_beyond_the_cost_range_is_refused_naming_its_field(
+    saved, tmp_path, where, layer, field, value
+):
+    """Python reads any JSON integer exactly; one past 64 bits used to reach numpy and end
+    in an OverflowError deep in the model instead of a line naming the field."""
+    doc = copy.deepcopy(saved[1])
+    target = doc
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as caught:
+        load(path)
+    assert (caught.value.layer, caught.value.field) == (layer, field)
+    assert "MAX_JSON_INT" in str(caught.value) and "\n" not in str(caught.value)
