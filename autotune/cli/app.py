@@ -601,19 +601,44 @@ def _show_warning(message: Warning | str, *args: object, **kwargs: object) -> No
     warning(str(message))
 
 
+def _is_click_error(exc: BaseException, name: str) -> bool:
+    """Click's exception ``name`` (by class name: typer >= 0.2x carries its own copy of click,
+    older ones use click's, and neither exports the class)."""
+    return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+def _usage_error(exc: Exception) -> NoReturn:
+    """A bad command line click itself found (an unknown option, a value out of its range, a
+    missing argument) in one line like ours, exit 2; bare ``autotune`` or ``autotune tune``
+    prints the help, as click does."""
+    ctx = getattr(exc, "ctx", None)
+    code = int(getattr(exc, "exit_code", 2))
+    if _is_click_error(exc, "NoArgsIsHelpError"):  # typer has printed the help already
+        sys.exit(code)
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    message = getattr(exc, "format_message", lambda: str(exc))()
+    error(f"{message}{where}")
+    sys.exit(code)
+
+
 def main() -> None:
     """Console entry point: run the app, mapping unexpected errors to exit code 1; warnings
     are one line each."""
     warnings.showwarning = _show_warning
     try:
         with interrupts.latched():
-            app()
+            code = app(standalone_mode=False)
     except SystemExit:
         raise
+    except typer.Abort:  # Ctrl-C while click parses the command line
+        stderr.print("interrupted")
+        sys.exit(130)
     except KeyboardInterrupt:
         stderr.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # an internal error: one line, exit 1 (details with AUTOTUNE_DEBUG)
+        if _is_click_error(exc, "UsageError"):
+            _usage_error(exc)
         if os.environ.get("AUTOTUNE_DEBUG"):
             raise
         stderr.print(
@@ -623,3 +648,4 @@ def main() -> None:
             soft_wrap=True,
         )
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -125,3 +125,26 @@ def test_tune_infeasible_exits_2(tmp_path):
     result = runner.invoke(app, ["tune", str(net), "--machine", str(machine)])
     assert result.exit_code == 2
     assert "'big'" in result.output and "smallest footprint" in result.output
+
+
+def test_a_bad_command_line_is_one_line_and_exit_2():
+    """What click itself refuses (an unknown option or command, a value out of an option's
+    range, a missing argument) reads as our own refusals: one line naming it, exit 2 (click
+    draws a five-line box otherwise)."""
+    net = str(EXAMPLES / "alexnet.yaml")
+    cases = [
+        (["tune", net, "--trials", "-3"], "'--trials'"),
+        (["tune", net, "--bogus"], "--bogus"),
+        (["tune"], "'network'"),
+        (["nosuchcommand"], "nosuchcommand"),
+    ]
+    for argv, words in cases:
+        result = subprocess.run(
+            [sys.executable, "-m", "autotune", *argv], capture_output=True, text=True
+        )
+        assert result.returncode == 2, (argv, result.stderr)
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (argv, lines)
+        assert lines[0].startswith("error: ") and "--help" in lines[0]
+    bare = subprocess.run([sys.executable, "-m", "autotune"], capture_output=True, text=True)
+    assert bare.returncode == 2 and bare.stdout.count("Usage") == 1  # the help, once
