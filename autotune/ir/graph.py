@@ -67,6 +67,10 @@ class GraphError(ValueError):
         self.reason = message
         self.producer = producer
 
+    def __reduce__(self) -> tuple[type[GraphError], tuple[str, str, str, str | None]]:
+        """Pickled with its arguments, so that it crosses from a worker process intact."""
+        return (GraphError, (self.op, self.field, self.reason, self.producer))
+
 
 @dataclass(frozen=True)
 class Operator:

@@ -417,3 +417,7 @@ class LayerError(ValueError):
         self.layer = layer
         self.field = field_name
         self.reason = message
+
+    def __reduce__(self) -> tuple[type[LayerError], tuple[str, str, str]]:
+        """Pickled with its arguments, so that it crosses from a worker process intact."""
+        return (LayerError, (self.layer, self.field, self.reason))

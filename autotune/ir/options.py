@@ -41,6 +41,10 @@ class OptionsError(ValueError):
         self.problem = problem
         super().__init__(f"option {option!r}: {problem}")
 
+    def __reduce__(self) -> tuple[type[OptionsError], tuple[str, str]]:
+        """Pickled with its arguments, so that it crosses from a worker process intact."""
+        return (type(self), (self.option, self.problem))
+
 
 @dataclass(frozen=True)
 class TuneOptions:
