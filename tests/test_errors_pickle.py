@@ -9,6 +9,7 @@ import pickle
 
 import pytest
 
+from autotune.io.errors import InputError
 from autotune.ir.graph import GraphError
 from autotune.ir.layer import LayerError
 from autotune.ir.options import OptionsError
@@ -22,6 +23,7 @@ ERRORS = [
     OptionsError("trials", "must be >= 1"),
     StorageError("sqlite:///x.db: not an autotune cache"),
     GraphError("add1", "in", "shapes differ", producer="conv1"),
+    InputError("net.yaml", "must be positive", layer="conv1", field="kernel"),
 ]
 
 

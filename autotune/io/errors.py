@@ -7,8 +7,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from autotune.ir.errors import ArgumentsError
 
-class InputError(ValueError):
+
+class InputError(ArgumentsError, ValueError):
     """A user-supplied file is unreadable or invalid. ``str()`` is one line for the terminal."""
 
     def __init__(

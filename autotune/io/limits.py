@@ -102,7 +102,8 @@ def check_json_integers(
         if abs(value) > MAX_JSON_INT:
             layer, rest = _layer_of(field, layers)
             what = f"integer {value:.3e}" if abs(value) < 10**300 else "an integer of 300+ digits"
-            message = f"{what} is outside +-2**60 (MAX_JSON_INT, see 'Input limits')"
+            bound = f"2**{MAX_JSON_INT.bit_length() - 1}"
+            message = f"{what} is outside +-{bound} (MAX_JSON_INT, see 'Input limits')"
             raise InputError(path, message, layer=layer, field=rest)
         return
     if isinstance(value, (dict, list)):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from autotune.ir.errors import ArgumentsError
 from autotune.ir.layer import out_size
 
 OpKind = Literal[
@@ -53,7 +54,7 @@ Shape = tuple[int, int, int]
 Pair = tuple[int, int]
 
 
-class GraphError(ValueError):
+class GraphError(ArgumentsError, ValueError):
     """An operator that does not fit the graph; names the operator, the field and, for a
     mismatch with the tensor it reads, the producer."""
 
@@ -66,10 +67,6 @@ class GraphError(ValueError):
         self.field = field_name
         self.reason = message
         self.producer = producer
-
-    def __reduce__(self) -> tuple[type[GraphError], tuple[str, str, str, str | None]]:
-        """Pickled with its arguments, so that it crosses from a worker process intact."""
-        return (GraphError, (self.op, self.field, self.reason, self.producer))
 
 
 @dataclass(frozen=True)

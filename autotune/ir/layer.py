@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from autotune.ir.errors import ArgumentsError
+
 LayerKind = Literal["conv", "fc", "maxpool", "avgpool", "add", "activation", "upsample", "softmax"]
 #: Every layer kind, in the order documentation lists them.
 LAYER_KINDS: tuple[str, ...] = get_args(LayerKind)
@@ -409,7 +411,7 @@ def out_size(n_in: int, kernel: int, stride: int, pad: int, ceil_mode: bool, ups
     return out
 
 
-class LayerError(ValueError):
+class LayerError(ArgumentsError, ValueError):
     """A layer's field has a value no layer can have; names the layer and the field."""
 
     def __init__(self, layer: str, field_name: str, message: str) -> None:
@@ -417,7 +419,3 @@ class LayerError(ValueError):
         self.layer = layer
         self.field = field_name
         self.reason = message
-
-    def __reduce__(self) -> tuple[type[LayerError], tuple[str, str, str]]:
-        """Pickled with its arguments, so that it crosses from a worker process intact."""
-        return (LayerError, (self.layer, self.field, self.reason))

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from autotune.ir.errors import ArgumentsError
 from autotune.ir.precision import WORD_BYTES
 
 Objective = Literal["latency", "traffic", "energy"]
@@ -32,7 +33,7 @@ DEFAULT_TRIALS = 24
 MAX_SEED = 2**31 - 1
 
 
-class OptionsError(ValueError):
+class OptionsError(ArgumentsError, ValueError):
     """An option has a value no stage accepts: ``option`` names the field, ``problem`` says
     what is wrong (the command line reports it under its flag, ``--option``)."""
 
@@ -40,10 +41,6 @@ class OptionsError(ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"option {option!r}: {problem}")
-
-    def __reduce__(self) -> tuple[type[OptionsError], tuple[str, str]]:
-        """Pickled with its arguments, so that it crosses from a worker process intact."""
-        return (type(self), (self.option, self.problem))
 
 
 @dataclass(frozen=True)

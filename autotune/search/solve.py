@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.ir.errors import ArgumentsError
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
@@ -29,12 +30,11 @@ DEFAULT_OPTIONS = TuneOptions()
 OBJECTIVE_FIGURE = {"latency": "cycles", "traffic": "offchip_bytes", "energy": "energy"}
 
 
-class InfeasibleError(ValueError):
+class InfeasibleError(ArgumentsError, ValueError):
     """No candidate mapping of the layer fits L1; names the layer and the smallest footprint."""
 
     def __init__(self, layer: str, l1_bytes: int, smallest: int | None) -> None:
         self.layer = layer
-        self.l1_bytes = l1_bytes
         self.smallest = smallest
         found = (
             f"the smallest footprint found is {smallest} B: L1 would need at least {smallest} B"
@@ -42,12 +42,6 @@ class InfeasibleError(ValueError):
             else "no candidate mapping applies"
         )
         super().__init__(f"layer {layer!r}: no mapping fits the {l1_bytes} B of L1; {found}")
-
-    def __reduce__(self) -> tuple[type[InfeasibleError], tuple[str, int, int | None]]:
-        """Pickled with its own arguments: raised in a worker of a parallel solve, it reaches
-        the caller as itself (the default rebuilds it from the message alone and fails,
-        breaking the whole process pool)."""
-        return (InfeasibleError, (self.layer, self.l1_bytes, self.smallest))
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,6 @@ class StorageError(OptionsError):
     def __init__(self, problem: str) -> None:
         super().__init__("storage", problem)
 
-    def __reduce__(self) -> tuple[type[StorageError], tuple[str]]:  # type: ignore[override]
-        return (StorageError, (self.problem,))
-
 
 class StorageWarning(UserWarning):
     """The default cache cannot be written: this run keeps its studies in memory."""
