@@ -6,12 +6,14 @@ the garbage collector frees a session), the interpreter prints "Exception ignore
 and carries on: the run would finish as if Ctrl-C had never been pressed. While
 :func:`latched` is in force (the command line holds it for the whole run), the handler also
 remembers the interrupt, and :func:`check` (called between trials and between a run's
-steps) raises it again.
+steps) raises it again; the interpreter's "Exception ignored" report of that swallowed
+interrupt is dropped (it is not lost, so the report would only be noise on stderr).
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +26,15 @@ def _remember(signum: int, frame: FrameType | None) -> None:
     """SIGINT handler: remember the interrupt, then raise it as Python's own handler does."""
     _pending.set()
     signal.default_int_handler(signum, frame)
+
+
+def _quiet_if_remembered(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook`` under :func:`latched`: an interrupt swallowed in a finaliser
+    is remembered (:func:`check` raises it again), so its report is left out; any other
+    unraisable error is reported as before."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _pending.is_set():
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _ours(handler: object) -> bool:
@@ -43,11 +54,14 @@ def latched() -> Iterator[None]:
         yield
         return
     _pending.clear()
+    previous_hook = sys.unraisablehook
     signal.signal(signal.SIGINT, _remember)
+    sys.unraisablehook = _quiet_if_remembered
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous_hook
 
 
 def check() -> None:
