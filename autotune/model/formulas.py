@@ -159,6 +159,9 @@ class Quantities:
     #: DMA engine cycles of one image's input step beyond its payload at the port: a set-up
     #: per 2D transfer, idle ends of the runs' last beats (``quantities.dma_overhead_cycles``)
     input_step_dma_overhead: Value
+    #: The DMA engine's cycles per byte (x SCALE) of the output tile's transfers (the
+    #: store's and the residual read's): set-ups and whole beats per run
+    output_engine_scaled: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
     #: SCALE / DMA read efficiency of the residual tile's runs (those of the output store)
     residual_inverse_efficiency: Value
@@ -1153,6 +1156,8 @@ def dma_cycles(
     queued_in_bytes = ops.mul(q.input_buffer_depth - 1, rest_in_bytes)
     input_engine = ops.cdiv(queued_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
     little = little_cycles(ops, q, k, l1, loads, input_engine)
+    # the stream's own time at its pace (P / D) and alone at the share (P / S), single values
+    pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))
     rest, floor = loads.rest, little
     exposed_residual: Value = 0
     if residual is not None:
@@ -1162,17 +1167,17 @@ def dma_cycles(
         transfers = transfers + early
         residual_alone = stream_cycles(ops, k, rates, residual)
         residual_time = residual_alone + k.round_trip("residual")
-        # A stream paced by its round trips (Little's law) cannot catch up later. While the
+        # read after compute, the tile is alone: its share or the engine's pace
+        late_time = ops.max(residual_alone, tile_engine_cycles(ops, q, k, residual)) + k.round_trip(
+            "residual"
+        )
+        # A stream paced by its round trips (Little's law) cannot catch up later: while the
         # early read shares the cluster's bandwidth with it, flow by flow, it moves at half
-        # the share at most (if it demands more) and loses what it would have moved meanwhile:
-        # at demand D = bytes / little and share S, the read lasts 2R / S and the stream
-        # loses 2R / S - R / D. (R / chain bytes in units of a bus beat: smaller products for
-        # the integer program.)
-        beats = ops.max(ops.cdiv(loads.rest.payload, k.dma_bytes_per_cycle), 1)
-        paced = ops.cdiv(ops.mul(ops.cdiv(residual.payload, k.dma_bytes_per_cycle), little), beats)
-        lost = ops.max(0, 2 * residual_alone - paced)
-        floor = ops.max(little + ops.mul(early, lost), ops.mul(early, residual_time))
-        exposed_residual = ops.mul(late, residual_time + k.dma_setup_cycles)
+        # the share at most (if it demands more) and loses what it would have moved
+        # meanwhile (``burst_loss``: 2R / S - R / D for R bytes at share S and demand D).
+        lost = burst_loss(ops, pace, [(early, residual_alone)])
+        floor = ops.max(little + lost, ops.mul(early, residual_time))
+        exposed_residual = ops.mul(late, late_time)
     overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
     # A single input buffer's later steps are issued only after the step before is computed:
     # their set-ups are serialised with compute too (the first step's are the prologue's).
@@ -1272,16 +1277,72 @@ def dma_cycles(
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
+    # The stream paced by its round trips loses to that burst what it cannot catch up (the
+    # residual's toll above, for every flow of the burst): the next task's first tiles, the
+    # store of the task before, the early residual read (the first task has no store
+    # before it, the last loads no next tiles).
+    next_flow = (1, stream_cycles(ops, k, rates, loads.first))
+    store_flow = (behind, stream_cycles(ops, k, rates, store))
+    read_flow = [] if residual is None else [(early, residual_alone)]
+    steady_loss = burst_loss(ops, pace, [next_flow, store_flow, *read_flow])
+    first_loss = burst_loss(ops, pace, [next_flow, *read_flow])
+    last_loss = burst_loss(ops, pace, [store_flow, *read_flow])
+    paced_by = little + overhead
     steady = ops.max(
         overlapped,
         next_tiles,
         beside_burst(plus(loads.first, loads.rest)),
+        paced_by + steady_loss,
     )
-    # The first task has no store before it, the last loads no next tiles.
     opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
-    first_task = ops.max(overlapped, opening_tiles)
-    last = ops.max(overlapped, beside_burst(loads.rest))
+    first_task = ops.max(overlapped, opening_tiles, paced_by + first_loss)
+    last = ops.max(overlapped, beside_burst(loads.rest), paced_by + last_loss)
     return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
+
+
+def burst_loss(
+    ops: Ops,
+    paced: tuple[Value, Value],
+    burst: list[tuple[Value, Value]],
+) -> Value:
+    """What a stream ``paced`` by its round trips (``(its time at its pace, alone at the
+    cluster's share)``: demand D = P / little, P / S) loses to a ``burst`` of flows ``(0/1
+    flag, its time alone at the share: B / S)`` that start beside it. Sharing the cluster's
+    bandwidth S flow by flow with n of them, it moves at S / (n + 1) at most while they move
+    their B bytes at n S / (n + 1), i.e. for (n + 1) B / (n S) cycles, and cannot catch up
+    afterwards: it loses ((n + 1) B / S - B / D) / n (0 when it demands no more than its
+    share), or, if it ends first, what its P bytes take at S / (n + 1) beyond its pace. A
+    flow of the burst that ends early gives its share back sooner, which this does not
+    track: an upper bound, within a few per cent for bursts of similar flows.
+
+    B / D is B / S times the paced stream's slowdown S / D = little / (P / S). A slowdown of
+    n + 1 or more loses nothing, so it is capped at one more than the most flows, exactly:
+    the integer program then multiplies a time by a small factor, never two times."""
+    little, alone_paced = paced
+    flows: Value = 0
+    alone: Value = 0
+    for flag, flow_alone in burst:
+        if isinstance(flag, int):
+            if flag:
+                flows, alone = flows + 1, alone + flow_alone
+            continue
+        flows = flows + flag
+        alone = alone + ops.mul(flag, flow_alone)
+    if isinstance(flows, int) and not flows:
+        return 0
+    cap = (len(burst) + 1) * SCALE
+    slowdown = ops.min(ops.cdiv(little * SCALE, ops.max(alone_paced, 1)), cap)
+    # single values, so that the integer program's sums of their multiples stay in 64 bits
+    alone = ops.max(0, alone)
+    at_pace = ops.cdiv(ops.mul(alone, slowdown), SCALE)
+    options: list[Value] = [0] + [
+        ops.min(
+            ops.cdiv(ops.max(0, (n + 1) * alone - at_pace), n),
+            ops.max(0, (n + 1) * alone_paced - little),
+        )
+        for n in range(1, len(burst) + 1)
+    ]
+    return ops.choose(flows, options)
 
 
 def compute_cycles(ops: Ops, k: Consts, work: TaskWork) -> Value:
@@ -1324,13 +1385,24 @@ def residual_stream(
 # -- overlap: task, phase and layer latency ----------------------------------------------------
 
 
+def tile_engine_cycles(ops: Ops, q: Quantities, k: Consts, tile: Stream) -> Value:
+    """The DMA engine's own time on a task's output tile (its store, or its residual read):
+    its bytes at the engine's pace on them (``quantities.output_engine_scaled``: whole bus
+    beats per run, and a set-up per slice and image for a tile of partial rows, as
+    ``tiling.output_transfers`` counts them) and the transfer's own set-up. A tile of short
+    rows is bound by it rather than by its bandwidth share."""
+    return ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE) + k.dma_setup_cycles
+
+
 def exposed_store_cycles(
     ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
 ) -> Value:
     """Unless its output is double buffered, a task pays the output's round trip plus the
-    transfer to store (``input_parallel`` tasks store nothing: their phase does, after the
-    reduction)."""
-    store_time = stream_cycles(ops, k, rates, store) + k.round_trip("output")
+    transfer to store, at its share of the bandwidth or the engine's pace if slower
+    (``input_parallel`` tasks store nothing: their phase does, after the reduction)."""
+    store_time = ops.max(
+        stream_cycles(ops, k, rates, store), tile_engine_cycles(ops, q, k, store)
+    ) + k.round_trip("output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 

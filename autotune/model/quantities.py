@@ -104,6 +104,29 @@ def input_step_runs(layer: Layer, rows_in: int, cols_in: int, in_c: int) -> tupl
     return runs, int(input_transfers(layer, rows_in, cols_in, 1, 1, in_c))
 
 
+def output_engine_scaled(
+    machine: Machine,
+    layer: Layer,
+    rows_out: npt.NDArray[np.int64] | int,
+    cols_out: npt.NDArray[np.int64] | int,
+    wb: int,
+) -> npt.NDArray[np.int64]:
+    """The DMA engine's cycles per byte (x SCALE) of an output tile of ``rows_out x
+    cols_out`` (the store's or the residual read's), per output slice of an image: a tile of
+    partial rows is one 2D transfer per slice (a set-up) of ``rows_out`` runs, each a whole
+    number of bus beats; a band of whole rows is one run per slice and one transfer for all
+    of them (its set-up is the store's one, ``formulas.tile_engine_cycles``). Per byte, so
+    that the tile's cycles are its bytes times one table indexed by its spatial tile."""
+    rows = np.asarray(rows_out, dtype=np.int64)
+    cols = np.asarray(cols_out, dtype=np.int64)
+    width = machine.dma_bytes_per_cycle
+    partial = cols < layer.w_out
+    row_beats = -(-(cols * wb) // width)
+    band_beats = -(-(rows * cols * wb) // width)
+    cycles = np.where(partial, machine.dma_setup_cycles + rows * row_beats, band_beats)
+    return np.asarray(-(-(cycles * SCALE) // (rows * cols * wb)), dtype=np.int64)
+
+
 def dma_overhead_cycles(
     machine: Machine,
     run_words: npt.NDArray[np.int64] | int,
@@ -130,7 +153,8 @@ def dma_overhead_cycles(
 def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
     """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers and of the
     residual read (the output's runs, read), and the DMA engine's overhead cycles of one
-    image's input step (``dma_overhead_cycles``)."""
+    image's input step (``dma_overhead_cycles``) and the engine's pace on an output tile
+    (``output_engine_scaled``)."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
     output_words = output_run_words(
@@ -153,6 +177,9 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     count, transfers = input_step_runs(layer, rows_in, cols_in, in_c)
     q["input_step_dma_overhead"] = int(
         dma_overhead_cycles(machine, runs["input_inverse_efficiency"][0], count, transfers, wb)
+    )
+    q["output_engine_scaled"] = int(
+        output_engine_scaled(machine, layer, int(rows.out_size.max()), int(cols.out_size.max()), wb)
     )
     return q
 

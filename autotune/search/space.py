@@ -28,6 +28,7 @@ from autotune.model.quantities import (
     input_run_words,
     input_step_runs,
     inverse_efficiency,
+    output_engine_scaled,
     output_run_words,
     spatial_quantities,
     stack_quantities,
@@ -421,6 +422,8 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
         for s in tables["stack_out_channels_max"]
         for _, _, ro, co in extents
     ]
+    tables["output_tile_rows"] = [ro for _, _, ro, _ in extents]
+    tables["output_tile_cols"] = [co for _, _, _, co in extents]
     # Multicast only where the machine can (no new candidates elsewhere: same results).
     multicast = (False, True) if machine.dma_multicast else (False,)
     tables["multicast"] = [int(m) for m in multicast]
@@ -475,9 +478,11 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "filter_inverse_efficiency": ("filter_run_words", ("in_c",), False),
     "output_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), True),
     "residual_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), False),
-    # Not an efficiency: the DMA engine's overhead of one image's input step (set-ups, idle
-    # beat ends; ``quantities.dma_overhead_cycles``), from the same runs.
+    # Not efficiencies: the DMA engine's overhead of one image's input step (set-ups, idle
+    # beat ends; ``quantities.dma_overhead_cycles``), from the same runs, and its pace on an
+    # output tile (``quantities.output_engine_scaled``), from the tile's columns and rows.
     "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),
+    "output_engine_scaled": ("output_tile_cols", ("spatial",), True),
 }
 
 
@@ -487,16 +492,24 @@ def efficiency_tables(
     """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs, and
     the DMA engine's overhead of an input step."""
     wb = word_bytes(precision)
+    engines = ("input_step_dma_overhead", "output_engine_scaled")
     tables = {
         name: inverse_efficiency(machine, space.tables[run] * wb, write)
         for name, (run, _, write) in RUN_SOURCE.items()
-        if name != "input_step_dma_overhead"
+        if name not in engines
     }
     tables["input_step_dma_overhead"] = dma_overhead_cycles(
         machine,
         space.tables["input_run_words"],
         space.tables["input_step_run_count"],
         space.tables["input_step_transfers"],
+        wb,
+    )
+    tables["output_engine_scaled"] = output_engine_scaled(
+        machine,
+        space.layer,
+        space.tables["output_tile_rows"],
+        space.tables["output_tile_cols"],
         wb,
     )
     return tables

@@ -12,8 +12,9 @@ from autotune import Layer, Machine, Network, analyze
 from autotune.api import solve_network
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, placements
+from autotune.report.validation.swdnn import BATCH, MACHINE, PRECISION, swdnn_layer
 from autotune.search.exhaustive import search as exhaustive_search
-from autotune.search.ilp.model import count_candidates, solve
+from autotune.search.ilp.model import build, count_candidates, solve
 from autotune.search.solve import InfeasibleError, solve_layer
 from autotune.search.space import search_space
 from tests.kinds import BIAS_RESIDUAL_RELU, REALISTIC
@@ -282,3 +283,12 @@ def test_ilp_optimum_equals_exhaustive_for_realistic_kinds(manticore, layer):
     assert result.values["cycles"] == best.values["cycles"]
     a = analyze(layer, space.decode(best.index), manticore, "fp32", 2)
     assert a.fits and a.cycles == best.values["cycles"] and a.ops == 2 * layer.ops
+
+
+def test_the_largest_presets_layers_give_a_valid_model():
+    """CP-SAT refuses a model whose variable domains sum beyond 64 bits (before solving it):
+    the integer program of swDNN's largest Table III layer at batch 128 on the SW26010 preset
+    must stay within, as a product of two times (bounded by different candidates) did not."""
+    machine = Machine.preset(MACHINE)
+    space = search_space(swdnn_layer(256, 256), machine, BATCH)
+    assert build(space, machine, PRECISION).cpm.validate() == ""

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 
 from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
+from autotune.ir.layer import Epilogue
 from tests.kinds import BIAS_RESIDUAL_RELU, REALISTIC
 from tests.sim.machines import with_bandwidth, with_fanout
 from tests.strategies import mapped_layers, multicast_mapped_layers
@@ -121,6 +122,7 @@ def _stacks(delta_o: int, **fields) -> Mapping:
 
 
 DOUBLE = Buffers(input_depth=2, filter_depth=2, output_depth=2)
+RESIDUAL = Epilogue(residual=True)
 
 
 def _shared(delta_o: int, share_group: int, tile: Tile) -> Mapping:
@@ -220,6 +222,33 @@ AGREEMENT = {
     "the next task's first tiles beside the stream": _batch_one(
         Layer("dw", "conv", 7, 7, 960, 960, 3, 3, pad_h=1, pad_w=1, groups=960),
         Mapping("output_stack", delta_o=4, tile=Tile(in_c=1), buffers=DOUBLE),
+    ),
+    # ResNet-50's layer2.1.conv3 at batch 8 scaled down: Alg. 2 stacks of 57 channels whose
+    # filter chain paces the stream (one 128-B tile in flight), beside a burst at every
+    # task's start: the next task's first tiles, the store of the task before and the
+    # residual read; the stream cannot catch up afterwards (the model without it: 0.91x).
+    "a paced stream behind the next tiles, the store and the residual": (
+        dataclasses.replace(Layer("c", "conv", 28, 28, 128, 512), epilogue=RESIDUAL),
+        Mapping("output_stack", delta_o=57, tile=Tile(out_h=4, in_c=32), buffers=DOUBLE),
+        4,
+        False,
+    ),
+    # layer2.0.downsample.0 at batch 2: a single output buffer, tiles of 1 x 5 pixels: the
+    # residual read and the store are 2D transfers of 20-B rows, one per slice and image,
+    # bound by the engine's set-ups rather than by their bandwidth (the model without: 0.94x).
+    "short output rows, set-ups bound": (
+        dataclasses.replace(
+            Layer("d", "conv", 56, 56, 256, 512, 1, 1, stride_h=2, stride_w=2), epilogue=RESIDUAL
+        ),
+        Mapping(
+            "output_stack",
+            delta_o=171,
+            batch_tile=2,
+            tile=Tile(out_h=1, out_w=5, in_c=128),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+        ),
+        2,
+        False,
     ),
     "fc+epilogue": (
         dataclasses.replace(Layer.fc("fc", 7, 7, 512, 1024), epilogue=BIAS_RESIDUAL_RELU),
