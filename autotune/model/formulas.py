@@ -1167,10 +1167,7 @@ def dma_cycles(
         transfers = transfers + early
         residual_alone = stream_cycles(ops, k, rates, residual)
         residual_time = residual_alone + k.round_trip("residual")
-        # read after compute, the tile is alone: its share or the engine's pace
-        late_time = ops.max(residual_alone, tile_engine_cycles(ops, q, k, residual)) + k.round_trip(
-            "residual"
-        )
+        late_time = lone_tile_cycles(ops, q, k, residual, residual_alone, "residual")
         # A stream paced by its round trips (Little's law) cannot catch up later: while the
         # early read shares the cluster's bandwidth with it, flow by flow, it moves at half
         # the share at most (if it demands more) and loses what it would have moved
@@ -1217,7 +1214,8 @@ def dma_cycles(
         + round_trips
         + exposed_residual
     )
-    first = stream_cycles(ops, k, rates, loads.first)
+    first_alone = stream_cycles(ops, k, rates, loads.first)
+    first = first_alone
     # Alg. 3 moves in lockstep: a group starts when its first member, which loads a whole
     # input step itself (the others' come round the ring), has its first tiles. Only the
     # members that load a step (min(steps, m) of m) share the memories and links meanwhile:
@@ -1281,7 +1279,7 @@ def dma_cycles(
     # residual's toll above, for every flow of the burst): the next task's first tiles, the
     # store of the task before, the early residual read (the first task has no store
     # before it, the last loads no next tiles).
-    next_flow = (1, stream_cycles(ops, k, rates, loads.first))
+    next_flow = (1, first_alone)
     store_flow = (behind, stream_cycles(ops, k, rates, store))
     read_flow = [] if residual is None else [(early, residual_alone)]
     steady_loss = burst_loss(ops, pace, [next_flow, store_flow, *read_flow])
@@ -1385,13 +1383,18 @@ def residual_stream(
 # -- overlap: task, phase and layer latency ----------------------------------------------------
 
 
-def tile_engine_cycles(ops: Ops, q: Quantities, k: Consts, tile: Stream) -> Value:
-    """The DMA engine's own time on a task's output tile (its store, or its residual read):
-    its bytes at the engine's pace on them (``quantities.output_engine_scaled``: whole bus
-    beats per run, and a set-up per slice and image for a tile of partial rows, as
-    ``tiling.output_transfers`` counts them) and the transfer's own set-up. A tile of short
-    rows is bound by it rather than by its bandwidth share."""
-    return ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE) + k.dma_setup_cycles
+def lone_tile_cycles(
+    ops: Ops, q: Quantities, k: Consts, tile: Stream, alone: Value, operand: str
+) -> Value:
+    """A task's output tile (its store, or its residual read) moved while nothing of the
+    task streams beside it: its time ``alone`` at its share of the bandwidth, or the DMA
+    engine's own time on it if slower, then its round trip. The engine's time is the tile's
+    bytes at its pace on them (``quantities.output_engine_scaled``: whole bus beats per run,
+    and a set-up per slice and image for a tile of partial rows, as
+    ``tiling.output_transfers`` counts them) and the transfer's own set-up: a tile of short
+    rows is bound by it rather than by its share."""
+    engine = ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE) + k.dma_setup_cycles
+    return ops.max(alone, engine) + k.round_trip(operand)
 
 
 def exposed_store_cycles(
@@ -1400,9 +1403,7 @@ def exposed_store_cycles(
     """Unless its output is double buffered, a task pays the output's round trip plus the
     transfer to store, at its share of the bandwidth or the engine's pace if slower
     (``input_parallel`` tasks store nothing: their phase does, after the reduction)."""
-    store_time = ops.max(
-        stream_cycles(ops, k, rates, store), tile_engine_cycles(ops, q, k, store)
-    ) + k.round_trip("output")
+    store_time = lone_tile_cycles(ops, q, k, store, stream_cycles(ops, k, rates, store), "output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 

@@ -115,7 +115,7 @@ def output_engine_scaled(
     cols_out`` (the store's or the residual read's), per output slice of an image: a tile of
     partial rows is one 2D transfer per slice (a set-up) of ``rows_out`` runs, each a whole
     number of bus beats; a band of whole rows is one run per slice and one transfer for all
-    of them (its set-up is the store's one, ``formulas.tile_engine_cycles``). Per byte, so
+    of them (its set-up is the store's one, ``formulas.lone_tile_cycles``). Per byte, so
     that the tile's cycles are its bytes times one table indexed by its spatial tile."""
     rows = np.asarray(rows_out, dtype=np.int64)
     cols = np.asarray(cols_out, dtype=np.int64)

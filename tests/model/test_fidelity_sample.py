@@ -6,7 +6,7 @@ a share group with fewer input steps than members, a strided 1x1, pooling, depth
 convolutions at both strides, an expansion 1x1, projection 1x1s whose forwarded tiles run
 beside a memory-bound stream, one with a short last step, a fully connected layer), and at
 batch 8 two whose winners stream behind a burst at every task's start or store short output
-rows (``formulas.burst_loss``, ``tile_engine_cycles``): each is solved by the integer program
+rows (``formulas.burst_loss``, ``lone_tile_cycles``): each is solved by the integer program
 and its winner simulated. ``benchmarks/bench_fidelity.py`` measures every layer of every
 example network; this holds the sample to issue 15's targets: every layer within 10 %, 95 %
 of them within 5 %, the whole within 3 %.
