@@ -184,8 +184,9 @@ def output_stacks(layer: Layer, delta_o: int) -> Stacks:
 class TaskGrid:
     """The tasks a mapping cuts a layer into, for a batch of ``batch`` images.
 
-    Task order (the schedule's order; task ``t`` runs on cluster ``slot(t) mod C`` in wave
-    ``slot(t) // C``): batch tile, then row tile, then column tile, then stack (fastest).
+    Task order (the schedule's order; task ``t`` takes slot ``slot(t) mod C`` of wave
+    ``slot(t) // C``, on the cluster ``task_clusters`` gives): batch tile, then row tile,
+    then column tile, then stack (fastest).
     ``output_stack_shared`` packs the stacks of each spatial/batch tile into share groups of
     ``share_group`` consecutive stacks that occupy ``share_group`` aligned cluster slots
     (a quadrant), leaving slots idle when the stacks do not fill the last group.
@@ -293,7 +294,7 @@ class TaskGrid:
 
     @cached_property
     def task_slot(self) -> IntArray:
-        """Cluster slot of each task within its phase (cluster = slot mod C)."""
+        """Slot of each task within its phase (wave = slot // C; ``task_clusters``: its cluster)."""
         b, r, c, s, k = self._index
         if self.algorithm == "input_parallel":
             return k
@@ -515,6 +516,21 @@ def task_grid(
         in_steps,
         clusters,
     )
+
+
+def task_clusters(grid: TaskGrid, machine: Machine) -> IntArray:
+    """The cluster each task runs on: slot mod C, except an ``output_stack`` mapping of one
+    wave of fewer than C tasks, whose slots take the machine's ``wave_order`` so that they
+    spread over the tree's uplinks instead of crowding one quadrant's (its tasks are
+    independent). The others keep their clusters in order: Alg. 3's share groups fill
+    aligned quadrants, Alg. 4/5's private outputs are reduced up the tree by cluster id, a
+    multicast wave is one rectangle, and a layer of several waves keeps the same share of
+    the tree in its last wave as in the others (as the model costs every wave)."""
+    slots = grid.task_slot % machine.clusters
+    one_wave = grid.n_tasks and int(grid.task_slot.max()) < machine.clusters
+    if grid.algorithm == "output_stack" and not grid.mapping.multicast and one_wave:
+        return np.asarray(machine.wave_order(), dtype=np.int64)[slots]
+    return slots
 
 
 #: The L1 buffers of a cluster, in allocation order: input tiles, filter tiles, output stack,

@@ -76,7 +76,8 @@ def test_layer_records_complete_and_sane(records) -> None:
         assert 0 < r.roofline <= 1
         assert r.bound_cycles <= r.sim_cycles
         assert set(bench.PARTS) <= set(r.breakdown)
-        assert sum(r.breakdown.values()) == pytest.approx(r.sim_cycles, rel=1e-6)
+        # The parts sum to the makespan; the simulated cycles round it up to whole cycles.
+        assert 0 <= r.sim_cycles - sum(r.breakdown.values()) < 1 + 1e-6
         assert 1 <= r.rank_candidates <= 5
         assert 1 <= r.rank_model_distinct <= r.rank_candidates
         assert r.rank_rho is None or -1 <= r.rank_rho <= 1

@@ -190,6 +190,28 @@ class Machine:
             f"share group {share_group} is not a quadrant size of {self.name!r} (sizes: 1, {sizes})"
         )
 
+    def wave_order(self) -> tuple[int, ...]:
+        """The cluster that takes each slot of a wave (an ``output_stack`` task: slot ``s``
+        runs on ``wave_order()[s mod C]``): consecutive slots alternate between the root's
+        subtrees, then between their subtrees, and so on down (the slot's digits over the
+        fanouts, reversed), so that a wave of ``n < C`` tasks keeps at most
+        ``ceil(n x below / C)`` of them under any uplink with ``below`` clusters: a last
+        wave or a small layer gets every uplink's bandwidth, not one quadrant's
+        (``spread_busy``). A static loop over clusters can take them in any order; this one
+        costs nothing on a full wave."""
+        fanouts = [level.fanout for level in self.levels]  # bottom up
+        weights = [1]
+        for fanout in fanouts[:-1]:
+            weights.append(weights[-1] * fanout)
+        order = []
+        for slot in range(self.clusters):
+            cluster, rest = 0, slot
+            for fanout, weight in zip(reversed(fanouts), reversed(weights), strict=True):
+                cluster += (rest % fanout) * weight
+                rest //= fanout
+            order.append(cluster)
+        return tuple(order)
+
     def share_group_sizes(self) -> tuple[int, ...]:
         """Cluster counts of the quadrant subtrees below the root: e.g. (4, 16, 64)."""
         sizes, n = [], 1

@@ -44,10 +44,12 @@ prologue lasts longer by ``handover``, what the store takes of the shared bandwi
 first tiles are in (at most the prologue again; ``dma_cycles``). ``compute`` runs at the
 cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
 DMA port, its fair share of HBM and of each uplink above it when ``active_clusters`` stream
-(``stream_cycles_per_byte``), and Little's law for what each double buffer keeps in flight
-(report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per stream. The first tile of
-each double-buffered stream precedes the first iteration, so nothing hides it (``prologue``:
-the pipeline's fill, paid before compute starts); the rest overlaps compute. Single-buffered
+(``stream_cycles_per_byte``; the clusters of an Alg. 1/2 layer of one wave of fewer than C
+tasks are spread over the tree, ``Machine.wave_order``), and Little's law for what each
+double buffer keeps in flight (report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in
+flight), per stream. The first tile of each double-buffered stream precedes the first
+iteration, so nothing hides it (``prologue``: the pipeline's fill, paid before compute
+starts); the rest overlaps compute. Single-buffered
 streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load;
 each transfer pays the DMA set-up. A task pays ``L`` to start and, unless its output is double
 buffered, ``L`` plus the transfer to store. ``input_parallel`` phases end with the tree
@@ -196,7 +198,8 @@ class Consts:
     l1_bytes: int
     macs_per_cycle_scaled: int  # cluster MACs per cycle x utilisation x SCALE
     hbm_bytes_per_cycle_scaled: int
-    #: [active - 1] -> cycles per byte x SCALE for one of ``active`` streaming clusters
+    #: [active - 1 (+ C: in order), ``link_tables``] -> cycles per byte x SCALE for one of
+    #: ``active`` streaming clusters
     stream_cycles_per_byte_scaled: Table
     reduction_latency_cycles: Table  # [active - 1] -> sum over levels of steps x latency
     reduction_steps: tuple[Table, ...]  # per level: [active - 1] -> reduction steps
@@ -209,9 +212,9 @@ class Consts:
     #: (the ``*_inverse_efficiency`` quantities); the HBM's share of the stream rate is then
     #: applied separately.
     has_dma_efficiency: bool = False
-    #: [active - 1] -> ``stream_cycles_per_byte_scaled`` without the HBM term
+    #: As ``stream_cycles_per_byte_scaled``, without the HBM term
     stream_net_cycles_per_byte_scaled: Table | None = None
-    #: [active - 1] -> the HBM term: active / HBM bytes per cycle x SCALE
+    #: As ``stream_cycles_per_byte_scaled``: the HBM term, active / HBM bytes per cycle x SCALE
     stream_hbm_cycles_per_byte_scaled: Table | None = None
     groups: int = 1
     can_multicast: bool = False  # the machine multicasts: the multicast = 1 branch is built
@@ -234,7 +237,7 @@ class Consts:
     l2_bytes_per_cycle_scaled: int = 0
     l2_word_energy: int = 0  # per L2 word
     static_energy_per_cycle: int = 0  # drawn every cycle whatever runs (leakage, idle)
-    #: Placements with an L2 stream, [active - 1] -> cycles per byte x SCALE (``link_tables``):
+    #: Placements with an L2 stream, indexed as ``link_tables`` -> cycles per byte x SCALE:
     #: an L2 stream's path (port, links below the root, L2 share), and for transfers that mix
     #: levels each resource apart: port and links below the root, the root's uplink, L2 share.
     stream_l2_cycles_per_byte_scaled: Table | None = None
@@ -271,23 +274,32 @@ def ceil_int64(values: Any) -> Table:
 
 def link_tables(machine: Machine) -> tuple[Table, Table]:
     """Cycles per byte x SCALE of one of ``active`` streaming clusters, indexed by
-    ``active - 1``: (its DMA port and the uplinks below the root, the root's uplink). A
-    cluster gets the smallest of its DMA port and its fair share of each uplink above it
-    (``min(active, clusters below)`` share one; report Sec. 2.1.2). The root's uplink is the
-    link to the HBM controller, which an L2 stream does not cross."""
+    ``wave_index`` (``active - 1``, plus C when the wave's clusters are contiguous): (its
+    DMA port and the uplinks below the root, the root's uplink). A cluster gets the smallest
+    of its DMA port and its fair share of each uplink above it (report Sec. 2.1.2), shared
+    with the wave's clusters below that uplink: ``ceil(active x below / C)`` of them when the
+    wave is spread over the tree (``Machine.wave_order``: Alg. 1/2), ``min(active, below)``
+    when it fills the clusters in order (Alg. 3's aligned groups, Alg. 4/5, multicast
+    rectangles). The root's uplink is the link to the HBM controller, which an L2 stream
+    does not cross."""
     c = machine.clusters
     active = np.arange(1, c + 1, dtype=np.float64)
-    tree = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
-    root = np.zeros(c)
-    below = 1
-    for depth, level in enumerate(machine.levels):
-        below *= level.fanout
-        share = np.minimum(active, below) / level.uplink_bytes_per_cycle
-        if depth == len(machine.levels) - 1:
-            root = share
-        else:
-            tree = np.maximum(tree, share)
-    return ceil_int64(tree * SCALE), ceil_int64(root * SCALE)
+    trees, roots = [], []
+    for spread in (True, False):
+        tree = np.full(c, 1.0 / machine.dma_bytes_per_cycle)
+        root = np.zeros(c)
+        below = 1
+        for depth, level in enumerate(machine.levels):
+            below *= level.fanout
+            busy = ceil_int64(active * below / c) if spread else np.minimum(active, below)
+            share = busy / level.uplink_bytes_per_cycle
+            if depth == len(machine.levels) - 1:
+                root = share
+            else:
+                tree = np.maximum(tree, share)
+        trees.append(tree)
+        roots.append(root)
+    return ceil_int64(np.concatenate(trees) * SCALE), ceil_int64(np.concatenate(roots) * SCALE)
 
 
 def uplinks(machine: Machine) -> tuple[tuple[int, int], ...]:
@@ -301,9 +313,10 @@ def uplinks(machine: Machine) -> tuple[tuple[int, int], ...]:
 
 
 def memory_share_table(clusters: int, bytes_per_cycle: float) -> Table:
-    """Cycles per byte x SCALE of one of ``active`` clusters sharing a memory's bandwidth."""
+    """Cycles per byte x SCALE of one of ``active`` clusters sharing a memory's bandwidth,
+    indexed as ``link_tables`` (wherever the clusters sit, they share the memory)."""
     active = np.arange(1, clusters + 1, dtype=np.float64)
-    return ceil_int64(active / bytes_per_cycle * SCALE)
+    return ceil_int64(np.tile(active, 2) / bytes_per_cycle * SCALE)
 
 
 def stream_tables(machine: Machine) -> tuple[Table, Table]:
@@ -700,8 +713,11 @@ class StreamRates:
         "l2_share": "stream_l2_share_cycles_per_byte_scaled",
     }
 
-    def __init__(self, ops: Ops, k: Consts, active: Value, multicast: Value) -> None:
-        self.ops, self.k, self.index, self.multicast = ops, k, active - 1, multicast
+    def __init__(
+        self, ops: Ops, k: Consts, active: Value, multicast: Value, contiguous: Value = 1
+    ) -> None:
+        self.ops, self.k, self.multicast = ops, k, multicast
+        self.index = active - 1 + ops.mul(contiguous, k.clusters)  # ``link_tables``' index
         self.looked_up: dict[str, Value] = {}
 
     def __getitem__(self, name: str) -> Value:
@@ -714,8 +730,13 @@ class StreamRates:
 
 
 def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
-    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2)."""
-    return StreamRates(ops, k, sched.active, q.multicast)
+    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2): an
+    ``output_stack`` wave spread over the tree (``Machine.wave_order``) unless it multicasts,
+    the others' in order (``tiling.task_clusters``). A layer of several waves has
+    ``active = C``, where the two orders are the same."""
+    spread_multicast = q.multicast if k.can_multicast else 0
+    contiguous = ops.choose(q.algorithm, [spread_multicast, 1, 1])
+    return StreamRates(ops, k, sched.active, q.multicast, contiguous)
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,18 @@
 """The programs the clusters run: the report's algorithms at tile granularity.
 
 **Output stacks** (Alg. 1-3 generalised). Tasks occupy cluster slots in the grid's order
-(``tiling.TaskGrid``: cluster = slot mod C); each cluster runs its tasks one after the other,
-with no barrier between waves (a "parallelize for" over clusters is a static round-robin
-loop). A task is a prologue, a stream and a store (``costs``). A single output buffer makes
-the cluster wait for its store; a double one lets the store run behind the next task, which
-waits for it only before storing again. Alg. 3 share groups move in lockstep (``engine``);
-each member reads its next input tile from the next member of the ring, except every n-th
-step when all members load their own next slice from HBM (Alg. 3: slice ``d`` comes from
-main memory to the member with ``d mod n`` = its index), so the group loads every slice from
-HBM once. A forwarded tile's round trip is the quadrant latency plus the epoch counter
-increment back to the source (half a round trip), and only as many tiles can be forwarded
-ahead as the source's forwarding buffer holds (one, unless ``share_bytes`` gives more).
+(``tiling.TaskGrid``; ``tiling.task_clusters``: an Alg. 1/2 layer of one wave of fewer than C
+tasks spreads them over the tree, in the machine's ``wave_order``); each cluster runs its tasks
+one after the other, with no barrier between waves (a "parallelize for" over clusters is a
+static round-robin loop). A task is a prologue, a stream and a store (``costs``). A single
+output buffer makes the cluster wait for its store; a double one lets the store run behind the
+next task, which waits for it only before storing again. Alg. 3 share groups move in lockstep
+(``engine``); each member reads its next input tile from the next member of the ring, except
+every n-th step when all members load their own next slice from HBM (Alg. 3: slice ``d`` comes
+from main memory to the member with ``d mod n`` = its index), so the group loads every slice
+from HBM once. A forwarded tile's round trip is the quadrant latency plus the epoch counter
+increment back to the source (half a round trip), and only as many tiles can be forwarded ahead
+as the source's forwarding buffer holds (one, unless ``share_bytes`` gives more).
 
 **Multicast** (``output_stack`` with ``multicast``, MPPA3, seed 003 Sec. IV). The tasks of a
 wave (``tiling``: a rectangle of tiles x stacks) move in lockstep as one agent, as a share
@@ -102,7 +103,7 @@ from autotune.sim.engine import (
 from autotune.sim.interconnect import Interconnect, Route
 from autotune.sim.l1 import L1Plan
 from autotune.sim.memory import Memories
-from autotune.tiling import TaskGrid, dma_efficiency, output_runs
+from autotune.tiling import TaskGrid, dma_efficiency, output_runs, task_clusters
 
 #: Agent items per run beyond which an agent's middle tasks are merged into chunks.
 ITEM_BUDGET = 1024
@@ -455,7 +456,7 @@ def stack_runs(
     multicast = grid.mapping.multicast
     g = grid.mapping.share_group if shared else (c_total if multicast else 1)
     slot = grid.task_slot
-    cluster = slot % c_total
+    cluster = task_clusters(grid, m)
     member = slot % g
     n_members = grid.share_members() if shared else np.ones_like(slot)
     peer = cluster - member + (member + 1) % n_members if shared else cluster
@@ -576,7 +577,7 @@ def stack_runs(
     )
 
     n_agents = c_total // g
-    agent = group % n_agents
+    agent = cluster // g  # the engine's agent ``a`` is clusters a*g ... a*g + g - 1
     rank = group // n_agents
     merged, chunk = _plan_items(agent, rank, n_agents, budget)
     chunks = _chunks(tasks, agent, chunk, merged, n_members.astype(float), tuple(parts))

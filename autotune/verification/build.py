@@ -26,7 +26,14 @@ from autotune.ir.layer import WEIGHTED_KINDS, Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.precision import word_bytes
-from autotune.tiling import MappingError, TaskGrid, chunks, declared_buffers, task_grid
+from autotune.tiling import (
+    MappingError,
+    TaskGrid,
+    chunks,
+    declared_buffers,
+    task_clusters,
+    task_grid,
+)
 from autotune.verification.program import (
     BUFFERS,
     Alloc,
@@ -68,7 +75,7 @@ def build_program(
     wb = word_bytes(precision)
     grid = task_grid(layer, mapping, batch, machine)
     buffers = declared_buffers(grid, wb, machine.l1_bank_bytes)
-    builder = _Builder(grid, buffers.allocated_bytes, buffers.depth, machine.clusters, wb)
+    builder = _Builder(grid, buffers.allocated_bytes, buffers.depth, machine, wb)
     with collector_paused():
         if mapping.algorithm == "input_parallel":
             builder.input_parallel()
@@ -109,12 +116,13 @@ class _Builder:
         grid: TaskGrid,
         allocated: dict[str, int],
         depth: dict[str, int],
-        clusters: int,
+        machine: Machine,
         wb: int,
     ) -> None:
         self.grid = grid
         self.layer = layer = grid.layer
-        self.clusters = clusters
+        self.machine = machine
+        self.clusters = machine.clusters
         self.allocated = {op: n for op, n in allocated.items() if n > 0}
         self.depth = depth
         self.slot_words = {op: n // wb // depth[op] for op, n in self.allocated.items()}
@@ -272,7 +280,7 @@ class _Builder:
     def output_stack(self) -> None:
         grid = self.grid
         b, r, c, s, _ = (ix.tolist() for ix in grid.task_index)
-        cluster = (grid.task_slot % self.clusters).tolist()
+        cluster = task_clusters(grid, self.machine).tolist()
         self.alloc(sorted(set(cluster)))
         for t in range(grid.n_tasks):
             self.task(cluster[t], b[t], r[t], c[t], s[t])

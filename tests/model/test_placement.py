@@ -5,6 +5,7 @@ the L2's rates and round trips on small cases, and the machines without an L2.""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -219,18 +220,24 @@ def _check_vectorised(layer, batch, precision, machine, placement, data):
 
 def test_l2_rates_skip_the_root_uplink_and_share_the_l2():
     """An L2 stream's rate (cycles per byte x SCALE for one of ``active`` clusters): its DMA
-    port and its share of every uplink below the root, and its share of the L2."""
+    port and its share of every uplink below the root, and its share of the L2. The wave's
+    clusters are the first ``active`` of the machine's wave order (the table's first half,
+    Alg. 1/2) or of the cluster ids (its second half); the busiest uplink is counted here."""
     layer = Layer("c", "conv", 14, 14, 16, 16, 3, 3, pad_h=1, pad_w=1)
     k = consts(layer, MANTICORE, "fp32", 4, 1, Placement(input="l2"))
     assert k.stream_l2_cycles_per_byte_scaled is not None
-    for active in (1, 4, 5, 16, 64, 100, 128):
-        inverse, below = 1 / MANTICORE.dma_bytes_per_cycle, 1
-        for level in MANTICORE.levels[:-1]:  # not the root's: the link to the HBM controller
-            below *= level.fanout
-            inverse = max(inverse, min(active, below) / level.uplink_bytes_per_cycle)
-        inverse = max(inverse, active / MANTICORE.l2_bytes_per_cycle)
-        expected = int(np.ceil(inverse * SCALE - 1e-9))
-        assert k.stream_l2_cycles_per_byte_scaled[active - 1] == expected, active
+    c = MANTICORE.clusters
+    for half, order in enumerate((MANTICORE.wave_order(), tuple(range(c)))):
+        for active in (1, 4, 5, 16, 64, 100, 128):
+            inverse, below = 1 / MANTICORE.dma_bytes_per_cycle, 1
+            for level in MANTICORE.levels[:-1]:  # not the root's: the link to the HBM controller
+                below *= level.fanout
+                busy = max(Counter(cluster // below for cluster in order[:active]).values())
+                inverse = max(inverse, busy / level.uplink_bytes_per_cycle)
+            inverse = max(inverse, active / MANTICORE.l2_bytes_per_cycle)
+            expected = int(np.ceil(inverse * SCALE - 1e-9))
+            got = k.stream_l2_cycles_per_byte_scaled[half * c + active - 1]
+            assert got == expected, (half, active)
 
 
 def test_an_l2_stream_pays_the_l2_round_trip():

@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings
 import autotune
 from autotune import Buffers, Layer, Mapping, MappingError, Tile, analyze, simulate
 from autotune.sim import CapacityError
+from autotune.tiling import task_clusters, task_grid
 from tests.strategies import mapped_layers
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -164,7 +165,8 @@ def test_trace_is_chrome_json_with_events_per_cluster(manticore, tmp_path, mappi
     spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
     busy = {e["tid"] for e in spans if e["pid"] == 1}
-    assert busy == set(range(min(r.tasks, manticore.clusters)))
+    grid = task_grid(layer, mapping, batch, manticore)
+    assert busy == set(task_clusters(grid, manticore).tolist())
     end = max(e["ts"] + e["dur"] for e in spans)
     assert end == pytest.approx(r.cycles * 1e6 / manticore.clock_hz, rel=1e-6, abs=1e-3)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
