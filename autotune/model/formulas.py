@@ -39,21 +39,22 @@ followers each carrying the next one's (no prologue, no round trip of their own)
 last carrying none.
 
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
-as its largest task: remainders cost a whole wave, as on the machine. Waves run in lockstep, so
-a wave's double-buffered stores leave while the next wave's first tiles arrive: that prologue
-lasts longer by ``handover``, what the store takes of the shared bandwidth until the first
-tiles are in (at most the prologue again; ``dma_cycles``). ``compute`` runs at the cluster's
-MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its DMA port,
-its fair share of HBM and of each uplink above it when ``active_clusters`` stream
+as its largest task: remainders cost a whole wave, as on the machine. Waves run in lockstep,
+so a wave's double-buffered stores leave while the next wave's first tiles arrive: that
+prologue lasts longer by ``handover``, what the store takes of the shared bandwidth until the
+first tiles are in (at most the prologue again; ``dma_cycles``). ``compute`` runs at the
+cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
+DMA port, its fair share of HBM and of each uplink above it when ``active_clusters`` stream
 (``stream_cycles_per_byte``; the clusters of an Alg. 1/2 layer of one wave of fewer than C
-tasks are spread over the tree, ``Machine.wave_order``), and Little's law for what each double
-buffer keeps in flight (report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per
-stream. The first tile of each double-buffered stream precedes the first iteration, so nothing
-hides it (``prologue``: the pipeline's fill, paid before compute starts); the rest overlaps
-compute. Single-buffered streams serialise with compute (``exposed_dma``) and pay the
-round-trip latency ``L`` per load; each transfer pays the DMA set-up. A task pays ``L`` to
-start and, unless its output is double buffered, ``L`` plus the transfer to store.
-``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one store.
+tasks are spread over the tree, ``Machine.wave_order``), and Little's law for what each
+double buffer keeps in flight (report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in
+flight), per stream. The first tile of each double-buffered stream precedes the first
+iteration, so nothing hides it (``prologue``: the pipeline's fill, paid before compute
+starts); the rest overlaps compute. Single-buffered
+streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load;
+each transfer pays the DMA set-up. A task pays ``L`` to start and, unless its output is double
+buffered, ``L`` plus the transfer to store. ``input_parallel`` phases end with the tree
+reduction of Sec. 3.1.3 and one store.
 
 DMA efficiency (machines with ``dma_read_efficiency``/``dma_write_efficiency`` tables, e.g.
 the SW26010 core group: swDNN, seed 004 Sec. III-D and Table II, 4 GB/s with 32 B blocks up
@@ -274,13 +275,14 @@ def ceil_int64(values: Any) -> Table:
 
 def link_tables(machine: Machine) -> tuple[Table, Table]:
     """Cycles per byte x SCALE of one of ``active`` streaming clusters, indexed by
-    ``active - 1``, plus C when the wave's clusters are in order (``in_order``): (its
+    ``wave_index`` (``active - 1``, plus C when the wave's clusters are contiguous): (its
     DMA port and the uplinks below the root, the root's uplink). A cluster gets the smallest
     of its DMA port and its fair share of each uplink above it (report Sec. 2.1.2), shared
     with the wave's clusters below that uplink: ``ceil(active x below / C)`` of them when the
-    wave is spread over the tree (``Machine.wave_order``), ``min(active, below)`` when it
-    fills the clusters in order. The root's uplink is the link to the HBM controller, which
-    an L2 stream does not cross."""
+    wave is spread over the tree (``Machine.wave_order``: Alg. 1/2), ``min(active, below)``
+    when it fills the clusters in order (Alg. 3's aligned groups, Alg. 4/5, multicast
+    rectangles). The root's uplink is the link to the HBM controller, which an L2 stream
+    does not cross."""
     c = machine.clusters
     active = np.arange(1, c + 1, dtype=np.float64)
     trees, roots = [], []
@@ -713,10 +715,10 @@ class StreamRates:
     }
 
     def __init__(
-        self, ops: Ops, k: Consts, active: Value, multicast: Value, ordered: Value = 1
+        self, ops: Ops, k: Consts, active: Value, multicast: Value, contiguous: Value = 1
     ) -> None:
         self.ops, self.k, self.multicast = ops, k, multicast
-        self.index = active - 1 + ops.mul(ordered, k.clusters)  # ``link_tables``' index
+        self.index = active - 1 + ops.mul(contiguous, k.clusters)  # ``link_tables``' index
         self.looked_up: dict[str, Value] = {}
 
     def __getitem__(self, name: str) -> Value:
@@ -728,18 +730,14 @@ class StreamRates:
         return self.looked_up[name]
 
 
-def in_order(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
-    """1 when the tasks of the mapping's last wave fill the clusters in order, 0 when they
-    spread over the tree (``tiling.task_clusters``: an ``output_stack`` layer of one wave,
-    without multicast). A full wave has ``active = C``, where the two orders are the same."""
-    multicast = q.multicast if k.can_multicast else 0
-    several = ops.min(1, sched.waves - 1)
-    return ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
-
-
 def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
-    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2)."""
-    return StreamRates(ops, k, sched.active, q.multicast, in_order(ops, q, k, sched))
+    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2): an
+    ``output_stack`` wave spread over the tree (``Machine.wave_order``) unless it multicasts,
+    the others' in order (``tiling.task_clusters``). A layer of several waves has
+    ``active = C``, where the two orders are the same."""
+    spread_multicast = q.multicast if k.can_multicast else 0
+    contiguous = ops.choose(q.algorithm, [spread_multicast, 1, 1])
+    return StreamRates(ops, k, sched.active, q.multicast, contiguous)
 
 
 @dataclass(frozen=True)
@@ -1553,7 +1551,10 @@ def last_stores_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule, stor
     Each cluster's store at that wave's rates, less the same bytes at the memory's
     bandwidth; 0 for ``input_parallel`` (its phases end with the root's store)."""
     last = sched.slots - ops.mul(sched.waves - 1, k.clusters)
-    rates = StreamRates(ops, k, last, q.multicast, in_order(ops, q, k, sched))
+    several = ops.min(1, sched.waves - 1)
+    multicast = q.multicast if k.can_multicast else 0
+    in_order = ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
+    rates = StreamRates(ops, k, last, q.multicast, in_order)
     alone = stream_cycles(ops, k, rates, store)
     share = rates["l2_share"] if k.level("output") == "l2" else rates["hbm"]
     together = ops.cdiv(ops.mul(store.payload, share), SCALE)  # the memory's share of ``last``
