@@ -28,9 +28,8 @@ Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
-    cycles = max(phases x phase + store_tail, memory_floor + last_stores + L)
+    cycles = max(phases x phase + store_tail, memory_floor)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
-    last_stores  = the last wave's stores at its clusters' share, less at the memory's
 
 An ``output_stack`` mapping whose input and filter buffers are double loads each task's
 successor's first tiles beside it instead (``follower_cycles``): with two waves or more,
@@ -1542,32 +1541,10 @@ def phases_cycles(
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
-def last_stores_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule, store: Stream) -> Value:
-    """What the last wave's stores add to the memory floor: they leave after its compute,
-    when nothing else is left to move, through the share of the tree its clusters reach, not
-    the whole memory's bandwidth. A last wave of ``slots - (waves - 1) x C`` clusters in
-    order fills whole subtrees (a half wave of Manticore, one L3 quadrant: 128 of the 256
-    B/cycle), a layer of one spread wave (``tiling.task_clusters``) reaches every uplink.
-    Each cluster's store at that wave's rates, less the same bytes at the memory's
-    bandwidth; 0 for ``input_parallel`` (its phases end with the root's store)."""
-    last = sched.slots - ops.mul(sched.waves - 1, k.clusters)
-    several = ops.min(1, sched.waves - 1)
-    multicast = q.multicast if k.can_multicast else 0
-    in_order = ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
-    rates = StreamRates(ops, k, last, q.multicast, in_order)
-    alone = stream_cycles(ops, k, rates, store)
-    share = rates["l2_share"] if k.level("output") == "l2" else rates["hbm"]
-    together = ops.cdiv(ops.mul(store.payload, share), SCALE)  # the memory's share of ``last``
-    return ops.choose(q.algorithm, [ops.max(0, alone - together), ops.max(0, alone - together), 0])
-
-
-def latency_cycles(
-    ops: Ops, k: Consts, phases: Value, memory_floor: Value, last_stores: Value = 0
-) -> Value:
-    """The layer's latency: its phases, but never faster than main memory can deliver, then
-    the last wave's stores at their own clusters' share (``last_stores_cycles``), and the
-    last store's round trip after that (the write is done when acknowledged)."""
-    return ops.max(phases, memory_floor + last_stores + k.round_trip("output"))
+def latency_cycles(ops: Ops, k: Consts, phases: Value, memory_floor: Value) -> Value:
+    """The layer's latency: its phases, but never faster than main memory can deliver, and
+    the last store's round trip after that (the write is done when acknowledged)."""
+    return ops.max(phases, memory_floor + k.round_trip("output"))
 
 
 # -- traffic, memory floor and energy ----------------------------------------------------------
@@ -1755,8 +1732,7 @@ def evaluate(
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
     memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes)
-    last_stores = last_stores_cycles(ops, q, k, sched, store)
-    cycles = latency_cycles(ops, k, phases, memory_floor, last_stores)
+    cycles = latency_cycles(ops, k, phases, memory_floor)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},
