@@ -195,10 +195,11 @@ class Machine:
         runs on ``wave_order()[s mod C]``): consecutive slots alternate between the root's
         subtrees, then between their subtrees, and so on down (the slot's digits over the
         fanouts, reversed), so that a wave of ``n < C`` tasks keeps at most
-        ``ceil(n x below / C)`` of them under any uplink with ``below`` clusters: a last
-        wave or a small layer gets every uplink's bandwidth, not one quadrant's
-        (``spread_busy``). A static loop over clusters can take them in any order; this one
-        costs nothing on a full wave."""
+        ``ceil(n x below / C)`` of them under any uplink with ``below`` clusters (what
+        ``model.formulas.link_tables`` counts): a small layer's only wave gets every uplink's
+        bandwidth, not one quadrant's (``tiling.task_clusters`` says which waves take this
+        order). A static loop over clusters can take them in any order; this one costs
+        nothing on a full wave."""
         fanouts = [level.fanout for level in self.levels]  # bottom up
         weights = [1]
         for fanout in fanouts[:-1]:

@@ -38,22 +38,21 @@ followers each carrying the next one's (no prologue, no round trip of their own)
 last carrying none.
 
 ``task`` is the largest task (full stack, full tile, full batch tile), so a wave lasts as long
-as its largest task: remainders cost a whole wave, as on the machine. Waves run in lockstep,
-so a wave's double-buffered stores leave while the next wave's first tiles arrive: that
-prologue lasts longer by ``handover``, what the store takes of the shared bandwidth until the
-first tiles are in (at most the prologue again; ``dma_cycles``). ``compute`` runs at the
-cluster's MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its
-DMA port, its fair share of HBM and of each uplink above it when ``active_clusters`` stream
+as its largest task: remainders cost a whole wave, as on the machine. Waves run in lockstep, so
+a wave's double-buffered stores leave while the next wave's first tiles arrive: that prologue
+lasts longer by ``handover``, what the store takes of the shared bandwidth until the first
+tiles are in (at most the prologue again; ``dma_cycles``). ``compute`` runs at the cluster's
+MAC rate times the FPU utilisation. A cluster's streaming rate is the smallest of its DMA port,
+its fair share of HBM and of each uplink above it when ``active_clusters`` stream
 (``stream_cycles_per_byte``; the clusters of an Alg. 1/2 layer of one wave of fewer than C
-tasks are spread over the tree, ``Machine.wave_order``), and Little's law for what each
-double buffer keeps in flight (report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in
-flight), per stream. The first tile of each double-buffered stream precedes the first
-iteration, so nothing hides it (``prologue``: the pipeline's fill, paid before compute
-starts); the rest overlaps compute. Single-buffered
-streams serialise with compute (``exposed_dma``) and pay the round-trip latency ``L`` per load;
-each transfer pays the DMA set-up. A task pays ``L`` to start and, unless its output is double
-buffered, ``L`` plus the transfer to store. ``input_parallel`` phases end with the tree
-reduction of Sec. 3.1.3 and one store.
+tasks are spread over the tree, ``Machine.wave_order``), and Little's law for what each double
+buffer keeps in flight (report Sec. 2.1.2: 256 cycles x 64 B/cycle = 16 KiB in flight), per
+stream. The first tile of each double-buffered stream precedes the first iteration, so nothing
+hides it (``prologue``: the pipeline's fill, paid before compute starts); the rest overlaps
+compute. Single-buffered streams serialise with compute (``exposed_dma``) and pay the
+round-trip latency ``L`` per load; each transfer pays the DMA set-up. A task pays ``L`` to
+start and, unless its output is double buffered, ``L`` plus the transfer to store.
+``input_parallel`` phases end with the tree reduction of Sec. 3.1.3 and one store.
 
 DMA efficiency (machines with ``dma_read_efficiency``/``dma_write_efficiency`` tables, e.g.
 the SW26010 core group: swDNN, seed 004 Sec. III-D and Table II, 4 GB/s with 32 B blocks up
@@ -274,7 +273,7 @@ def ceil_int64(values: Any) -> Table:
 
 def link_tables(machine: Machine) -> tuple[Table, Table]:
     """Cycles per byte x SCALE of one of ``active`` streaming clusters, indexed by
-    ``wave_index`` (``active - 1``, plus C when the wave's clusters are contiguous): (its
+    ``active - 1``, plus C when the wave's clusters are in order (``stream_rates``): (its
     DMA port and the uplinks below the root, the root's uplink). A cluster gets the smallest
     of its DMA port and its fair share of each uplink above it (report Sec. 2.1.2), shared
     with the wave's clusters below that uplink: ``ceil(active x below / C)`` of them when the
