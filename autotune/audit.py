@@ -328,7 +328,7 @@ def _audit_layer(
         return None
     precision, batch = schedule.precision, schedule.batch
     try:
-        predicted = analyze(layer, mapping, machine, precision, batch, placement=placement)
+        predicted = _analysed(layer, mapping, machine, precision, batch, placement)
     except (MappingError, ValueError) as exc:
         report("mapping", f"does not apply: {exc}")
         return None
@@ -474,14 +474,15 @@ def _objective_figure(predicted: Analysis, objective: str) -> int | None:
 
 # -- derivations shared between audits ---------------------------------------------------------
 #
-# The simulator and the search space are pure functions of (layer shape, mapping, machine,
-# precision, batch): re-deriving a claim for a file whose shape, mapping and machine another
-# audit in this process already derived (the same schedule checked again, or edited in one
-# field) reuses the result. Keys hold every input, the machine as its full description.
+# The model, the simulator and the search space are pure functions of (layer shape, mapping,
+# machine, precision, batch): re-deriving a claim for a file whose shape, mapping and machine
+# another audit in this process already derived (the same schedule checked again, or edited in
+# one field) reuses the result. Keys hold every input, the machine as its full description.
 
 _CACHE_SIZE = 256
 _SIMULATED: OrderedDict[tuple[object, ...], SimResult] = OrderedDict()
 _SPACES: OrderedDict[tuple[object, ...], SearchSpace] = OrderedDict()
+_ANALYSED: OrderedDict[tuple[object, ...], Analysis] = OrderedDict()
 
 
 def _machine_key(machine: Machine) -> str:
@@ -525,6 +526,25 @@ def _simulated(
         ),
     )
     return sim if sim.layer == layer.name else replace(sim, layer=layer.name)
+
+
+def _analysed(
+    layer: Layer,
+    mapping: Mapping,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    placement: Placement,
+) -> Analysis:
+    """``analyze``, remembered like the simulations: a file audited again, or a batch of files
+    of one network, re-derives each layer's figures once (failures are not remembered)."""
+    key = (layer.shape_key(), mapping, _machine_key(machine), precision, batch, placement)
+    a = _remember(
+        _ANALYSED,
+        key,
+        lambda: analyze(layer, mapping, machine, precision, batch, placement=placement),
+    )
+    return a if a.layer == layer.name else replace(a, layer=layer.name)
 
 
 def _space(layer: Layer, machine: Machine, batch: int) -> SearchSpace:

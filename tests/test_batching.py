@@ -15,7 +15,7 @@ from autotune.batching import (
     regime,
     ridge_flop_per_byte,
 )
-from tests.conftest import TINY_FC_BATCHES
+from tests.conftest import TINY_FC_BATCHES, TINY_FC_SEARCH
 
 
 def test_fc_memory_bound_at_batch_1_compute_bound_at_64(tiny_fc_sweep, manticore):
@@ -114,7 +114,7 @@ def test_best_within_ties_pick_the_smaller_batch(tiny_fc_sweep):
 
 
 def test_json_is_deterministic(tiny_fc_file, tiny_fc_sweep, tmp_path):
-    again = sweep(tiny_fc_file, batches=(64, 1, 64))  # sorted, deduplicated
+    again = sweep(tiny_fc_file, batches=(64, 1, 64), search=TINY_FC_SEARCH)  # sorted, deduped
     assert again.batches == (1, 64)
     same = replace(tiny_fc_sweep, points=tuple(tiny_fc_sweep.point(b) for b in (1, 64)))
     assert again.to_json() == same.to_json()
@@ -131,13 +131,13 @@ def test_json_is_deterministic(tiny_fc_file, tiny_fc_sweep, tmp_path):
 
 def test_choose_batch(tiny_fc_file, tiny_fc_sweep):
     budget = tiny_fc_sweep.point(4).latency_s * 1.001
-    choice = choose_batch(tiny_fc_file, latency_budget_s=budget, max_batch=4)
+    choice = choose_batch(tiny_fc_file, latency_budget_s=budget, max_batch=4, search=TINY_FC_SEARCH)
     assert choice.sweep.batches == (1, 2, 4)
     assert choice.batch == choice.sweep.best_within(budget) == 4
     assert choice.point.latency_s <= budget
     assert all(p.latency_s <= budget for p in choice.candidates)
     with pytest.raises(BudgetError, match=r"smallest latency achievable is .* \(batch 1\)"):
-        choose_batch(tiny_fc_file, latency_budget_s=1e-9, max_batch=1)
+        choose_batch(tiny_fc_file, latency_budget_s=1e-9, max_batch=1, search=TINY_FC_SEARCH)
     with pytest.raises(ValueError, match="positive"):
         choose_batch(tiny_fc_file, latency_budget_s=0.0)
 

@@ -134,7 +134,7 @@ _REMOVE = object()
 
 
 def _apply(doc: dict[str, Any], path: str, new: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(doc)
+    doc = json.loads(json.dumps(doc))  # a deep copy, several times faster than copy's
     keys = [int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", path)]
     parent = doc
     for key in keys[:-1]:

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli.app import app
+from tests.conftest import TINY_FC_SEARCH
 
 runner = CliRunner()
 
@@ -30,6 +31,8 @@ def test_sweep_table_turning_batches_json_and_plot(tiny_fc_file, tmp_path):
         [
             "sweep",
             str(tiny_fc_file),
+            "--search",
+            TINY_FC_SEARCH,
             "--batch",
             "1,8,...,64",
             "--out",
@@ -57,7 +60,17 @@ def test_sweep_table_turning_batches_json_and_plot(tiny_fc_file, tmp_path):
 
     again = tmp_path / "again.json"
     result = runner.invoke(
-        app, ["sweep", str(tiny_fc_file), "--batch", "64,8,1,8", "--out", str(again)]
+        app,
+        [
+            "sweep",
+            str(tiny_fc_file),
+            "--search",
+            TINY_FC_SEARCH,
+            "--batch",
+            "64,8,1,8",
+            "--out",
+            str(again),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert again.read_bytes() == out.read_bytes()  # deterministic
@@ -122,6 +135,8 @@ def test_tune_batch_auto_picks_most_images_within_budget(tiny_fc_file, tiny_fc_s
         [
             "tune",
             str(tiny_fc_file),
+            "--search",
+            TINY_FC_SEARCH,
             "--batch",
             "auto",
             "--latency-budget",
@@ -160,6 +175,8 @@ def test_tune_batch_auto_without_refinement_reuses_the_sweep(tiny_fc_file):
         [
             "tune",
             str(tiny_fc_file),
+            "--search",
+            TINY_FC_SEARCH,
             "--batch",
             "auto",
             "--latency-budget",
@@ -183,6 +200,8 @@ def test_tune_budget_too_small_exits_2(tiny_fc_file):
             "autotune",
             "tune",
             str(tiny_fc_file),
+            "--search",
+            TINY_FC_SEARCH,
             "--batch",
             "auto",
             "--latency-budget",

@@ -4,6 +4,7 @@ independent overlap script, verify (executed in a byte-addressed L2), and forged
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,8 @@ def test_a_package_plans_every_chiplets_l2(tmp_path) -> None:
     options = TuneOptions(refine=False, processes=1, storage="memory", search="exhaustive")
     planned = tune_network(net, package, options, quiet)
     per_layer = tune_network(
-        net, package, TuneOptions(refine=False, verify=False, processes=1, plan="per-layer"), quiet
-    )
+        net, package, replace(options, verify=False, plan="per-layer"), quiet
+    )  # the same search as the plan's options (exhaustive: the integer program's optimum)
     plan = planned.plan
     assert plan is not None and check_plan(plan) == [] and plan.l2_capacity == package.l2_bytes
     assert any(t.level == "l2" for t in plan.tensors)

@@ -39,11 +39,12 @@ def test_package_ilp_equals_exhaustive(layer, batch, objective):
 
 def test_split_beats_one_chiplet_on_a_big_layer():
     conv = Layer("c", "conv", 28, 28, 32, 32, 3, 3, pad_h=1, pad_w=1)
-    package = solve_layer(conv, PACKAGE, "fp32", 4)
-    alone = solve_layer(conv, PACKAGE.chiplet(), "fp32", 4)
+    # batch 1 (a spatial split wins): at batch 4 the same check took 4x as long
+    package = solve_layer(conv, PACKAGE, "fp32", 1)
+    alone = solve_layer(conv, PACKAGE.chiplet(), "fp32", 1)
     assert package.mapping.chiplet_split != "none"
     assert package.analysis.cycles < alone.analysis.cycles
-    assert package.analysis.macs == alone.analysis.macs == 4 * conv.macs
+    assert package.analysis.macs == alone.analysis.macs == conv.macs
 
 
 def test_single_chiplet_solution_has_no_split(manticore):
