@@ -28,8 +28,9 @@ Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
-    cycles = max(phases x phase + store_tail, memory_floor)
+    cycles = max(phases x phase + store_tail, memory_floor + last_stores)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
+    last_stores  = store bytes x (the last wave's path - its memory share), per cluster
 
 An ``output_stack`` mapping whose input and filter buffers are double loads each task's
 successor's first tiles beside it instead (``follower_cycles``): with two waves or more,
@@ -243,6 +244,9 @@ class Consts:
     stream_tree_cycles_per_byte_scaled: Table | None = None
     stream_root_cycles_per_byte_scaled: Table | None = None
     stream_l2_share_cycles_per_byte_scaled: Table | None = None
+    #: Indexed as ``link_tables`` -> cycles per byte x SCALE an output store's path (port and
+    #: links to its memory level) takes beyond that memory's share (``last_stores_cycles``)
+    store_excess_cycles_per_byte_scaled: Table | None = None
 
     @property
     def has_filters(self) -> bool:
@@ -325,6 +329,21 @@ def stream_tables(machine: Machine) -> tuple[Table, Table]:
     larger of the two rounded tables is the rounded larger one)."""
     tree, root = link_tables(machine)
     return np.maximum(tree, root), memory_share_table(machine.clusters, machine.hbm_bytes_per_cycle)
+
+
+def store_excess_table(machine: Machine, level: MemoryLevel) -> Table:
+    """Cycles per byte x SCALE by which one of ``active`` clusters storing to ``level`` is
+    slower over its path (DMA port and the uplinks to that memory; an L2 store does not cross
+    the root's) than at its share of the memory, indexed as ``link_tables``: 0 where the
+    memory is the bottleneck. Machines with DMA efficiency tables slow the memory's share by
+    the runs' efficiency, which this leaves out (the excess is then an upper bound)."""
+    tree, root = link_tables(machine)
+    if level == "l2":
+        path, share = tree, memory_share_table(machine.clusters, machine.l2_bytes_per_cycle)
+    else:
+        path = np.maximum(tree, root)
+        share = memory_share_table(machine.clusters, machine.hbm_bytes_per_cycle)
+    return np.maximum(path - share, 0)
 
 
 def reduction_tables(machine: Machine) -> tuple[list[Table], list[int], Table]:
@@ -452,6 +471,7 @@ def consts(
         has_residual=layer.epilogue.residual,
         epilogue_ops=layer.epilogue.ops,
         placement=placement,
+        store_excess_cycles_per_byte_scaled=store_excess_table(machine, placement.output),
         **l2_constants(machine, placement, word_bytes),
         **multicast_constants(machine, placement),
     )
@@ -1540,10 +1560,33 @@ def phases_cycles(
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
-def latency_cycles(ops: Ops, k: Consts, phases: Value, memory_floor: Value) -> Value:
-    """The layer's latency: its phases, but never faster than main memory can deliver, and
-    the last store's round trip after that (the write is done when acknowledged)."""
-    return ops.max(phases, memory_floor + k.round_trip("output"))
+def last_stores_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule, store: Stream) -> Value:
+    """What the last wave's stores add to the memory floor: they leave after its compute,
+    when nothing else is left to move, each cluster's through its own path, which the floor
+    counted at the memory's share (``store_excess_table``). A last wave of ``slots - (waves -
+    1) x C`` clusters in order fills whole subtrees (half a wave of Manticore is one L3
+    quadrant: 128 of its 256 B/cycle); a layer of one spread wave reaches every uplink
+    (``tiling.task_clusters``). 0 for ``input_parallel``: its phases end with the root's
+    store. One table lookup and one product per candidate: the formula is built for every
+    candidate of every placement of a network plan."""
+    last = sched.slots - ops.mul(sched.waves - 1, k.clusters)
+    several = ops.min(1, sched.waves - 1)
+    multicast = q.multicast if k.can_multicast else 0
+    in_order = ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
+    table = k.store_excess_cycles_per_byte_scaled
+    assert table is not None, "Consts has no store_excess_cycles_per_byte_scaled"
+    excess = ops.lookup(last - 1 + ops.mul(in_order, k.clusters), table)
+    stores = ops.cdiv(ops.mul(store.payload, excess), SCALE)
+    return ops.choose(q.algorithm, [stores, stores, 0])
+
+
+def latency_cycles(
+    ops: Ops, k: Consts, phases: Value, memory_floor: Value, last_stores: Value = 0
+) -> Value:
+    """The layer's latency: its phases, but never faster than main memory can deliver, then
+    the last wave's stores at their own path (``last_stores_cycles``), and the last store's
+    round trip after that (the write is done when acknowledged)."""
+    return ops.max(phases, memory_floor + last_stores + k.round_trip("output"))
 
 
 # -- traffic, memory floor and energy ----------------------------------------------------------
@@ -1731,7 +1774,8 @@ def evaluate(
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
     memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes)
-    cycles = latency_cycles(ops, k, phases, memory_floor)
+    last_stores = last_stores_cycles(ops, q, k, sched, store)
+    cycles = latency_cycles(ops, k, phases, memory_floor, last_stores)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},
