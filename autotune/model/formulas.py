@@ -343,7 +343,8 @@ def store_excess_table(machine: Machine, level: MemoryLevel) -> Table:
     else:
         path = np.maximum(tree, root)
         share = memory_share_table(machine.clusters, machine.hbm_bytes_per_cycle)
-    return np.maximum(path - share, 0)
+    excess: Table = np.maximum(path - share, 0)
+    return excess
 
 
 def reduction_tables(machine: Machine) -> tuple[list[Table], list[int], Table]:
