@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +15,11 @@ from autotune.cli.app import app
 from tests.conftest import TINY_FC_SEARCH
 
 runner = CliRunner()
+
+
+def _command(name: str, network: Path) -> list[str]:
+    """``autotune NAME NETWORK`` with the sweeps' tests' search (``TINY_FC_SEARCH``)."""
+    return [name, str(network), "--search", TINY_FC_SEARCH]
 
 
 def _one_line(output: str) -> str:
@@ -29,10 +35,7 @@ def test_sweep_table_turning_batches_json_and_plot(tiny_fc_file, tmp_path):
     result = runner.invoke(
         app,
         [
-            "sweep",
-            str(tiny_fc_file),
-            "--search",
-            TINY_FC_SEARCH,
+            *_command("sweep", tiny_fc_file),
             "--batch",
             "1,8,...,64",
             "--out",
@@ -62,10 +65,7 @@ def test_sweep_table_turning_batches_json_and_plot(tiny_fc_file, tmp_path):
     result = runner.invoke(
         app,
         [
-            "sweep",
-            str(tiny_fc_file),
-            "--search",
-            TINY_FC_SEARCH,
+            *_command("sweep", tiny_fc_file),
             "--batch",
             "64,8,1,8",
             "--out",
@@ -133,10 +133,7 @@ def test_tune_batch_auto_picks_most_images_within_budget(tiny_fc_file, tiny_fc_s
     result = runner.invoke(
         app,
         [
-            "tune",
-            str(tiny_fc_file),
-            "--search",
-            TINY_FC_SEARCH,
+            *_command("tune", tiny_fc_file),
             "--batch",
             "auto",
             "--latency-budget",
@@ -173,10 +170,7 @@ def test_tune_batch_auto_without_refinement_reuses_the_sweep(tiny_fc_file):
     result = runner.invoke(
         app,
         [
-            "tune",
-            str(tiny_fc_file),
-            "--search",
-            TINY_FC_SEARCH,
+            *_command("tune", tiny_fc_file),
             "--batch",
             "auto",
             "--latency-budget",
@@ -198,10 +192,7 @@ def test_tune_budget_too_small_exits_2(tiny_fc_file):
             sys.executable,
             "-m",
             "autotune",
-            "tune",
-            str(tiny_fc_file),
-            "--search",
-            TINY_FC_SEARCH,
+            *_command("tune", tiny_fc_file),
             "--batch",
             "auto",
             "--latency-budget",
