@@ -331,18 +331,12 @@ def stream_tables(machine: Machine) -> tuple[Table, Table]:
     return np.maximum(tree, root), memory_share_table(machine.clusters, machine.hbm_bytes_per_cycle)
 
 
-def store_excess_table(machine: Machine, level: MemoryLevel) -> Table:
-    """Cycles per byte x SCALE by which one of ``active`` clusters storing to ``level`` is
-    slower over its path (DMA port and the uplinks to that memory; an L2 store does not cross
-    the root's) than at its share of the memory, indexed as ``link_tables``: 0 where the
+def store_excess_table(path: Table, share: Table) -> Table:
+    """Cycles per byte x SCALE by which one of ``active`` clusters storing is slower over its
+    ``path`` (DMA port and the uplinks to the output's memory; an L2 store does not cross the
+    root's) than at its ``share`` of that memory, both indexed as ``link_tables``: 0 where the
     memory is the bottleneck. Machines with DMA efficiency tables slow the memory's share by
     the runs' efficiency, which this leaves out (the excess is then an upper bound)."""
-    tree, root = link_tables(machine)
-    if level == "l2":
-        path, share = tree, memory_share_table(machine.clusters, machine.l2_bytes_per_cycle)
-    else:
-        path = np.maximum(tree, root)
-        share = memory_share_table(machine.clusters, machine.hbm_bytes_per_cycle)
     excess: Table = np.maximum(path - share, 0)
     return excess
 
@@ -430,6 +424,13 @@ def consts(
     placement.check(machine)
     placement = placement.of_layer(layer.filter_words_per_output > 0, layer.epilogue.residual)
     net, hbm = stream_tables(machine)
+    l2 = l2_constants(machine, placement, word_bytes)
+    # the output's path and memory share: the HBM's, or the L2's (links below the root)
+    store_path, store_share = (
+        (l2["stream_tree_cycles_per_byte_scaled"], l2["stream_l2_share_cycles_per_byte_scaled"])
+        if placement.output == "l2"
+        else (net, hbm)
+    )
     steps, links, latency_sum = reduction_tables(machine)
     energy = machine.energy_pj
     return Consts(
@@ -472,8 +473,8 @@ def consts(
         has_residual=layer.epilogue.residual,
         epilogue_ops=layer.epilogue.ops,
         placement=placement,
-        store_excess_cycles_per_byte_scaled=store_excess_table(machine, placement.output),
-        **l2_constants(machine, placement, word_bytes),
+        store_excess_cycles_per_byte_scaled=store_excess_table(store_path, store_share),
+        **l2,
         **multicast_constants(machine, placement),
     )
 
@@ -749,14 +750,20 @@ class StreamRates:
         return self.looked_up[name]
 
 
+def in_order(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
+    """1 when a wave's clusters are in order, 0 when spread over the tree (the link tables'
+    halves): an ``output_stack`` layer's only wave is spread (``Machine.wave_order``) unless it
+    multicasts; every other wave is in order (``tiling.task_clusters``). A full wave is the
+    same either way."""
+    multicast = q.multicast if k.can_multicast else 0
+    several = ops.min(1, sched.waves - 1)
+    return ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
+
+
 def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
-    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2): an
-    ``output_stack`` wave spread over the tree (``Machine.wave_order``) unless it multicasts,
-    the others' in order (``tiling.task_clusters``). A layer of several waves has
-    ``active = C``, where the two orders are the same."""
-    spread_multicast = q.multicast if k.can_multicast else 0
-    contiguous = ops.choose(q.algorithm, [spread_multicast, 1, 1])
-    return StreamRates(ops, k, sched.active, q.multicast, contiguous)
+    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2), in the order
+    ``in_order`` gives (a layer of several waves has ``active = C``)."""
+    return StreamRates(ops, k, sched.active, q.multicast, in_order(ops, q, k, sched))
 
 
 @dataclass(frozen=True)
@@ -1571,12 +1578,9 @@ def last_stores_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule, stor
     store. One table lookup and one product per candidate: the formula is built for every
     candidate of every placement of a network plan."""
     last = sched.slots - ops.mul(sched.waves - 1, k.clusters)
-    several = ops.min(1, sched.waves - 1)
-    multicast = q.multicast if k.can_multicast else 0
-    in_order = ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
     table = k.store_excess_cycles_per_byte_scaled
     assert table is not None, "Consts has no store_excess_cycles_per_byte_scaled"
-    excess = ops.lookup(last - 1 + ops.mul(in_order, k.clusters), table)
+    excess = ops.lookup(last - 1 + ops.mul(in_order(ops, q, k, sched), k.clusters), table)
     stores = ops.cdiv(ops.mul(store.payload, excess), SCALE)
     return ops.choose(q.algorithm, [stores, stores, 0])
 
