@@ -77,7 +77,15 @@ from autotune.io.limits import (
     read_bounded,
     too_large,
 )
-from autotune.ir.graph import Graph, GraphError, Operator, Pair, Shape, make_operator
+from autotune.ir.graph import (
+    BIASED_KINDS,
+    Graph,
+    GraphError,
+    Operator,
+    Pair,
+    Shape,
+    make_operator,
+)
 from autotune.ir.layer import Layer, LayerError, out_size
 from autotune.ir.network import Network
 
@@ -754,9 +762,11 @@ class _GraphImporter:
                 outputs.append(mapped)
         try:
             # a conv or fc with a bias (its own, or an Add of a constant after it) adds it in
-            # its epilogue
+            # its epilogue (a batch norm's "bias" is its shift, one of its weight vectors)
             ops = tuple(
-                replace(op, bias=True) if "bias" in self.weights.get(op.name, {}) else op
+                replace(op, bias=True)
+                if op.kind in BIASED_KINDS and "bias" in self.weights.get(op.name, {})
+                else op
                 for op in self.ops
             )
             graph = Graph(name, inputs, ops, tuple(outputs))
@@ -1208,7 +1218,7 @@ class _GraphImporter:
         if p is None or self.nodes[p].output[0] != act or self.tensor[act] != self.names[p]:
             return None
         op = self.by_name[self.names[p]]
-        if op.kind not in ("conv", "fc") or "bias" in self.weights[op.name]:
+        if op.kind not in BIASED_KINDS or "bias" in self.weights[op.name]:
             return None
         if self.readers[act] != [self.index] or act in self.outputs:
             return None

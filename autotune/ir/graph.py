@@ -49,6 +49,9 @@ ACTIVATION_KINDS = frozenset(
 )
 #: Kinds that read exactly one input tensor.
 UNARY_KINDS = frozenset(OP_KINDS) - {"add", "concat"}
+#: Kinds whose epilogue can add a per-channel bias of their own (``Operator.bias``); a batch
+#: norm's shift is one of its four weight vectors, not a bias
+BIASED_KINDS = frozenset({"conv", "fc"})
 
 Shape = tuple[int, int, int]
 Pair = tuple[int, int]
@@ -285,7 +288,7 @@ def make_operator(
         low=low,
         high=high,
         epsilon=epsilon,
-        bias=bias and kind in ("conv", "fc"),
+        bias=bias and kind in BIASED_KINDS,
         in_shape=in_shape,
     )
 

@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 from autotune import InputError
+from autotune.io.graph_json import graph_from_record, graph_record
 from autotune.io.onnx_import import ImportedNode, OnnxGraph, load_onnx, load_onnx_graph
-from autotune.ir.graph import Graph
+from autotune.ir.graph import Graph, GraphError
+from autotune.ir.lowering import lower
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -284,6 +286,13 @@ def assert_accounted(path: str, model: OnnxGraph) -> None:
             assert model.graph.op(imported.name).shape == per_image(out), imported.name
             compared += 1
     assert compared >= len(model.graph.ops) // 2  # unknown to ONNX: sizes from a Shape
+    # what a schedule stores of the graph rebuilds it as it was (``verify`` lowers it again)
+    try:
+        lowering = lower(model.graph)
+    except GraphError:
+        return  # not a network autotune maps (e.g. a dilated convolution): no schedule
+    record = graph_record(model.graph, lowering)
+    assert graph_from_record(record, path, model.graph.name) == model.graph
 
 
 def fates(model: OnnxGraph) -> dict[str, str | None]:
