@@ -45,6 +45,7 @@ from autotune.io.network_yaml import load_network
 from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
+from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement
@@ -180,15 +181,23 @@ def tune_network(
     else:
         solutions = solve_network(network, machine, options, lambda n: progress("solve", n))
     finished = finish_network(solutions, machine, options, progress, plan)
-    layers = []
+    layers: list[LayerResult] = []
+    mapping_of: dict[str, Mapping] = {}
     for sol in solutions:
         placement, prefetch = step_placement(plan, sol.layer.name)
         first = finished[(sol.layer.shape_key(), placement, prefetch)]
+        search = sol.search
+        # Refinement runs per (shape, placement, prefetch): a layer that shares an earlier
+        # one's solve but prefetches other bytes beside it is refined on its own and may end
+        # on another mapping, and then no longer shares that layer's result.
+        if search.shared_with is not None and mapping_of.get(search.shared_with) != first.mapping:
+            search = replace(search, shared_with=None)
+        mapping_of[sol.layer.name] = first.mapping
         layers.append(
             replace(
                 first,
                 layer=sol.layer,
-                search=sol.search,
+                search=search,
                 predicted=replace(first.predicted, layer=sol.layer.name),
             )
         )

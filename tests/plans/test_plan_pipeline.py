@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import TuneOptions
+from autotune import TuneOptions, api
 from autotune.api import audit_schedule, tune_network
 from autotune.io.network_yaml import parse_network
 from autotune.ir.placement import HBM_ONLY, placements
@@ -236,5 +236,43 @@ def test_refinement_runs_on_planned_layers_at_their_placement(manticore, tmp_pat
     assert all(r.trials == 3 for r in result.layers if r.layer.kind in ("conv", "fc"))
     assert any(r.placement != HBM_ONLY and r.trials for r in result.layers)
     path = tmp_path / "refined.json"
+    result.save(path)
+    assert audit_schedule(path).ok
+
+
+TWINS = """\
+network: twins
+batch: 1
+layers:
+  - {name: a, kind: conv, in: [16, 16, 32], out_channels: 32, kernel: 3, padding: 1}
+  - {name: b, kind: conv, out_channels: 32, kernel: 3, padding: 1}
+  - {name: c, kind: conv, out_channels: 32, kernel: 3, padding: 1}
+  - {name: d, kind: conv, out_channels: 512, kernel: 3, padding: 1}
+"""
+
+
+def test_twins_refined_apart_stop_sharing_when_they_part(manticore, tmp_path, monkeypatch):
+    """``b`` and ``c`` have one shape and placement, so ``c`` shares ``b``'s solve, but the
+    plan prefetches other bytes beside each (``d``'s weights beside ``c``), so each is
+    refined on its own. A refinement that ends ``c`` on another mapping (here forced: a
+    time limit can do it) must not leave ``c`` claiming ``b``'s result: the file audits."""
+    real = api.refine_layer
+
+    def parting(layer, machine, precision, batch, seeds, options, **kw):
+        done = real(layer, machine, precision, batch, seeds, options, **kw)
+        if kw["prefetch_bytes"] < 500_000:
+            return done
+        return replace(done, mapping=seeds[-1])  # another mapping the study tried
+
+    monkeypatch.setattr(api, "refine_layer", parting)
+    net = parse_network(yaml.safe_load(TWINS), "<test>")
+    options = TuneOptions(trials=2, processes=1, storage="memory", verify=False)
+    result = tune_network(net, manticore, options, quiet)
+    by_name = {r.layer.name: r for r in result.layers}
+    assert result.plan is not None
+    assert result.plan.prefetch_bytes("b") != result.plan.prefetch_bytes("c")
+    assert by_name["b"].mapping != by_name["c"].mapping
+    assert by_name["c"].search.shared_with is None
+    path = tmp_path / "twins.json"
     result.save(path)
     assert audit_schedule(path).ok
