@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.audit import ScheduleAudit, audit_schedule
+from autotune.audit import ScheduleAudit, audit_schedule, verification_findings
 from autotune.chiplets import (
     analyze,
     execute_layer,
@@ -75,6 +75,7 @@ __all__ = [
     "solve_network",
     "tune",
     "tune_network",
+    "verification_findings",
     "verify_network_schedule",
     "verify_schedule",
 ]

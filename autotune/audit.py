@@ -36,10 +36,12 @@ What is checked, and how:
   its tensors' levels, the step and network figures, and the L2 layout: offsets aligned and
   inside the L2, no two tensors live in the same step sharing a byte. Each layer's predicted
   and simulated figures are re-derived at its planned placement and prefetch;
+* after execution (``verification_findings``, by ``autotune verify``): each layer's own
+  ``verified`` outcome and errors against executing the layer again with the run's seed;
 * informational, not checked: ``tool``, ``seed``, the network's name (unless the network is
-  given), each layer's ``search.wall_s`` and ``search.trials`` and the tune run's own
-  ``verified`` outcome and the network's (``autotune verify`` executes the schedule again
-  instead), the plan's ``solve_s``.
+  given), each layer's ``search.wall_s`` and ``search.trials``, the network's ``verified``
+  figures (``autotune verify`` executes the network again instead: its weights, an ONNX
+  model's or seeded ones, are not in the file), the plan's ``solve_s``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -76,11 +79,15 @@ from autotune.search.solve import OBJECTIVE_FIGURE
 from autotune.search.space import SearchSpace, search_space
 from autotune.sim.result import SimResult
 from autotune.tiling import MappingError
+from autotune.verification.check import Verification
 
 #: Search statuses a schedule may report (CP-SAT's, and exhaustive search's OPTIMAL).
 STATUSES = ("OPTIMAL", "FEASIBLE")
 #: Relative tolerance for recomputed floating-point totals (sums in another order).
 FLOAT_TOLERANCE = 1e-9
+#: Relative tolerance for a layer's verification errors executed again with the same data
+#: (numpy's sums may round differently on another machine or BLAS).
+VERIFIED_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,8 @@ class ScheduleAudit:
     path: str
     findings: list[Finding] = field(default_factory=list)
     result: TuneResult | None = None
+    #: the file as read (its own ``verified`` figures, which only executing can check)
+    schedule: ScheduleFile | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -172,7 +181,52 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
                 )
             )
     findings += _totals_findings(schedule, result)
-    return ScheduleAudit(str(path), findings, result)
+    return ScheduleAudit(str(path), findings, result, schedule)
+
+
+def verification_findings(
+    audit: ScheduleAudit, checks: Sequence[Verification], seed: int
+) -> list[Finding]:
+    """The tune run's own ``verified`` figures of each layer against executing the layer
+    again (``checks``, one per layer in order): with the run's seed the test data are the
+    same, so are the outcome and the errors (up to a float's rounding on another machine:
+    ``VERIFIED_TOLERANCE``). With another seed the figures are of other data: nothing to
+    compare. (The network's end-to-end figures depend on where its weights came from, an
+    ONNX model's or seeded ones, which the file does not say: not compared.)"""
+    schedule = audit.schedule
+    if schedule is None or seed != schedule.seed:
+        return []
+    found = []
+    for rec, check in zip(schedule.layers, checks, strict=True):
+        claim = rec.verified
+        if claim is None:
+            continue
+        figures: list[tuple[str, object, object]] = [("verified.ok", claim.ok, check.ok)]
+        figures += [
+            (f"verified.{name}", getattr(claim, name), float(getattr(check, name)))
+            for name in ("max_abs_error", "max_rel_error")
+        ]
+        for where, said, found_again in figures:
+            if not _same_figure(said, found_again):
+                found.append(
+                    Finding(
+                        rec.name,
+                        where,
+                        f"{said}, executing the layer again with the run's seed gives "
+                        f"{found_again}",
+                    )
+                )
+    return found
+
+
+def _same_figure(said: object, again: object) -> bool:
+    if isinstance(again, float):
+        if not isinstance(said, float | int) or isinstance(said, bool):
+            return False
+        if math.isnan(again) or math.isnan(said):
+            return math.isnan(again) and math.isnan(said)
+        return math.isclose(said, again, rel_tol=VERIFIED_TOLERANCE, abs_tol=1e-30)
+    return said == again
 
 
 # -- the file --------------------------------------------------------------------------------

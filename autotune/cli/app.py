@@ -29,6 +29,7 @@ from autotune.api import (
     run_network,
     simulate_schedule,
     tune_network,
+    verification_findings,
     verify_network_schedule,
     verify_schedule,
 )
@@ -476,6 +477,11 @@ def verify_command(
     failures = sum(not v.ok for v in checks)
     if failures:
         fail(f"{schedules}: {failures} of {len(checks)} layers failed verification", code=1)
+    claims = verification_findings(audit, checks, seed)
+    if claims:
+        for finding in claims:
+            error(finding.line(str(schedules)))
+        fail(f"{schedules}: rejected: {len(claims)} verification figure(s) of the file", code=1)
     with refusing():
         whole = verify_network_schedule(audit.result, net, seed)
     if whole is not None:
