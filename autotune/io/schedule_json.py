@@ -275,7 +275,7 @@ class ScheduleFile(_Model):
     tool: ToolRecord
     machine: dict[str, Any] = Field(description="the resolved machine description")
     network: str
-    batch: int
+    batch: int = Field(ge=1, description="images per run")
     precision: str
     objective: str
     seed: int

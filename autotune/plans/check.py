@@ -11,10 +11,11 @@ HBM, prefetches inside their window, and each step's placement matching its tens
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
-from autotune.ir.plan import NetworkPlan, check_plan
+from autotune.ir.plan import NetworkPlan, PlannedStep, PlannedTensor, check_plan
 from autotune.plans.options import StepOption
 from autotune.plans.problem import (
     Choice,
@@ -119,11 +120,9 @@ def plan_findings(
         return found
     derived = _restated(claim, problem)
     for a, b in zip(claim.tensors, derived.tensors, strict=True):
-        if a != b:
-            found.append((f"plan.tensors.{a.name}", f"{a} in the file, {b} re-derived"))
+        found += _field_differences(f"plan.tensors.{a.name}", a, b)
     for sa, sb in zip(claim.steps, derived.steps, strict=True):
-        if sa != sb:
-            found.append((f"plan.steps.{sa.name}", f"{sa} in the file, {sb} re-derived"))
+        found += _field_differences(f"plan.steps.{sa.name}", sa, sb)
     for name in ("cycles", "hbm_bytes", "l2_peak_bytes"):
         if getattr(claim, name) != getattr(derived, name):
             found.append(
@@ -141,3 +140,17 @@ def plan_findings(
     if claim.mode == "per-layer" and offsets:
         found.append(("plan.mode", "a per-layer plan keeps everything in HBM"))
     return found
+
+
+def _field_differences(
+    where: str, claim: PlannedTensor | PlannedStep, derived: PlannedTensor | PlannedStep
+) -> list[tuple[str, str]]:
+    """Each field of a tensor or step (dataclasses of one type) that differs, named."""
+    return [
+        (
+            f"{where}.{f.name}",
+            f"{getattr(claim, f.name)!r} in the file, {getattr(derived, f.name)!r} re-derived",
+        )
+        for f in fields(claim)
+        if getattr(claim, f.name) != getattr(derived, f.name)
+    ]

@@ -120,6 +120,15 @@ def test_forged_plan_figures_are_rejected(tuned, tmp_path, edit) -> None:
     assert not audit_schedule(_forged(path, tmp_path, edit)).ok
 
 
+def test_a_forged_lifetime_is_named_by_its_field(tuned, tmp_path) -> None:
+    _, _, path = tuned
+    record = json.loads(path.read_text())
+    tensor = record["plan"]["tensors"][-1]
+    forged = _forged(path, tmp_path, lambda p: p["tensors"][-1].update(last=tensor["last"] + 1))
+    fields = [f.field for f in audit_schedule(forged).findings]
+    assert f"plan.tensors.{tensor['name']}.last" in fields, fields
+
+
 def test_best_by_placement_extremes_are_the_exhaustive_optima(manticore) -> None:
     net = parse_network(yaml.safe_load(RESIDUAL_CONCAT), "<test>")
     layer = net.layers[1]  # conv2 with its residual epilogue
