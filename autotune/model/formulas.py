@@ -29,8 +29,9 @@ Alg. 5's outer loop; the others run one):
     phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
     cycles = max(phases x phase + store_tail, memory_floor + last_stores)
-    memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth)
-    last_stores  = store bytes x (the last wave's path - its memory share), per cluster
+    memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth,
+                       loads / tree cut, stores / tree cut)
+    last_stores  = store bytes x (the last wave's path - its share of memory or cut), per cluster
 
 An ``output_stack`` mapping whose input and filter buffers are double loads each task's
 successor's first tiles beside it instead (``follower_cycles``): with two waves or more,
@@ -247,6 +248,9 @@ class Consts:
     #: Indexed as ``link_tables`` -> cycles per byte x SCALE an output store's path (port and
     #: links to its memory level) takes beyond that memory's share (``last_stores_cycles``)
     store_excess_cycles_per_byte_scaled: Table | None = None
+    #: Cycles per byte x SCALE of the narrowest cut of the tree below the root, one direction
+    #: (all its uplinks at one level; 0: no level below the root)
+    tree_cut_cycles_per_byte_scaled: int = 0
 
     @property
     def has_filters(self) -> bool:
@@ -392,6 +396,26 @@ def multicast_constants(machine: Machine, placement: Placement) -> dict[str, Any
     }
 
 
+def inverse_rate(bytes_per_cycle: float) -> int:
+    """Cycles per byte x SCALE, rounded up (0 for no rate)."""
+    return int(np.ceil(SCALE / bytes_per_cycle - 1e-9)) if bytes_per_cycle else 0
+
+
+def tree_cut_bytes_per_cycle(machine: Machine) -> float:
+    """Bytes per cycle one direction of the tree carries between the clusters and the root
+    at most: the narrowest level below the root, all its uplinks at once (Manticore: the two
+    L3 quadrants' 128 B/cycle each; the L2 quadrants' 8 x 64 and the L1 quadrants' 32 x 64
+    are wider). Every byte between the clusters and a memory at the root (the HBM, the L2)
+    crosses it. 0 for a tree with no level below the root (MPPA3)."""
+    *below, _root = machine.levels
+    sizes = machine.share_group_sizes()
+    cuts = [
+        machine.clusters // n * level.uplink_bytes_per_cycle
+        for n, level in zip(sizes, below, strict=True)
+    ]
+    return float(min(cuts)) if cuts else 0.0
+
+
 def l2_constants(machine: Machine, placement: Placement, word_bytes: int) -> dict[str, Any]:
     """The L2's constants for a placement with an L2 stream (none without: the formula is
     then built exactly as with the HBM alone)."""
@@ -425,12 +449,17 @@ def consts(
     placement = placement.of_layer(layer.filter_words_per_output > 0, layer.epilogue.residual)
     net, hbm = stream_tables(machine)
     l2 = l2_constants(machine, placement, word_bytes)
-    # the output's path and memory share: the HBM's, or the L2's (links below the root)
-    store_path, store_share = (
-        (l2["stream_tree_cycles_per_byte_scaled"], l2["stream_l2_share_cycles_per_byte_scaled"])
-        if placement.output == "l2"
-        else (net, hbm)
-    )
+    # the output's path and memory share: the HBM's, or the L2's (links below the root) and
+    # no more than the tree's cut carries up
+    cut = tree_cut_bytes_per_cycle(machine)
+    store_path, store_share = net, hbm
+    if placement.output == "l2":
+        store_path, store_share = (
+            l2["stream_tree_cycles_per_byte_scaled"],
+            l2["stream_l2_share_cycles_per_byte_scaled"],
+        )
+        if cut:
+            store_share = np.maximum(store_share, memory_share_table(machine.clusters, cut))
     steps, links, latency_sum = reduction_tables(machine)
     energy = machine.energy_pj
     return Consts(
@@ -474,6 +503,7 @@ def consts(
         epilogue_ops=layer.epilogue.ops,
         placement=placement,
         store_excess_cycles_per_byte_scaled=store_excess_table(store_path, store_share),
+        tree_cut_cycles_per_byte_scaled=inverse_rate(cut),
         **l2,
         **multicast_constants(machine, placement),
     )
@@ -908,7 +938,7 @@ def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Va
 
 
 def two_way_cycles(
-    ops: Ops, k: Consts, rates: StreamRates, up: Stream
+    ops: Ops, k: Consts, rates: StreamRates, up: Stream, head: Value = 0
 ) -> Callable[[Stream], Value]:
     """Cycles of one cluster's loads (the returned function's ``down``) beside its stores
     ``up``, whose own time is built once for every set of loads asked about. The tree's
@@ -919,8 +949,13 @@ def two_way_cycles(
     every cluster streaming, the HBM's share is the path's (the root's uplink is as wide as
     the HBM), so an HBM-only burst costs the sum of its bytes as before; an L2 one (the L2 is
     faster than a direction of the tree) costs the slower direction. A multicast wave's
-    distinct bytes are costed together as before."""
+    distinct bytes are costed together as before. ``head``: cycles the stores have already
+    been moving up on their own wires when the loads start (they take that much less of
+    their own direction; what they share, the port and the memories, still carries all
+    their bytes)."""
     up_alone = stream_cycles(ops, k, rates, up)
+    if not (isinstance(head, int) and head == 0):
+        up_alone = ops.max(0, up_alone - head)
 
     def beside(down: Stream) -> Value:
         both = plus(down, up)
@@ -1150,6 +1185,7 @@ def dma_cycles(
     rates: StreamRates,
     residual: Stream | None,
     store: Stream,
+    compute: Value,
 ) -> DmaCycles:
     """Streams at the cluster's share of the bandwidth, no faster than Little's law allows
     (report Sec. 2.1.2); forwarded input crosses the DMA port (Sec. 2.3); every transfer pays
@@ -1342,7 +1378,14 @@ def dma_cycles(
     )
     opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
     first_task = ops.max(overlapped, opening_tiles, paced_by + first_loss)
-    last = ops.max(overlapped, beside_burst(loads.rest), paced_by + last_loss)
+    # The store behind a cluster's last task left when the task before finished computing,
+    # not when the last one started: it has had that task's wait for the last one's first
+    # tiles (the first task's with two waves, a follower's with more) on its own wires.
+    before = ops.choose(ops.min(ops.max(sched.waves - 2, 0), 1), [first_task, steady])
+    head = ops.max(before, compute) - compute
+    beside_head = two_way_cycles(ops, k, rates, scaled(ops, behind, store), head)
+    last_burst = beside_head(loads.rest if read_early is None else plus(loads.rest, read_early))
+    last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
 
 
@@ -1714,13 +1757,26 @@ def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic
     return occupied * k.word_bytes
 
 
-def memory_floor_cycles(ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: Value) -> Value:
+def memory_floor_cycles(
+    ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: Value, traffic: Traffic
+) -> Value:
     """No mapping is faster than the HBM delivers its occupancy at its bandwidth, nor than
-    the L2 delivers its bytes at its own (two memories, working at once)."""
-    hbm_floor = ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)
-    if not k.placement.uses_l2:
-        return hbm_floor
-    return ops.max(hbm_floor, ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
+    the L2 delivers its bytes at its own (two memories, working at once), nor than the tree
+    carries them: every load comes down and every store goes up through its narrowest cut,
+    each direction on wires of its own (``tree_cut_bytes_per_cycle``). Whatever the memory:
+    with every stream in HBM the HBM's floor covers the cut where it is as wide as the HBM
+    (Manticore's), but a placement must not look faster for lacking a floor."""
+    floors = [ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)]
+    if k.placement.uses_l2:
+        floors.append(ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
+    if k.tree_cut_cycles_per_byte_scaled:
+        down = traffic.input_load_words + traffic.filter_load_words
+        down = down + traffic.residual_load_words
+        for words in (down, traffic.store_words):
+            floors.append(
+                ops.cdiv(words * (k.word_bytes * k.tree_cut_cycles_per_byte_scaled), SCALE)
+            )
+    return ops.max(*floors)
 
 
 def energy_pj(k: Consts, traffic: Traffic, cycles: Value) -> Value:
@@ -1767,8 +1823,8 @@ def evaluate(
     rates = stream_rates(ops, q, k, sched)
     store = store_stream(ops, q, k, work, sched)
     residual = residual_stream(ops, q, k, work, sched)
-    dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store)
     compute = compute_cycles(ops, k, work)
+    dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store, compute)
     exposed_store = exposed_store_cycles(ops, q, k, store, rates)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
@@ -1778,7 +1834,7 @@ def evaluate(
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
-    memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes)
+    memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes, traffic)
     last_stores = last_stores_cycles(ops, q, k, sched, store)
     cycles = latency_cycles(ops, k, phases, memory_floor, last_stores)
     return {
