@@ -462,10 +462,11 @@ def memory_cells(r: LayerResult) -> tuple[str, str, str]:
 
 
 def plan_summary(plan: NetworkPlan) -> str:
-    """One line on the network plan: how it was found (solver status, cycles against the
-    solver's bound), the HBM traffic it leaves, and how much of the L2 it uses for what."""
+    """One line on the network plan: how it was found (solver status, the model's cycles
+    against the solver's bound on them: the simulated total, in the table, may be lower),
+    the HBM traffic it leaves, and how much of the L2 it uses for what."""
     return (
-        f"plan ({plan.mode}): {plan.status} in {plan.solve_s:.1f}s, {plan.cycles:,} cycles, "
+        f"plan ({plan.mode}): {plan.status} in {plan.solve_s:.1f}s, {plan.cycles:,} model cycles, "
         f"bound {plan.bound_cycles:,} (gap {plan.gap:.1%}), HBM {size(plan.hbm_bytes)}, "
         f"L2 peak {size(plan.l2_peak_bytes)} of {size(plan.l2_capacity)}, "
         f"{len(plan.in_l2)} of {len(plan.tensors)} tensors in L2, "

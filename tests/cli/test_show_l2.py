@@ -66,7 +66,7 @@ def test_show_has_placement_traffic_and_plan_line_for_a_plan(files, planned_resu
     plan = planned.plan
     line = next(line for line in shown.output.splitlines() if line.startswith("plan ("))
     assert line.startswith(f"plan (network): {plan.status} in ")
-    assert f"{plan.cycles:,} cycles, bound {plan.bound_cycles:,} (gap 0.0%)" in line
+    assert f"{plan.cycles:,} model cycles, bound {plan.bound_cycles:,} (gap 0.0%)" in line
     assert f"HBM {size(plan.hbm_bytes)}, L2 peak {size(plan.l2_peak_bytes)} of 25.7 MiB" in line
     l2 = [t for t in plan.tensors if t.level == "l2"]
     assert f"{len(l2)} of {len(plan.tensors)} tensors in L2" in line
