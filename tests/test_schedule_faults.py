@@ -236,30 +236,34 @@ def test_verify_command_rejects_a_tampered_file(schedule, tmp_path):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize(
-    "field, value",
-    [
-        ("verified.max_rel_error", 0.0),
-        ("verified.max_abs_error", float("nan")),
-        ("verified.ok", False),
-    ],
-)
-def test_verify_command_rejects_a_forged_verification_figure(schedule, tmp_path, field, value):
+#: Forged verification figures, each on its own layer (from the last one back).
+FORGED_VERIFICATION = [
+    ("verified.max_rel_error", 0.0),
+    ("verified.max_abs_error", float("nan")),
+    ("verified.ok", False),
+]
+
+
+def test_verify_command_rejects_forged_verification_figures(schedule, tmp_path):
     """A layer's stored verification figures are the run's own (informational to the audit),
-    but ``autotune verify`` executes the layer again with the run's seed and must see them
-    forged; with another seed it compares nothing (the figures are of other data)."""
+    but ``autotune verify`` executes the layer again with the run's seed and must see each
+    one forged; with another seed it compares nothing (the figures are of other data)."""
     path, original = schedule
-    last = len(original["layers"]) - 1
-    tampered = _apply(original, f"layers[{last}].{field}", value)
-    if field == "verified.ok":
-        tampered["layers"][last]["verified"]["errors"] = ["forged"]  # consistent with ok
+    tampered = original  # _apply copies
+    names = []
+    for back, (field, value) in enumerate(FORGED_VERIFICATION, start=1):
+        index = len(original["layers"]) - back
+        tampered = _apply(tampered, f"layers[{index}].{field}", value)
+        if field == "verified.ok":
+            tampered["layers"][index]["verified"]["errors"] = ["forged"]  # consistent with ok
+        names.append((original["layers"][index]["name"], field))
     bad = tmp_path / "forged.json"
     bad.write_text(json.dumps(tampered))
     runner = CliRunner()
     result = runner.invoke(app, ["verify", str(bad)])
     assert result.exit_code == 1, result.output
-    name = original["layers"][last]["name"]
-    assert f"layer {name!r}: {field}:" in result.output
+    for name, field in names:
+        assert f"layer {name!r}: {field}:" in result.output
     assert "Traceback" not in result.output
     other_seed = runner.invoke(app, ["verify", str(bad), "--seed", "7"])
     assert other_seed.exit_code == 0, other_seed.output

@@ -503,7 +503,11 @@ def consts(
         epilogue_ops=layer.epilogue.ops,
         placement=placement,
         store_excess_cycles_per_byte_scaled=store_excess_table(store_path, store_share),
-        tree_cut_cycles_per_byte_scaled=inverse_rate(cut),
+        # with every stream in HBM a cut as wide as the HBM never binds (its floor counts the
+        # loads and the stores together): the formula is then built as before
+        tree_cut_cycles_per_byte_scaled=(
+            inverse_rate(cut) if placement.uses_l2 or cut < machine.hbm_bytes_per_cycle else 0
+        ),
         **l2,
         **multicast_constants(machine, placement),
     )
@@ -1763,9 +1767,10 @@ def memory_floor_cycles(
     """No mapping is faster than the HBM delivers its occupancy at its bandwidth, nor than
     the L2 delivers its bytes at its own (two memories, working at once), nor than the tree
     carries them: every load comes down and every store goes up through its narrowest cut,
-    each direction on wires of its own (``tree_cut_bytes_per_cycle``). Whatever the memory:
-    with every stream in HBM the HBM's floor covers the cut where it is as wide as the HBM
-    (Manticore's), but a placement must not look faster for lacking a floor."""
+    each direction on wires of its own (``tree_cut_bytes_per_cycle``). Whatever the memory
+    (a placement must not look faster for lacking a floor), but not built where it cannot
+    bind: with every stream in HBM and a cut as wide as the HBM (Manticore's), whose floor
+    counts the loads and the stores together (``consts``)."""
     floors = [ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)]
     if k.placement.uses_l2:
         floors.append(ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
