@@ -366,12 +366,17 @@ def reduction_tables(machine: Machine) -> tuple[list[Table], list[int], Table]:
     return steps, links, latency_sum
 
 
+def inverse_rate(bytes_per_cycle: float) -> int:
+    """Cycles per byte x SCALE, rounded up (0 for no rate)."""
+    return int(np.ceil(SCALE / bytes_per_cycle - 1e-9)) if bytes_per_cycle else 0
+
+
 def shared_cycles_per_byte_scaled(machine: Machine) -> int:
     """Multicast: cycles per byte x SCALE of the slowest shared resource (HBM or a link)."""
     slowest = min(
         [machine.hbm_bytes_per_cycle] + [lv.uplink_bytes_per_cycle for lv in machine.levels]
     )
-    return int(np.ceil(SCALE / slowest - 1e-9))
+    return inverse_rate(slowest)
 
 
 def multicast_constants(machine: Machine, placement: Placement) -> dict[str, Any]:
@@ -383,22 +388,13 @@ def multicast_constants(machine: Machine, placement: Placement) -> dict[str, Any
         return {}
     *below, root = machine.levels
     tree = [lv.uplink_bytes_per_cycle for lv in below]
-
-    def inverse(slowest: float) -> int:
-        return int(np.ceil(SCALE / slowest - 1e-9))
-
     return {
-        "l2_shared_cycles_per_byte_scaled": inverse(min([machine.l2_bytes_per_cycle, *tree])),
-        "root_shared_cycles_per_byte_scaled": inverse(
+        "l2_shared_cycles_per_byte_scaled": inverse_rate(min([machine.l2_bytes_per_cycle, *tree])),
+        "root_shared_cycles_per_byte_scaled": inverse_rate(
             min(machine.hbm_bytes_per_cycle, root.uplink_bytes_per_cycle)
         ),
-        "tree_shared_cycles_per_byte_scaled": inverse(min(tree)) if tree else 0,
+        "tree_shared_cycles_per_byte_scaled": inverse_rate(min(tree)) if tree else 0,
     }
-
-
-def inverse_rate(bytes_per_cycle: float) -> int:
-    """Cycles per byte x SCALE, rounded up (0 for no rate)."""
-    return int(np.ceil(SCALE / bytes_per_cycle - 1e-9)) if bytes_per_cycle else 0
 
 
 def tree_cut_bytes_per_cycle(machine: Machine) -> float:
@@ -496,7 +492,7 @@ def consts(
         stream_hbm_cycles_per_byte_scaled=hbm,
         groups=layer.groups,
         can_multicast=machine.dma_multicast,
-        port_cycles_per_byte_scaled=int(np.ceil(SCALE / machine.dma_bytes_per_cycle - 1e-9)),
+        port_cycles_per_byte_scaled=inverse_rate(machine.dma_bytes_per_cycle),
         uplinks=uplinks(machine),
         shared_cycles_per_byte_scaled=shared_cycles_per_byte_scaled(machine),
         has_residual=layer.epilogue.residual,
@@ -942,8 +938,8 @@ def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Va
 
 
 def two_way_cycles(
-    ops: Ops, k: Consts, rates: StreamRates, up: Stream, head: Value = 0
-) -> Callable[[Stream], Value]:
+    ops: Ops, k: Consts, rates: StreamRates, up: Stream
+) -> Callable[[Stream, Value], Value]:
     """Cycles of one cluster's loads (the returned function's ``down``) beside its stores
     ``up``, whose own time is built once for every set of loads asked about. The tree's
     links carry each direction on wires of their own, so each direction alone takes its
@@ -958,14 +954,15 @@ def two_way_cycles(
     their own direction; what they share, the port and the memories, still carries all
     their bytes)."""
     up_alone = stream_cycles(ops, k, rates, up)
-    if not (isinstance(head, int) and head == 0):
-        up_alone = ops.max(0, up_alone - head)
 
-    def beside(down: Stream) -> Value:
+    def beside(down: Stream, head: Value = 0) -> Value:
         both = plus(down, up)
+        own = up_alone
+        if not (isinstance(head, int) and head == 0):
+            own = ops.max(0, up_alone - head)
         terms = [
             stream_cycles(ops, k, rates, down),
-            up_alone,
+            own,
             ops.cdiv(ops.mul(both.payload, k.port_cycles_per_byte_scaled), SCALE),
         ]
         if both.hbm_bytes is not None:
@@ -1358,8 +1355,8 @@ def dma_cycles(
     beside_store = two_way_cycles(ops, k, rates, scaled(ops, behind, store))
     read_early = None if residual is None else scaled(ops, early, residual)
 
-    def beside_burst(loaded: Stream) -> Value:
-        return beside_store(loaded if read_early is None else plus(loaded, read_early))
+    def beside_burst(loaded: Stream, head: Value = 0) -> Value:
+        return beside_store(loaded if read_early is None else plus(loaded, read_early), head)
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
@@ -1387,8 +1384,7 @@ def dma_cycles(
     # tiles (the first task's with two waves, a follower's with more) on its own wires.
     before = ops.choose(ops.min(ops.max(sched.waves - 2, 0), 1), [first_task, steady])
     head = ops.max(before, compute) - compute
-    beside_head = two_way_cycles(ops, k, rates, scaled(ops, behind, store), head)
-    last_burst = beside_head(loads.rest if read_early is None else plus(loads.rest, read_early))
+    last_burst = beside_burst(loads.rest, head)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
 
