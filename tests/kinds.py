@@ -1,6 +1,6 @@
 """One realistic layer of each kind without weights, shared by the tests of the stages that
 cost them: ResNet's max and global average pools, a residual add of two operands, YOLO's
-upsample, a classifier's softmax, a standalone ReLU."""
+upsample, a classifier's softmax, a standalone ReLU, a gated product of two feature maps."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ REALISTIC = {
     "maxpool": Layer("pool1", "maxpool", 112, 112, 64, 64, 3, 3, 2, 2, 1, 1, groups=64),
     "avgpool": Layer("gap", "avgpool", 7, 7, 2048, 2048, 7, 7, groups=2048),
     "add": Layer("add", "add", 56, 56, 512, 256, groups=256),
+    "mul": Layer("glu", "mul", 28, 28, 512, 256, groups=256),
     "upsample": Layer("up", "upsample", 13, 13, 256, 256, groups=256, upscale=2),
     "softmax": Layer("prob", "softmax", 1, 1, 1000, 1000),
     "activation": Layer(

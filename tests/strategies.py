@@ -77,7 +77,8 @@ def with_epilogues(layer_strategy: st.SearchStrategy[Layer]) -> st.SearchStrateg
 @st.composite
 def kind_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
     """A layer of a kind other than conv and fc (``ir.layer``), with a drawn epilogue."""
-    kind = draw(st.sampled_from(["maxpool", "avgpool", "add", "activation", "upsample", "softmax"]))
+    kinds = ["maxpool", "avgpool", "add", "mul", "activation", "upsample", "softmax"]
+    kind = draw(st.sampled_from(kinds))
     c = draw(st.integers(1, max_c))
     epilogue = draw(epilogues(bias=False, activation=kind == "activation"))
     if kind in ("maxpool", "avgpool"):
@@ -107,9 +108,9 @@ def kind_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
             epilogue=epilogue,
         )
     h, w = draw(st.integers(1, max_hw)), draw(st.integers(1, max_hw))
-    if kind == "add":
+    if kind in ("add", "mul"):
         n = draw(st.integers(2, 3))
-        return Layer("add", kind, h, w, n * c, c, groups=c, epilogue=epilogue)
+        return Layer(kind, kind, h, w, n * c, c, groups=c, epilogue=epilogue)
     if kind == "upsample":
         scale = draw(st.integers(2, 3))
         h, w = -(-h // scale), -(-w // scale)
@@ -194,7 +195,9 @@ def multicast_mapped_layers(draw, every_kind: bool = False) -> tuple[Layer, Mapp
 def any_activation() -> st.SearchStrategy[Activation]:
     """Any epilogue activation, with the parameters its definition allows."""
     return st.one_of(
-        st.builds(Activation, st.sampled_from(["relu", "sigmoid", "silu", "hardswish"])),
+        st.builds(
+            Activation, st.sampled_from(["relu", "sigmoid", "silu", "hardswish", "hardsigmoid"])
+        ),
         st.builds(Activation, st.just("leaky_relu"), alpha=st.sampled_from([0.01, 0.1, 0.2, 1.5])),
         st.tuples(st.floats(-1.0, 0.5), st.floats(0.0, 6.0)).map(
             lambda lh: Activation("clip", low=min(lh), high=max(lh))
@@ -254,7 +257,7 @@ def elementwise_layers(draw, kind: str | None = None, max_hw: int = 10, max_c: i
     """An add of 2-3 operands, an activation, an upsample or a softmax (``kind``, or any of
     them), any epilogue."""
     if kind is None:
-        kind = draw(st.sampled_from(["add", "activation", "upsample", "softmax"]))
+        kind = draw(st.sampled_from(["add", "mul", "activation", "upsample", "softmax"]))
     h, w, c = (
         draw(st.integers(1, max_hw)),
         draw(st.integers(1, max_hw)),
@@ -263,7 +266,7 @@ def elementwise_layers(draw, kind: str | None = None, max_hw: int = 10, max_c: i
     epilogue = draw(any_epilogue(bias=False))
     if kind == "activation":
         epilogue = Epilogue(residual=epilogue.residual, activation=draw(any_activation()))
-    c_in = c * draw(st.integers(2, 3)) if kind == "add" else c
+    c_in = c * draw(st.integers(2, 3)) if kind in ("add", "mul") else c
     return Layer(
         kind,
         kind,  # type: ignore[arg-type]

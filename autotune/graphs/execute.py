@@ -5,7 +5,9 @@
 memory and L1 that checks every operation), on buffers laid out as the lowering placed
 them: a concat's producers write channel slices of one buffer, a flatten reads its source's
 bytes, an add reads its operands interleaved, a fused add reads its residual. The weights
-are the graph's (``graphs.weights``), folded as the lowering folded them. Given a network
+are the graph's (``graphs.weights``), folded as the lowering folded them; a mul by a channel
+gate reads each image's filter from the gate's buffer, so its schedule runs once per image
+with that image's gate (each run's output kept for its image only). Given a network
 plan (``ir.plan``), the buffers and weights it keeps in the shared L2 are views into one byte
 array at their offsets, so a layout that lets live tensors share bytes corrupts them. Each
 layer runs through an executor given by the caller (``LayerExecutor``): on a package the API
@@ -244,7 +246,7 @@ def buffer_lifetimes(lowering: Lowering) -> dict[str, tuple[int, int]]:
     reads: dict[str, list[int]] = {}
     for index, step in enumerate(lowering.steps):
         writes.setdefault(step.output.buffer, []).append(index)
-        for ref in (*step.inputs, *(() if step.residual is None else (step.residual,))):
+        for ref in (*step.inputs, *(r for r in (step.residual, step.gate) if r is not None)):
             reads.setdefault(ref.buffer, []).append(index)
     end = len(lowering.steps) - 1
     outputs = {ref.buffer for ref in lowering.outputs}
@@ -319,16 +321,35 @@ def _execute(
         x = operands[0] if len(operands) == 1 else interleave(operands)
         filters, bias = step_weights(step, graph, weights)
         residual = None if step.residual is None else _read(buffers, step.residual, batch)
-        output = execute(
-            step.layer,
-            mappings[step.name],
-            machine,
-            x,
-            memory.filters(step.name, filters),
-            bias,
-            residual,
-            precision=precision,
-        )
+        mapping = mappings[step.name]
+        if step.gate is None:
+            output = execute(
+                step.layer,
+                mapping,
+                machine,
+                x,
+                memory.filters(step.name, filters),
+                bias,
+                residual,
+                precision=precision,
+            )
+        else:  # each image's filter is its own gate (module docstring)
+            gates = _read(buffers, step.gate, batch)
+            output = np.stack(
+                [
+                    execute(
+                        step.layer,
+                        mapping,
+                        machine,
+                        x,
+                        gate.reshape(-1, 1, 1, 1),
+                        bias,
+                        residual,
+                        precision=precision,
+                    )[n]
+                    for n, gate in enumerate(gates)
+                ]
+            )
         _write(buffers, step.output, output)
         if after_step is not None:
             after_step(index, buffers)

@@ -58,6 +58,8 @@ def _evaluate(op: Operator, args: list[Array], params: Mapping[str, Array]) -> A
         return x.mean(axis=(2, 3), keepdims=True)
     if kind == "add":
         return np.sum(args, axis=0)
+    if kind == "mul":  # numpy broadcasts a gate (n, c, 1, 1) over the volume
+        return args[0] * args[1]
     if kind == "concat":
         return np.concatenate(args, axis=1)
     if kind == "upsample":
@@ -85,6 +87,8 @@ def activation(kind: str, x: Array, alpha: float, low: float, high: float) -> Ar
         return x / (1.0 + np.exp(-x))
     if kind == "hardswish":
         return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+    if kind == "hardsigmoid":
+        return np.clip(x / 6.0 + 0.5, 0.0, 1.0)
     raise ValueError(f"no reference for operator kind {kind!r}")
 
 

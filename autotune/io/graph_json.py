@@ -6,9 +6,10 @@ topological order with the fields it was given (``fate``: its own ``layer``, ``f
 ``fused`` into the layer ``into``, a ``view`` of ``into``, a ``concat`` buffer);
 ``buffers`` the stored tensors (network inputs, layer and concat outputs); ``steps`` each
 mapped layer in execution order with the buffer slices (``buffer``, first channel
-``offset``, ``shape``) of its operands, residual and output. The operators are the claim's
-source: reading the file rebuilds the graph from them (every shape rule re-checked), and the
-audit lowers it again and compares the stored fates, buffers and steps with the result.
+``offset``, ``shape``) of its operands, residual, channel gate and output. The operators are
+the claim's source: reading the file rebuilds the graph from them (every shape rule
+re-checked), and the audit lowers it again and compares the stored fates, buffers and steps
+with the result.
 """
 
 from __future__ import annotations
@@ -106,8 +107,18 @@ class StepRecord(_Record):
     op: str = Field(description="the graph operator it maps; '' for a concat copy")
     inputs: list[RefRecord]
     residual: RefRecord | None = None
+    gate: RefRecord | None = Field(
+        default=None,
+        description="a mul by a channel gate [1, 1, c]: the tensor of each image's factors",
+    )
     output: RefRecord
     absorbed: list[str] = Field(default_factory=list)
+
+    _omit_gate = model_serializer(mode="wrap")(  # absent but for a gated mul's step
+        lambda self, handler: {
+            k: v for k, v in handler(self).items() if k != "gate" or v is not None
+        }
+    )
 
 
 class GraphRecord(_Record):
@@ -154,6 +165,7 @@ def graph_record(graph: Graph, lowering: Lowering) -> GraphRecord:
                 op=step.op,
                 inputs=[_ref(r) for r in step.inputs],
                 residual=None if step.residual is None else _ref(step.residual),
+                gate=None if step.gate is None else _ref(step.gate),
                 output=_ref(step.output),
                 absorbed=list(step.absorbed),
             )

@@ -4,10 +4,11 @@ form onnxruntime and other tools run, so that results can be compared outside au
 Each operator becomes the ONNX operator of the same meaning, opset 17, NCHW, float32:
 conv ``Conv``; fc ``Gemm`` (``transB``; a ``Flatten`` first when its input is a volume);
 batchnorm ``BatchNormalization``; pools ``MaxPool`` / ``AveragePool`` (``ceil_mode``,
-``count_include_pad``) and ``GlobalAveragePool``; add ``Sum``; concat ``Concat`` (axis 1);
-upsample ``Resize`` (nearest, integer scales); flatten ``Flatten``; softmax ``Softmax``
-(axis 1); relu, leaky relu, sigmoid, hardswish as themselves; relu6/clip ``Clip``; silu
-``x · Sigmoid(x)``. ``load_onnx_graph`` reads such a file back to the same graph.
+``count_include_pad``) and ``GlobalAveragePool``; add ``Sum``; mul ``Mul``; concat
+``Concat`` (axis 1); upsample ``Resize`` (nearest, integer scales); flatten ``Flatten``;
+softmax ``Softmax`` (axis 1); relu, leaky relu, sigmoid, hardswish, hardsigmoid as
+themselves; relu6/clip ``Clip``; silu ``x · Sigmoid(x)``. ``load_onnx_graph`` reads such a
+file back to the same graph.
 """
 
 from __future__ import annotations
@@ -55,12 +56,13 @@ def save_onnx(
         params = {k: np.asarray(v, np.float32) for k, v in weights.get(op.name, {}).items()}
         args = list(op.inputs)
         out_rank = 4
-        if op.kind in ("conv", "maxpool", "avgpool", "global_avgpool", "upsample"):
+        volume = op.kind == "mul" and any(rank[a] == 4 for a in args)  # a gate N×C to N×C×1×1
+        if op.kind in ("conv", "maxpool", "avgpool", "global_avgpool", "upsample") or volume:
             args = [_volume(a, rank, graph, node, const) for a in args]
         _emit(op, args, params, node, const)
         if op.kind in ("fc", "flatten"):
             out_rank = 2
-        elif op.kind in ("softmax", "add", "batchnorm") or op.kind in ACTIVATION_KINDS:
+        elif op.kind in ("softmax", "add", "mul", "batchnorm") or op.kind in ACTIVATION_KINDS:
             out_rank = rank[args[0]]
         rank[op.name] = out_rank
     inputs = [
@@ -145,6 +147,8 @@ def _emit(
         node("GlobalAveragePool", args, name, name)
     elif kind == "add":
         node("Sum", args, name, name)
+    elif kind == "mul":  # of one shape, or by a channel gate N×C×1×1 (ONNX broadcasts it)
+        node("Mul", args, name, name)
     elif kind == "concat":
         node("Concat", args, name, name, axis=1)
     elif kind == "upsample":
@@ -160,6 +164,8 @@ def _emit(
         node("Clip", [args[0], low, high], name, name)
     elif kind == "leaky_relu":
         node("LeakyRelu", args, name, name, alpha=op.alpha)
+    elif kind == "hardsigmoid":
+        node("HardSigmoid", args, name, name, alpha=1 / 6, beta=0.5)
     elif kind == "silu":
         gate = node("Sigmoid", args, f"{name}.gate", f"{name}.gate")
         node("Mul", [args[0], gate], name, name)

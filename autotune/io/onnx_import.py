@@ -21,12 +21,14 @@ table is ``_HANDLERS``; each handler says what it accepts):
 - ``Conv`` -> conv (group, dilations; symmetric pads or auto_pad);
 - ``Gemm``, ``MatMul`` with a constant B -> fc (Gemm: transB, alpha, beta, C; MatMul: an
   ``N×K`` A); an ``Add`` of a constant right after a Conv/Gemm/MatMul -> its bias;
-- ``Add``, ``Sum`` of activations -> add; ``BatchNormalization`` -> batchnorm (unfolded, also
-  with training_mode=1);
+- ``Add``, ``Sum`` of activations -> add; ``Mul`` of two activations of one shape, or of a
+  feature map and a channel gate ``N×C×1×1`` (squeeze-excitation) -> mul;
+  ``BatchNormalization`` -> batchnorm (unfolded, also with training_mode=1);
 - ``Relu``, ``Sigmoid``, ``HardSwish``, ``LeakyRelu`` -> relu, sigmoid, hardswish,
   leaky_relu; ``Clip`` (bounds as inputs or attributes) -> relu6 for [0, 6], relu for
   [0, inf), else clip; ``Mul(x, Sigmoid(x))`` -> silu, ``Mul(x, HardSigmoid(x))`` ->
-  hardswish (the gate is part of that operator);
+  hardswish (the gate is part of that operator); ``HardSigmoid`` (alpha 1/6, beta 1/2, as
+  PyTorch's) alone -> hardsigmoid;
 - ``MaxPool``, ``AveragePool`` -> maxpool, avgpool; ``GlobalAveragePool``, ``ReduceMean``
   over H and W -> global_avgpool;
 - ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze`` -> flatten from ``N×C×H×W`` to
@@ -824,11 +826,8 @@ class _GraphImporter:
     def _gate_kind(self, node: Any) -> str | None:
         if node.op_type == "Sigmoid":
             return "silu"
-        if node.op_type == "HardSigmoid":
-            attrs = _attributes(self.onnx, node)
-            alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
-            if math.isclose(alpha, 1 / 6, rel_tol=1e-6) and math.isclose(beta, 0.5):
-                return "hardswish"
+        if node.op_type == "HardSigmoid" and self._hard_sigmoid_slope(node)[2]:
+            return "hardswish"
         return None
 
     def _node(self, node: Any, name: str) -> str | None:
@@ -1224,31 +1223,66 @@ class _GraphImporter:
             return None
         return op
 
-    def _sum(self, node: Any, name: str) -> str | None:
-        tensors = [self._act(node, i, name, "inputs") for i in range(len(node.input))]
-        ranks = {self._rank(node, i) for i in range(len(node.input))}
+    def _operands(self, node: Any, name: str, count: int) -> tuple[list[str], int]:
+        """The graph tensors of the node's first ``count`` inputs, activations of one rank
+        (ONNX broadcasting across ranks is not supported), and that rank."""
+        tensors = [self._act(node, i, name, "inputs") for i in range(count)]
+        ranks = {self._rank(node, i) for i in range(count)}
         if len(ranks) > 1:
             raise self.fail(
                 f"operands of ranks {sorted(ranks)}: broadcasting is not supported", name, "inputs"
             )
+        return tensors, ranks.pop()
+
+    def _sum(self, node: Any, name: str) -> str | None:
+        tensors, rank = self._operands(node, name, len(node.input))
         if len(tensors) == 1:
             self._alias(node, node.input[0])
             return None
-        return self._emit(node, name, "add", tensors, rank=ranks.pop())
+        return self._emit(node, name, "add", tensors, rank=rank)
 
     def mul(self, node: Any, name: str) -> str:
         pattern = self.fused.get(self.index)
         if pattern is None:
-            raise self.fail(
-                "a Mul is supported only as x·Sigmoid(x) (SiLU) or x·HardSigmoid(x) "
-                "(HardSwish, alpha 1/6, beta 1/2)",
-                name,
-                "Mul",
-            )
+            return self._product(node, name)
         kind, x, _ = pattern
         if x not in self.tensor:
             raise self.fail(f"input {x!r} is not an activation", name, "A")
         return self._emit(node, name, kind, [self.tensor[x]], rank=self.rank[x])
+
+    def _product(self, node: Any, name: str) -> str:
+        """A Mul of two activations: of one shape, or a feature map by a channel gate
+        ``N×C×1×1`` (squeeze-excitation), which becomes the second operand."""
+        if any(t not in self.tensor for t in node.input[:2]):
+            raise self.fail(
+                "a Mul of a constant is not supported (a Mul is x·Sigmoid(x), "
+                "x·HardSigmoid(x), a product of two activations or a channel gate)",
+                name,
+                "B",
+            )
+        tensors, rank = self._operands(node, name, 2)
+        a, b = (self.shapes[t] for t in tensors)
+        if a[:2] == (1, 1) and b[:2] != (1, 1):
+            tensors.reverse()  # the gate second
+        return self._emit(node, name, "mul", tensors, rank=rank)
+
+    def _hard_sigmoid_slope(self, node: Any) -> tuple[float, float, bool]:
+        """A HardSigmoid's alpha and beta, and whether they are PyTorch's (1/6, 1/2)."""
+        attrs = _attributes(self.onnx, node)
+        alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
+        return alpha, beta, math.isclose(alpha, 1 / 6, rel_tol=1e-6) and math.isclose(beta, 0.5)
+
+    def hard_sigmoid(self, node: Any, name: str) -> str:
+        alpha, beta, pytorch = self._hard_sigmoid_slope(node)
+        if not pytorch:
+            raise self.fail(
+                f"HardSigmoid with alpha {alpha:g}, beta {beta:g}: only PyTorch's "
+                f"(alpha 1/6, beta 1/2) is supported",
+                name,
+                "alpha",
+            )
+        x = self._act(node, 0, name, "X")
+        return self._emit(node, name, "hardsigmoid", [x], rank=self._rank(node))
 
     def activation(self, node: Any, name: str) -> str:
         kind = {"Relu": "relu", "Sigmoid": "sigmoid", "HardSwish": "hardswish"}[node.op_type]
@@ -1640,6 +1674,7 @@ _HANDLERS: dict[str, _Handler] = {
     "Relu": _GraphImporter.activation,
     "Sigmoid": _GraphImporter.activation,
     "HardSwish": _GraphImporter.activation,
+    "HardSigmoid": _GraphImporter.hard_sigmoid,
     "LeakyRelu": _GraphImporter.leaky_relu,
     "Clip": _GraphImporter.clip,
     "Softmax": _GraphImporter.softmax,

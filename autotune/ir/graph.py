@@ -28,6 +28,7 @@ OpKind = Literal[
     "avgpool",
     "global_avgpool",
     "add",
+    "mul",
     "concat",
     "upsample",
     "relu",
@@ -37,6 +38,7 @@ OpKind = Literal[
     "sigmoid",
     "silu",
     "hardswish",
+    "hardsigmoid",
     "batchnorm",
     "flatten",
     "softmax",
@@ -45,10 +47,10 @@ OpKind = Literal[
 OP_KINDS: tuple[str, ...] = get_args(OpKind)
 #: Elementwise functions of one operand (they may fuse into their producer's epilogue).
 ACTIVATION_KINDS = frozenset(
-    {"relu", "relu6", "clip", "leaky_relu", "sigmoid", "silu", "hardswish"}
+    {"relu", "relu6", "clip", "leaky_relu", "sigmoid", "silu", "hardswish", "hardsigmoid"}
 )
 #: Kinds that read exactly one input tensor.
-UNARY_KINDS = frozenset(OP_KINDS) - {"add", "concat"}
+UNARY_KINDS = frozenset(OP_KINDS) - {"add", "mul", "concat"}
 #: Kinds whose epilogue can add a per-channel bias of their own (``Operator.bias``); a batch
 #: norm's shift is one of its four weight vectors, not a bias
 BIASED_KINDS = frozenset({"conv", "fc"})
@@ -83,6 +85,10 @@ class Operator:
     ``scale`` (upsample); ``alpha`` (leaky relu); ``low``/``high`` (clip; relu6 is 0..6);
     ``epsilon`` (batch norm, whose statistics are weights); ``bias`` (a conv or fc adds a
     per-channel bias). ``shape`` is the output, per image.
+
+    ``add`` sums two or more inputs of one shape; ``mul`` multiplies its first input by its
+    second, of the same shape (elementwise) or a gate ``(1, 1, c)`` that scales each channel
+    of each image by the image's own factor (a squeeze-excitation block's last step).
     """
 
     name: str
@@ -179,6 +185,8 @@ def make_operator(
         raise GraphError(name, "inputs", f"a {kind} layer reads one input, got {len(inputs)}")
     if kind in ("add", "concat") and len(inputs) < 2:
         raise GraphError(name, "inputs", f"a {kind} layer reads two or more inputs")
+    if kind == "mul" and len(inputs) != 2:
+        raise GraphError(name, "inputs", f"a mul layer reads two inputs, got {len(inputs)}")
     shapes = [input_shapes[t] for t in inputs]
     in_shape = shapes[0]
     h, w, c = in_shape
@@ -239,6 +247,17 @@ def make_operator(
                     f"{tensor!r} is {list(other)}",
                     tensor,
                 )
+        out = in_shape
+    elif kind == "mul":
+        other = shapes[1]
+        if other not in (in_shape, (1, 1, c)):
+            raise GraphError(
+                name,
+                "inputs",
+                f"{inputs[1]!r} is {list(other)}: a mul multiplies {inputs[0]!r} "
+                f"({list(in_shape)}) by a tensor of its shape or by a gate [1, 1, {c}]",
+                inputs[1],
+            )
         out = in_shape
     elif kind == "concat":
         for tensor, other in zip(inputs[1:], shapes[1:], strict=True):

@@ -18,6 +18,7 @@ executor serve them all:
   with ``groups = c_out`` and ``c_in = n · c_out``: group ``g`` reads input channels
   ``g·n … g·n + n − 1``, i.e. the input volume interleaves the operands (channel ``g·n + i``
   is channel ``g`` of operand ``i``). Traffic and tiling are those of the ``n`` operands.
+- ``mul``: the elementwise product of ``n`` tensors, laid out as ``add``'s operands.
 - ``activation``: an elementwise function alone (its ``epilogue.activation``), a depthwise
   1×1 layer without weights.
 - ``upsample``: nearest-neighbour by the integer ``upscale`` (each input pixel becomes an
@@ -37,15 +38,22 @@ from typing import Literal, get_args
 
 from autotune.ir.errors import ArgumentsError
 
-LayerKind = Literal["conv", "fc", "maxpool", "avgpool", "add", "activation", "upsample", "softmax"]
+LayerKind = Literal[
+    "conv", "fc", "maxpool", "avgpool", "add", "mul", "activation", "upsample", "softmax"
+]
 #: Every layer kind, in the order documentation lists them.
 LAYER_KINDS: tuple[str, ...] = get_args(LayerKind)
 #: Kinds with weights (filters); the others read only activations.
 WEIGHTED_KINDS = frozenset({"conv", "fc"})
-#: Kinds that are depthwise by construction: ``groups == c_out`` (``add``: ``c_in = n·c_out``).
-DEPTHWISE_KINDS = frozenset({"maxpool", "avgpool", "add", "activation", "upsample"})
+#: Kinds that are depthwise by construction: ``groups == c_out`` (``add``, ``mul``:
+#: ``c_in = n·c_out``).
+DEPTHWISE_KINDS = frozenset({"maxpool", "avgpool", "add", "mul", "activation", "upsample"})
+#: Kinds whose input volume interleaves ``n`` operands of the output's shape.
+OPERAND_KINDS = frozenset({"add", "mul"})
 
-ActivationKind = Literal["relu", "clip", "leaky_relu", "sigmoid", "silu", "hardswish"]
+ActivationKind = Literal[
+    "relu", "clip", "leaky_relu", "sigmoid", "silu", "hardswish", "hardsigmoid"
+]
 #: FPU operations one output word of each activation costs. ASSUMPTION (no seed gives them):
 #: a compare or a multiply-add per simple step; sigmoid and silu are counted as an exp by a
 #: short polynomial (about 8 operations) plus a division, as Snitch-class cores have no
@@ -57,6 +65,7 @@ ACTIVATION_OPS: dict[str, int] = {
     "sigmoid": 10,
     "silu": 11,
     "hardswish": 4,
+    "hardsigmoid": 3,
 }
 #: FPU operations per output word of a softmax: the exp (as for sigmoid), the running sum
 #: and the final scale. ASSUMPTION, as ``ACTIVATION_OPS``.
@@ -67,7 +76,8 @@ SOFTMAX_OPS = 10
 class Activation:
     """An elementwise function: ``relu``; ``clip`` to ``[low, high]`` (ReLU6 is ``clip`` 0..6);
     ``leaky_relu`` with slope ``alpha`` below zero; ``sigmoid``; ``silu`` (x·sigmoid(x));
-    ``hardswish`` (x·clip(x + 3, 0, 6) / 6)."""
+    ``hardswish`` (x·clip(x + 3, 0, 6) / 6); ``hardsigmoid`` (clip(x + 3, 0, 6) / 6, as
+    PyTorch's: ONNX ``HardSigmoid`` with alpha 1/6, beta 1/2)."""
 
     kind: ActivationKind
     alpha: float = 0.01
@@ -244,10 +254,10 @@ class Layer:
             raise LayerError(
                 self.name, "groups", f"a {kind} layer is depthwise: groups must be {self.c_out}"
             )
-        if kind == "add":
+        if kind in OPERAND_KINDS:
             if self.c_in < 2 * self.c_out or self.c_in % self.c_out:
                 raise LayerError(
-                    self.name, "c_in", "an add layer reads n >= 2 operands: c_in = n * c_out"
+                    self.name, "c_in", f"a {kind} layer reads n >= 2 operands: c_in = n * c_out"
                 )
         elif self.c_in != self.c_out:
             raise LayerError(self.name, "c_out", f"a {kind} layer keeps the channel count")
@@ -300,22 +310,24 @@ class Layer:
 
     @property
     def operands(self) -> int:
-        """Input tensors the layer reads: ``n`` for an add, else 1 (a residual not counted)."""
-        return self.c_in // self.c_out if self.kind == "add" else 1
+        """Input tensors the layer reads: ``n`` for an add or a mul, else 1 (a residual not
+        counted)."""
+        return self.c_in // self.c_out if self.kind in OPERAND_KINDS else 1
 
     # -- sizes in words, per image ---------------------------------------------------------
     @property
     def ops_per_output(self) -> int:
         """FPU operations per output word: the MACs of a conv or fc (every output sums over
         its group's inputs and the kernel), one compare or add per tap of a pool, ``n - 1``
-        adds of an add (at least one), the elementwise function, a move per upsampled word,
-        the softmax's exp, sum and scale; plus the epilogue's operations."""
+        adds of an add or multiplies of a mul (at least one), the elementwise function, a
+        move per upsampled word, the softmax's exp, sum and scale; plus the epilogue's
+        operations."""
         kind = self.kind
         if kind in WEIGHTED_KINDS:
             body = self.cin_per_group * self.kernel_h * self.kernel_w
         elif kind in ("maxpool", "avgpool"):
             body = self.kernel_h * self.kernel_w
-        elif kind == "add":
+        elif kind in OPERAND_KINDS:
             body = self.operands - 1
         elif kind == "softmax":
             body = SOFTMAX_OPS

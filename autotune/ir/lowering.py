@@ -18,8 +18,13 @@ with every operator (``Fate``):
   operand that cannot be written in place (a network input, a view, a tensor already placed
   in another concat) is copied by a ``copy`` step: an ``upsample`` layer of scale 1.
 - ``layer``: every other operator is a ``Step`` with its own ``Layer``: conv, fc, pools
-  (global average pool: the ``avgpool`` whose kernel is the input), add, activation,
+  (global average pool: the ``avgpool`` whose kernel is the input), add, mul, activation,
   upsample, softmax, and a batch norm left standing (a depthwise 1×1 conv with a bias).
+  A mul by a channel gate ``(1, 1, c)`` (squeeze-excitation) is a depthwise 1×1 conv whose
+  filter is the gate: the step's ``gate`` names the tensor its executor reads the filter of
+  each image from, and the plan places it as the step's weights stream. (At a batch tile of
+  ``b`` images the model counts one image's gate, ``c`` words, where ``b`` are read: below
+  ``1 / (h·w)`` of the input's words.)
 
 Each step reads and writes ``TensorRef``s: a channel range of a stored ``Buffer``.
 """
@@ -60,8 +65,8 @@ class TensorRef:
 @dataclass(frozen=True)
 class Step:
     """One mapped layer: the graph operator it implements, what was folded or fused into
-    it (in order), the tensors it reads (``inputs``: its operands, several for an add;
-    ``residual``: the epilogue's), and where it writes."""
+    it (in order), the tensors it reads (``inputs``: its operands, several for an add or a
+    mul; ``residual``: the epilogue's; ``gate``: a channel gate's), and where it writes."""
 
     layer: Layer
     inputs: tuple[TensorRef, ...]
@@ -69,6 +74,7 @@ class Step:
     residual: TensorRef | None = None
     absorbed: tuple[str, ...] = ()
     op: str = ""  # the graph operator; "" for a copy step
+    gate: TensorRef | None = None  # a channel gate, the filter of each image (module docstring)
 
     @property
     def name(self) -> str:
@@ -137,6 +143,7 @@ class _Draft:
     residual: str | None = None
     activation: Activation | None = None
     absorbed: list[str] = field(default_factory=list)
+    gate: str | None = None
     activation_first: bool = False
 
     @property
@@ -212,6 +219,13 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
                 absorb(draft, op, "fused")
             else:
                 new_step(op, "add", op.inputs)
+        elif op.kind == "mul":
+            x, other = op.inputs
+            if graph.shape(other) != op.shape:  # a channel gate (``Operator``)
+                new_step(op, "scale", (x,))
+                drafts[-1].gate = other
+            else:
+                new_step(op, "mul", op.inputs)
         elif op.kind == "flatten":
             views[op.name] = src
             order[op.name] = order[src]
@@ -250,6 +264,7 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
                 residual,
                 tuple(draft.absorbed),
                 draft.op.name,
+                refs[draft.gate] if draft.gate is not None else None,
             )
         )
     return Lowering(
@@ -452,6 +467,10 @@ def _layer(draft: _Draft, name: str, src: TensorRef, operands: int = 1) -> Layer
             )
         if kind == "add":
             return Layer(name, "add", h, w, operands * c, c, groups=c, epilogue=epilogue)
+        if kind == "mul":
+            return Layer(name, "mul", h, w, operands * c, c, groups=c, epilogue=epilogue)
+        if kind == "scale":  # by a channel gate: a depthwise 1×1 conv, the gate its filter
+            return Layer(name, "conv", h, w, c, c, groups=c, epilogue=epilogue)
         if kind == "activation":
             return Layer(name, "activation", h, w, c, c, groups=c, epilogue=epilogue)
         if kind == "upsample":

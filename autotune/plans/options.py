@@ -18,8 +18,7 @@ from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, MEMORY_LEVELS, MemoryLevel, Placement
-from autotune.ir.plan import weights_tensor
-from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers
+from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers, weights_stream
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def stream_levels(
     out = []
     for step in lowering.steps:
         inputs, residual, output = step_buffers(step)
-        weights = weights_tensor(step.name)
+        weights = weights_stream(step)
         out.append(
             {
                 "input": levels(inputs),

@@ -33,10 +33,9 @@ from autotune.ir.plan import (
     PlannedStep,
     PlannedTensor,
     l2_peak,
-    weights_tensor,
 )
 from autotune.plans.options import StepOption
-from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers
+from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers, weights_stream
 
 #: Steps before its reader during which a layer's weights may be prefetched into L2.
 PREFETCH_WINDOW = 4
@@ -106,7 +105,7 @@ def make_problem(
     streams = []
     for step in lowering.steps:
         inputs, residual, output = step_buffers(step)
-        w = weights_tensor(step.name)
+        w = weights_stream(step)
         streams.append(StepStreams(inputs, residual, output, w if w in names else None))
     return PlanProblem(
         tuple(s.name for s in lowering.steps),

@@ -5,7 +5,8 @@ Time is the step index (``Lowering.steps``). An activation is live from its firs
 to its last reading step (a concat's buffer from its first producer on); a network input or
 output stays in HBM (the host puts inputs there and takes outputs from there), so the plan
 never moves it. A layer's weights are read by their step only; in L2 they are live from the
-step that prefetches them to that step.
+step that prefetches them to that step. A mul by a channel gate reads the gate as its weights
+stream (``ir.lowering``): the gate is an activation, placed as one, with no weights tensor.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def step_buffers(step: Step) -> tuple[tuple[str, ...], str | None, str]:
     return inputs, residual, step.output.buffer
 
 
+def weights_stream(step: Step) -> str:
+    """The plan tensor a step reads as its weights: its channel gate's buffer, else its own
+    weights tensor (which exists only when the layer has weights)."""
+    return step.gate.buffer if step.gate is not None else weights_tensor(step.name)
+
+
 def plan_tensors(lowering: Lowering, batch: int, precision: str) -> tuple[TensorSpec, ...]:
     """Every buffer of ``lowering`` and every step's weights, at ``batch`` and ``precision``."""
     wb = word_bytes(precision)
@@ -69,6 +76,8 @@ def plan_tensors(lowering: Lowering, batch: int, precision: str) -> tuple[Tensor
         inputs, residual, output = step_buffers(step)
         for name in inputs + ((residual,) if residual else ()):
             readers[name].append(i)
+        if step.gate is not None:
+            readers[step.gate.buffer].append(i)
         writers[output].append(i)
     outputs = {ref.buffer for ref in lowering.outputs}
     specs = []
@@ -93,7 +102,7 @@ def plan_tensors(lowering: Lowering, batch: int, precision: str) -> tuple[Tensor
             )
         )
     for i, step in enumerate(lowering.steps):
-        if step.layer.weight_words:
+        if step.layer.weight_words and step.gate is None:
             specs.append(
                 TensorSpec(
                     weights_tensor(step.name),

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.ir.layer import SOFTMAX_OPS, WEIGHTED_KINDS, Layer
+from autotune.ir.layer import OPERAND_KINDS, SOFTMAX_OPS, WEIGHTED_KINDS, Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.verification.build import build_program
@@ -82,9 +82,16 @@ ACCUMULATION = {"fp32": "fp32", "fp64": "fp64", "fp16": "fp32"}
 FP16_MIN_NORMAL = 2.0**-14
 #: Lipschitz constant of each activation: ``|f(a) - f(b)| <= L |a - b|``. Sigmoid's slope is
 #: at most 1/4; SiLU's, ``sigmoid(z) (1 + z (1 - sigmoid(z)))``, peaks at 1.0998 near
-#: z = 2.4; hardswish's, ``(2z + 3) / 6`` on ``[-3, 3]``, at 1.5; leaky ReLU's is
-#: ``max(1, |alpha|)`` (``lipschitz``).
-LIPSCHITZ = {"relu": 1.0, "clip": 1.0, "sigmoid": 0.25, "silu": 1.1, "hardswish": 1.5}
+#: z = 2.4; hardswish's, ``(2z + 3) / 6`` on ``[-3, 3]``, at 1.5; hardsigmoid's is 1/6;
+#: leaky ReLU's is ``max(1, |alpha|)`` (``lipschitz``).
+LIPSCHITZ = {
+    "relu": 1.0,
+    "clip": 1.0,
+    "sigmoid": 0.25,
+    "silu": 1.1,
+    "hardswish": 1.5,
+    "hardsigmoid": 1 / 6,
+}
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,7 @@ def reduction_length(layer: Layer) -> int:
         k = layer.cin_per_group * layer.kernel_h * layer.kernel_w
     elif kind == "avgpool":
         k = layer.kernel_h * layer.kernel_w + 1
-    elif kind == "add":
+    elif kind in OPERAND_KINDS:  # n - 1 sums or products
         k = layer.operands
     elif kind == "softmax":
         k = 2 * layer.c_in + SOFTMAX_OPS

@@ -43,6 +43,7 @@ from autotune.verification.kernels import (
     conv_block,
     max_block,
     nearest,
+    operand_product,
     operand_sum,
     softmax_step,
 )
@@ -335,7 +336,8 @@ def _zero(m: _Machine, op: Zero) -> None:
         # output buffer (checked above); their extra width is kept beside the arena (the
         # model counts output buffers in fp16 words: see verification's docstring).
         data = np.empty(data.size, dtype=m.acc_dtype)
-    data[...] = -np.inf if m.layer.kind == "maxpool" else 0  # the identity of the combination
+    # the identity of the combination
+    data[...] = {"maxpool": -np.inf, "mul": 1}.get(m.layer.kind, 0)
     content = buffer.write(op.offset, data, op.region, 0)
     if m.layer.kind == "softmax":
         images, _, rows, cols = op.region.shape
@@ -521,6 +523,8 @@ def _apply(m: _Machine, op: Apply) -> None:
         result = average_block(x, kernel, op.stride, pads, divisor)
     elif kind == "add":
         result = operand_sum(x, op.out_channels[1] - op.out_channels[0])
+    elif kind == "mul":
+        result = operand_product(x, op.out_channels[1] - op.out_channels[0])
     elif kind == "upsample":
         s = layer.upscale
         (r0, r1), (c0, c1) = acc.region.box[2], acc.region.box[3]
@@ -532,6 +536,8 @@ def _apply(m: _Machine, op: Apply) -> None:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
     if kind == "maxpool":
         np.maximum(y, result, out=y)
+    elif kind == "mul":
+        y *= result
     else:
         y += result
     acc.pairs += (o1 - o0) * block.in_n
@@ -593,9 +599,12 @@ def _reduce(m: _Machine, op: Reduce) -> None:
 
 def _combine(kind: str, mine: _Content, theirs: _Content) -> None:
     """Fold another cluster's partial output of the same region into ``mine``, the kind's
-    way: a max, a softmax's running sums brought to a common maximum, else a sum."""
+    way: a max, a product, a softmax's running sums brought to a common maximum, else a sum."""
     if kind == "maxpool":
         np.maximum(mine.data, theirs.data, out=mine.data)
+        return
+    if kind == "mul":
+        mine.data *= theirs.data
         return
     if kind == "softmax" and mine.running is not None and theirs.running is not None:
         (peak, total), (their_peak, their_total) = mine.running, theirs.running

@@ -131,6 +131,13 @@ def operand_sum(x: np.ndarray, groups: int) -> np.ndarray:
     return np.asarray(x.reshape(images, groups, channels // groups, h, wd).sum(axis=2))
 
 
+def operand_product(x: np.ndarray, groups: int) -> np.ndarray:
+    """A mul's block: ``groups`` outputs, each the product of its group's consecutive input
+    channels (as ``operand_sum``)."""
+    images, channels, h, wd = x.shape
+    return np.asarray(x.reshape(images, groups, channels // groups, h, wd).prod(axis=2))
+
+
 def nearest(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """Nearest-neighbour upsampling of a patch: output (y, x) is patch (rows[y], cols[x])."""
     return np.asarray(x[:, :, rows][:, :, :, cols])
@@ -180,4 +187,6 @@ def activate(z: np.ndarray, kind: str, alpha: float, low: float, high: float) ->
         return sig if kind == "sigmoid" else z * sig
     if kind == "hardswish":
         return np.where(z <= -3, 0, np.where(z >= 3, z, z * (z + 3) / 6)).astype(z.dtype)
+    if kind == "hardsigmoid":
+        return (np.minimum(np.maximum(z + 3, 0), 6) / 6).astype(z.dtype)
     raise ValueError(f"unknown activation {kind!r}")

@@ -94,6 +94,9 @@ def body(layer: Layer, x: np.ndarray, w: np.ndarray | None = None) -> np.ndarray
     if kind == "add":
         n = layer.operands
         return np.asarray(sum(x[:, i::n] for i in range(n)))
+    if kind == "mul":
+        n = layer.operands
+        return np.asarray(np.prod([x[:, i::n] for i in range(n)], axis=0))
     if kind == "upsample":
         s = layer.upscale
         return np.repeat(np.repeat(x, s, axis=2), s, axis=3)
@@ -177,4 +180,6 @@ def activation(act: Activation, z: np.ndarray) -> np.ndarray:
         return sigmoid
     if kind == "silu":
         return z * sigmoid
+    if kind == "hardsigmoid":
+        return np.clip(z + 3.0, 0.0, 6.0) / 6.0
     return z * np.clip(z + 3.0, 0.0, 6.0) / 6.0  # hardswish

@@ -15,7 +15,7 @@ from autotune.cli.app import app
 from autotune.graphs.execute import verify_network
 from autotune.graphs.weights import seeded_weights
 from autotune.io.network_yaml import load_network
-from tests.io.test_onnx_graph import legacy_resnet
+from tests.io.test_onnx_graph import legacy_resnet, squeeze_excitation
 
 #: Every operator kind, with the fusions and placements the lowering makes.
 ALL_KINDS = """\
@@ -98,6 +98,28 @@ def test_an_onnx_model_matches_onnxruntime(tmp_path):
     (want,) = session.run(None, {"input": x})
     (value,) = got.values()
     np.testing.assert_allclose(value.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    check = verify_network_schedule(result, net)
+    assert check is not None and check.ok
+
+
+def test_squeeze_excitation_gates_each_image_as_onnxruntime_does(tmp_path):
+    """A mul by a channel gate runs as a depthwise 1×1 conv whose filter is each image's own
+    gate: at batch 2 (two images, two gates) with the network plan, the outputs are
+    onnxruntime's and the plan keeps the gates in the L2 as the steps' weights streams."""
+    ort = pytest.importorskip("onnxruntime")
+    path = squeeze_excitation(tmp_path, batch=2)
+    result = autotune.tune(path, refine=False, verify=False)
+    net = load_network(path)
+    gated = [step for step in net.lowering.steps if step.gate is not None]
+    assert [step.op for step in gated] == ["se1.scale", "se2.scale"]
+    assert result.plan is not None
+    in_l2 = {t.name for t in result.plan.tensors if t.level == "l2"}
+    assert {step.gate.buffer for step in gated} <= in_l2
+    x = np.random.default_rng(5).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    got = run_network(result, net, {"x": x})
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (value,) = got.values()
+    np.testing.assert_allclose(value.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
     check = verify_network_schedule(result, net)
     assert check is not None and check.ok
 

@@ -12,6 +12,7 @@ from tests.io.test_onnx_graph import (
     legacy_resnet,
     mobilenetv2,
     pooling_and_activations,
+    squeeze_excitation,
     yolov3,
 )
 
@@ -23,6 +24,7 @@ MODELS = {
     "mobilenetv2": mobilenetv2,
     "yolov3": yolov3,
     "pooling_and_activations": pooling_and_activations,
+    "squeeze_excitation": squeeze_excitation,
 }
 
 

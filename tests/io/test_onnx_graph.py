@@ -18,6 +18,7 @@ import pytest
 
 from autotune import InputError
 from autotune.io.graph_json import graph_from_record, graph_record
+from autotune.io.onnx_export import save_onnx
 from autotune.io.onnx_import import ImportedNode, OnnxGraph, load_onnx, load_onnx_graph
 from autotune.ir.graph import Graph, GraphError
 from autotune.ir.lowering import lower
@@ -175,6 +176,8 @@ def execute(model: OnnxGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
             y = x.mean(axis=(2, 3), keepdims=True)
         elif k == "add":
             y = sum(values[t] for t in op.inputs)
+        elif k == "mul":  # a gate N×C×1×1 broadcasts
+            y = values[op.inputs[0]] * values[op.inputs[1]]
         elif k == "concat":
             y = np.concatenate([values[t] for t in op.inputs], axis=1)
         elif k == "upsample":
@@ -191,6 +194,8 @@ def execute(model: OnnxGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
             y = x * _sigmoid(x)
         elif k == "hardswish":
             y = x * np.clip(x + 3, 0, 6) / 6
+        elif k == "hardsigmoid":
+            y = np.clip(x + 3, 0, 6) / 6
         elif k == "batchnorm":
             shape = (1, -1, 1, 1)
             scale = p["scale"] / np.sqrt(p["var"] + op.epsilon)
@@ -693,6 +698,67 @@ def pooling_and_activations(tmp_path) -> str:
     return m.save(tmp_path / "misc.onnx", t, v)
 
 
+def squeeze_excitation(tmp_path, batch: int = 2) -> str:
+    """Squeeze-excitation as torchvision exports it: MobileNetV3's (GlobalAveragePool, 1×1
+    Convs, Relu, HardSigmoid, Mul(gate, x)) and EfficientNet's (ReduceMean, Flatten, Gemm,
+    SiLU, Gemm, Sigmoid, Reshape to N×C×1×1, Mul(x, gate)); then a Mul of two feature maps."""
+    m = Model("se", opset=17)
+    x = m.input("x", [batch, 4, 8, 8])
+    x = m.op("HardSwish", [m.bn(m.conv(x, "expand", 4, 16, 1), "expand.bn", 16)], "expand.act")
+    s = m.op("GlobalAveragePool", [x], "se1.pool")
+    s = m.op("Relu", [m.conv(s, "se1.fc1", 16, 8, 1, bias=True)], "se1.relu")
+    s = m.op("HardSigmoid", [m.conv(s, "se1.fc2", 8, 16, 1, bias=True)], "se1.gate", alpha=1 / 6)
+    x = m.op("Mul", [s, x], "se1.scale")
+    s = m.op("ReduceMean", [x], "se2.pool", axes=[2, 3], keepdims=1)
+    s = m.op("Flatten", [s], "se2.flat")
+    w1, b1 = m.const("se2.fc1.w", (4, 16)), m.const("se2.fc1.b", (4,))
+    s = m.op("Gemm", [s, w1, b1], "se2.fc1", transB=1)
+    s = m.op("Mul", [s, m.op("Sigmoid", [s], "se2.silu.gate")], "se2.silu")
+    w2, b2 = m.const("se2.fc2.w", (16, 4)), m.const("se2.fc2.b", (16,))
+    s = m.op("Gemm", [s, w2, b2], "se2.fc2", transB=1)
+    s = m.op("Sigmoid", [s], "se2.gate")
+    shape = m.const("nchw", np.array([-1, 16, 1, 1], np.int64))
+    x = m.op("Mul", [x, m.op("Reshape", [s, shape], "se2.view")], "se2.scale")
+    y = m.conv(x, "proj", 16, 8, 1)
+    z = m.op("Mul", [y, m.op("Sigmoid", [m.conv(x, "glu.conv", 16, 8, 1)], "glu.gate")], "glu")
+    return m.save(tmp_path / "se.onnx", z)
+
+
+def test_squeeze_excitation(tmp_path):
+    path = squeeze_excitation(tmp_path)
+    model = load_onnx_graph(path)
+    assert_accounted(path, model)
+    assert_runs_like_onnx(path, model)
+    graph = model.graph
+    gates = {name: graph.op(name).inputs for name in ("se1.scale", "se2.scale", "glu")}
+    assert gates == {
+        "se1.scale": ("expand.act", "se1.gate"),  # the gate second, as ONNX had it first
+        "se2.scale": ("se1.scale", "se2.gate"),
+        "glu": ("proj", "glu.gate"),
+    }
+    assert graph.op("se1.gate").kind == "hardsigmoid"
+    steps = {step.op: step for step in lower(graph).steps}
+    assert steps["se1.scale"].gate is not None and steps["se1.scale"].layer.kind == "conv"
+    assert steps["se2.scale"].gate is not None
+    assert steps["glu"].gate is None and steps["glu"].layer.kind == "mul"
+
+
+def test_squeeze_excitation_exports_and_imports_back(tmp_path):
+    """``save_onnx`` writes mul (a gate reshaped to N×C×1×1 where it is a vector) and
+    hardsigmoid so that importing the file gives the same operators, computing the same."""
+    model = load_onnx_graph(squeeze_excitation(tmp_path))
+    path = tmp_path / "again.onnx"
+    save_onnx(model.graph, model.weights, path, batch=2)
+    again = load_onnx_graph(path)
+    assert [(o.kind, o.inputs[1:], o.shape) for o in again.graph.ops if o.kind == "mul"] == [
+        (o.kind, o.inputs[1:], o.shape) for o in model.graph.ops if o.kind == "mul"
+    ]
+    assert [(o.kind, o.shape) for o in again.graph.ops] == [
+        (o.kind, o.shape) for o in model.graph.ops
+    ]
+    assert_runs_like_onnx(str(path), again)
+
+
 def test_pooling_and_activations(tmp_path):
     path = pooling_and_activations(tmp_path)
     model = load_onnx_graph(path)
@@ -850,8 +916,17 @@ def case_custom_domain(m, x):
     return m.op("Relu", [x], "relu")  # an output ONNX can infer (the checker wants its shape)
 
 
-def case_mul_of_activations(m, x):
-    return m.op("Mul", [x, m.op("Relu", [x], "relu")], "scale")
+def case_mul_of_a_constant(m, x):
+    return m.op("Mul", [x, m.const("s", (1, 4, 1, 1))], "scale")
+
+
+def case_mul_spatial_gate(m, x):
+    gate = m.op("ReduceMean", [x], "mean", axes=[1], keepdims=1)
+    return m.op("Mul", [x, gate], "attend")
+
+
+def case_hard_sigmoid_other_slope(m, x):
+    return m.op("HardSigmoid", [x], "hs", alpha=0.2, beta=0.5)
 
 
 def case_matmul_rank4(m, x):
@@ -953,7 +1028,9 @@ def case_gemm_trans_a(m, x):
 CASES = [
     (case_einsum, "einsum", "Einsum", "unsupported ONNX op 'Einsum'"),
     (case_custom_domain, "fused", "FusedConv", "unsupported ONNX op 'com.microsoft.FusedConv'"),
-    (case_mul_of_activations, "scale", "Mul", "x·Sigmoid(x)"),
+    (case_mul_of_a_constant, "scale", "B", "a Mul of a constant"),
+    (case_mul_spatial_gate, "mean", "axes", "axes [1]"),
+    (case_hard_sigmoid_other_slope, "hs", "alpha", "alpha 0.2"),
     (case_matmul_rank4, "rowwise", "A", "rank-4"),
     (case_conv_asymmetric, "conv", "pads", "asymmetric padding [0, 0, 1, 1]"),
     (case_conv_same_odd, "conv", "auto_pad", "asymmetric padding [0, 0, 1, 1]"),

@@ -52,6 +52,8 @@ def naive_activation(act: Activation | None, z: float) -> float:
         return sigmoid
     if act.kind == "silu":
         return z * sigmoid
+    if act.kind == "hardsigmoid":
+        return min(max(z + 3.0, 0.0), 6.0) / 6.0
     return z * min(max(z + 3.0, 0.0), 6.0) / 6.0  # hardswish
 
 
@@ -91,6 +93,9 @@ def _naive_word(layer: Layer, x: np.ndarray, o: int, oy: int, ox: int) -> float:
     if kind == "add":
         n = layer.c_in // layer.c_out
         return sum(float(x[o * n + i, oy, ox]) for i in range(n))
+    if kind == "mul":
+        n = layer.c_in // layer.c_out
+        return math.prod(float(x[o * n + i, oy, ox]) for i in range(n))
     if kind == "upsample":
         return float(x[o, oy // layer.upscale, ox // layer.upscale])
     if kind == "softmax":

@@ -65,6 +65,10 @@ TINY = {
     "global avgpool": dw("g", "avgpool", 4, 4, 5, 4, 1, 0),
     "add of three": Layer("h", "add", 3, 4, 6, 2, groups=2),
     "add + relu": Layer("i", "add", 3, 3, 8, 4, groups=4, epilogue=RELU),
+    "mul of three + hardsigmoid": Layer(
+        "s", "mul", 3, 4, 6, 2, groups=2,
+        epilogue=Epilogue(activation=Activation("hardsigmoid")),
+    ),
     "leaky relu": Layer(
         "j", "activation", 3, 3, 3, 3, groups=3,
         epilogue=Epilogue(activation=Activation("leaky_relu", alpha=0.2)),
