@@ -64,7 +64,7 @@ from autotune.search.space import search_space  # noqa: E402
 from autotune.sim.result import SimResult  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
-NETWORKS = ("resnet50", "mobilenetv2", "yolov3", "googlenet", "alexnet", "vgg16")
+NETWORKS = ("resnet50", "mobilenetv2", "yolov3", "googlenet", "alexnet", "vgg16", "mobilenetv3")
 #: YOLOv3 is also measured where KaNN runs it (seed 003): MPPA3 in fp16.
 KANN = ("yolov3", "mppa3", "fp16")
 PARTS = ("compute", "dma_wait", "contention", "sync", "idle")

@@ -15,7 +15,7 @@ settings.load_profile("autotune")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-NETWORKS = ("resnet50", "vgg16", "yolov3", "mobilenetv2", "googlenet", "alexnet")
+NETWORKS = ("resnet50", "vgg16", "yolov3", "mobilenetv2", "googlenet", "alexnet", "mobilenetv3")
 
 
 @pytest.fixture(scope="session")

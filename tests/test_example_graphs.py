@@ -24,6 +24,7 @@ PUBLISHED = {
     "mobilenetv2": 300e6,
     "googlenet": 1.50e9,
     "alexnet": 724e6,
+    "mobilenetv3": 217e6,
 }
 #: network -> operators, {(operator kind, fate): count}, lowered layers by kind
 EXPECTED = {
@@ -103,6 +104,22 @@ EXPECTED = {
             ("fc", "layer"): 3,
         },
         {"conv": 5, "maxpool": 3, "fc": 3},
+    ),
+    "mobilenetv3": (
+        186,
+        {
+            ("conv", "layer"): 62,
+            ("batchnorm", "folded"): 46,
+            ("hardswish", "fused"): 21,
+            ("relu", "fused"): 19,
+            ("add", "fused"): 10,
+            ("global_avgpool", "layer"): 9,
+            ("hardsigmoid", "fused"): 8,
+            ("mul", "layer"): 8,
+            ("flatten", "view"): 1,
+            ("fc", "layer"): 2,
+        },
+        {"conv": 70, "avgpool": 9, "fc": 2},  # the squeeze-excitation muls: depthwise convs
     ),
 }
 

@@ -16,6 +16,10 @@ here.  Published MAC figures (conv + fc multiply-accumulates):
 * alexnet     724e6   Sze et al., "Efficient Processing of Deep Neural
                       Networks: A Tutorial and Survey", 2017 (666M conv +
                       58.6M fc), original grouped two-GPU AlexNet.
+* mobilenetv3 217e6   torchvision MobileNet_V3_Large_Weights.IMAGENET1K_V1
+                      "0.22 GFLOPS" (0.217); Howard et al. 2019: 219M
+                      multiply-adds. Counted here with each squeeze-excitation
+                      gate's multiply (mapped as a depthwise 1x1 conv).
 
 The graph-level checks through autotune's loader and lowering are in
 ``tests/test_example_graphs.py``.
@@ -34,7 +38,7 @@ TOP_KEYS = {"network", "batch", "precision", "layers"}
 COMMON_KEYS = {"name", "kind", "inputs", "in", "out"}
 LAYER_KEYS = {
     "conv": {"out_channels", "kernel", "stride", "padding", "groups", "bias"},
-    "fc": {"out_channels"},
+    "fc": {"out_channels", "bias"},
     "maxpool": {"kernel", "stride", "padding", "ceil_mode"},
     "global_avgpool": set(),
     "flatten": set(),
@@ -42,7 +46,10 @@ LAYER_KEYS = {
     "relu": set(),
     "relu6": set(),
     "leaky_relu": {"alpha"},
+    "hardswish": set(),
+    "hardsigmoid": set(),
     "add": set(),
+    "mul": set(),
     "concat": set(),
     "upsample": {"scale"},
 }
@@ -100,6 +107,21 @@ EXPECTED = {
         },
     ),
     "alexnet": (724e6, {"conv": 5, "relu": 7, "maxpool": 3, "flatten": 1, "fc": 3}),
+    "mobilenetv3": (
+        217e6,
+        {
+            "conv": 62,
+            "batchnorm": 46,
+            "hardswish": 21,
+            "relu": 19,
+            "add": 10,
+            "global_avgpool": 9,
+            "hardsigmoid": 8,
+            "mul": 8,
+            "flatten": 1,
+            "fc": 2,
+        },
+    ),
 }
 NETWORKS = sorted(EXPECTED)
 
@@ -165,6 +187,10 @@ def propagate(layers):
         elif kind == "add":
             assert len(shapes) == 2 and shapes[0] == shapes[1], layer
             out = shapes[0]
+        elif kind == "mul":  # by a channel gate: a depthwise 1x1 conv, a MAC per output
+            assert len(shapes) == 2 and shapes[1] == (1, 1, c), layer
+            out = shapes[0]
+            macs = h * w * c
         elif kind == "concat":
             assert len({s[:2] for s in shapes}) == 1, layer
             out = (h, w, sum(s[2] for s in shapes))

@@ -384,12 +384,15 @@ class Graph:
 
     @property
     def macs(self) -> int:
-        """MACs of one image: the conv and fc operators' (an independent count from the
-        operator fields, not from the lowered layers)."""
+        """MACs of one image: the conv and fc operators', and a multiply per output word of
+        a mul by a channel gate, which the lowering maps as a depthwise 1×1 conv (an
+        independent count from the operator fields, not from the lowered layers)."""
         total = 0
         for op in self.ops:
             if op.kind == "conv":
                 total += op.shape[0] * op.shape[1] * op.weight_words
             elif op.kind == "fc":
                 total += op.weight_words
+            elif op.kind == "mul" and self.shape(op.inputs[1]) != op.shape:
+                total += op.shape[0] * op.shape[1] * op.shape[2]
         return total
