@@ -40,7 +40,7 @@ from autotune.ir.network import Network
 from autotune.ir.options import TuneOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NETWORKS = ("resnet50", "mobilenetv2", "googlenet", "yolov3")
+NETWORKS = ("resnet50", "mobilenetv2", "googlenet", "yolov3", "mobilenetv3")
 
 
 def peak_rss_gib() -> float:
