@@ -531,7 +531,7 @@ def run_network(
         plan=result.plan,
         execute=execute_layer,
     )
-    outputs = output_arrays(network.lowering, buffers, result.batch)
+    outputs = output_arrays(network.graph, network.lowering, buffers, result.batch)
     return dict(zip(network.graph.outputs, outputs, strict=True))
 
 

@@ -13,7 +13,8 @@ What is checked, and how:
   at least one layer, no two layers of one name, every layer's objective the file's, a
   machine that equals the preset it names (a machine of another name is taken as given and
   every figure is re-derived on it), the totals recomputed from the layers, and, when the
-  network is given, the same layers in the same order with the same shapes;
+  network is given, the same layers in the same order with the same shapes and, when both
+  have one, the same graph (operators, fates, buffers, steps);
 * the graph, when the file has one: its operators rebuilt (every shape rule re-checked) and
   lowered again, the stored fates, buffers and steps equal to the result, and the lowered
   layers equal to the file's layers (names, order, shapes): so a compiler reading where a
@@ -332,6 +333,20 @@ def _network_findings(schedule: ScheduleFile, network: Network) -> list[Finding]
             found.append(Finding(rec.name, "kind", f"{stored.kind}, the network says {layer.kind}"))
         elif stored.shape_key() != layer.shape_key():
             found.append(Finding(rec.name, "shape", f"differs from {network.name!r}'s layer"))
+    if schedule.graph is not None and network.graph is not None and network.lowering is not None:
+        # the network given is what runs: a file whose graph is another one (a tensor read
+        # from elsewhere, with a plan whose lifetimes fit that wiring) is not its schedule
+        theirs = _dump(graph_record(network.graph, network.lowering))
+        differ = _differences(_dump(schedule.graph), theirs, "graph")
+        if differ:
+            found.append(
+                Finding(
+                    None,
+                    differ[0],
+                    f"differs from the graph of network {network.name!r} "
+                    f"({len(differ)} field(s) differ)",
+                )
+            )
     return found
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from autotune.graphs.reference import run_reference
 from autotune.graphs.weights import Array, Weights, check_weights, step_weights
-from autotune.ir.graph import Graph
+from autotune.ir.graph import Graph, tensor_ranks
 from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering, Step, TensorRef
 from autotune.ir.machine import Machine
@@ -273,12 +273,16 @@ def stored_tensors(lowering: Lowering) -> dict[str, TensorRef]:
     return out
 
 
-def output_arrays(lowering: Lowering, buffers: Mapping[str, Array], batch: int) -> list[Array]:
-    """The network's outputs, NCHW (a flatten's output as ``(batch, n)``, as ONNX has it)."""
+def output_arrays(
+    graph: Graph, lowering: Lowering, buffers: Mapping[str, Array], batch: int
+) -> list[Array]:
+    """The network's outputs, NCHW, or ``(batch, n)`` where ONNX has a vector (an fc's or a
+    flatten's output, and activations of them: ``ir.graph.tensor_ranks``)."""
+    ranks = tensor_ranks(graph)
     out = []
     for ref in lowering.outputs:
         value = _read(buffers, ref, batch)
-        if ref.view != ref.stored:
+        if ranks[ref.tensor] == 2 or ref.view != ref.stored:
             value = value.reshape(batch, -1)
         out.append(value)
     return out

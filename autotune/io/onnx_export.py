@@ -21,7 +21,7 @@ import numpy as np
 
 from autotune.files import write_atomic
 from autotune.io.errors import InputError
-from autotune.ir.graph import ACTIVATION_KINDS, Graph, Operator
+from autotune.ir.graph import Graph, Operator, tensor_ranks
 
 OPSET = 17
 EXTRA_HINT = "writing .onnx files needs the onnx extra: pip install 'autotune[onnx]'"
@@ -42,7 +42,7 @@ def save_onnx(
         raise InputError(path, EXTRA_HINT) from None
     nodes: list[Any] = []
     initializers: list[Any] = []
-    rank = {name: 4 for name, _ in graph.inputs}
+    rank = tensor_ranks(graph)
 
     def const(name: str, value: np.ndarray) -> str:
         initializers.append(numpy_helper.from_array(np.asarray(value), name))
@@ -55,16 +55,11 @@ def save_onnx(
     for op in graph.ops:
         params = {k: np.asarray(v, np.float32) for k, v in weights.get(op.name, {}).items()}
         args = list(op.inputs)
-        out_rank = 4
-        volume = op.kind == "mul" and any(rank[a] == 4 for a in args)  # a gate N×C to N×C×1×1
-        if op.kind in ("conv", "maxpool", "avgpool", "global_avgpool", "upsample") or volume:
+        # an operator of volumes reads a vector (an fc's output) as N×C×1×1; so does a mul of
+        # a volume by a gate, or a concat of a vector and a volume
+        if rank[op.name] == 4 and op.kind not in ("fc", "flatten"):
             args = [_volume(a, rank, graph, node, const) for a in args]
         _emit(op, args, params, node, const)
-        if op.kind in ("fc", "flatten"):
-            out_rank = 2
-        elif op.kind in ("softmax", "add", "mul", "batchnorm") or op.kind in ACTIVATION_KINDS:
-            out_rank = rank[args[0]]
-        rank[op.name] = out_rank
     inputs = [
         helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, c, h, w])
         for name, (h, w, c) in graph.inputs

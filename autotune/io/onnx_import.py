@@ -1261,9 +1261,9 @@ class _GraphImporter:
                 "B",
             )
         tensors, rank = self._operands(node, name, 2)
-        a, b = (self.shapes[t] for t in tensors)
-        if a[:2] == (1, 1) and b[:2] != (1, 1):
-            tensors.reverse()  # the gate second
+        a, b = (math.prod(self.shapes[t]) for t in tensors)
+        if a < b:
+            tensors.reverse()  # the feature map first, a gate (or what is refused) second
         return self._emit(node, name, "mul", tensors, rank=rank)
 
     def _hard_sigmoid_slope(self, node: Any) -> tuple[float, float, bool]:

@@ -396,3 +396,19 @@ class Graph:
             elif op.kind == "mul" and self.shape(op.inputs[1]) != op.shape:
                 total += op.shape[0] * op.shape[1] * op.shape[2]
         return total
+
+
+def tensor_ranks(graph: Graph) -> dict[str, int]:
+    """Each tensor's rank as an array with the batch, as ONNX has it: 2 (``N×K``) for an fc's
+    or a flatten's output and for what an activation, softmax, batch norm, add, mul or concat
+    makes of such vectors alone; 4 (``N×C×H×W``) for the rest, the network inputs included."""
+    ranks = {name: 4 for name in graph.input_names}
+    keeps = ACTIVATION_KINDS | {"softmax", "batchnorm", "add", "mul", "concat"}
+    for op in graph.ops:
+        if op.kind in ("fc", "flatten"):
+            ranks[op.name] = 2
+        elif op.kind in keeps and all(ranks[t] == 2 for t in op.inputs):
+            ranks[op.name] = 2
+        else:
+            ranks[op.name] = 4
+    return ranks

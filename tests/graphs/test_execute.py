@@ -4,13 +4,14 @@ independent reference and against onnxruntime; ``autotune run``."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 import autotune
-from autotune.api import run_network, verify_network_schedule
+from autotune.api import audit_schedule, run_network, verify_network_schedule
 from autotune.cli.app import app
 from autotune.graphs.execute import verify_network
 from autotune.graphs.weights import seeded_weights
@@ -97,7 +98,8 @@ def test_an_onnx_model_matches_onnxruntime(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"input": x})
     (value,) = got.values()
-    np.testing.assert_allclose(value.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    assert value.shape == want.shape  # the Gemm's output a vector, as onnxruntime gives it
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4)
     check = verify_network_schedule(result, net)
     assert check is not None and check.ok
 
@@ -119,9 +121,22 @@ def test_squeeze_excitation_gates_each_image_as_onnxruntime_does(tmp_path):
     got = run_network(result, net, {"x": x})
     (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (value,) = got.values()
-    np.testing.assert_allclose(value.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
+    assert value.shape == want.shape
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
     check = verify_network_schedule(result, net)
     assert check is not None and check.ok
+    # a file rewired to gate by the pool instead (coherent in itself) is not this network's
+    path = tmp_path / "s.json"
+    result.save(path)
+    data = json.loads(path.read_text())
+    graph = data["graph"]
+    next(op for op in graph["operators"] if op["name"] == "se1.scale")["inputs"][1] = "se1.pool"
+    gate = next(step for step in graph["steps"] if step["layer"] == "se1.scale")["gate"]
+    gate.update(buffer="se1.pool", tensor="se1.pool")
+    path.write_text(json.dumps(data))
+    found = [f"{f.field}: {f.message}" for f in audit_schedule(path, net).findings]
+    assert any("the graph of network" in line for line in found), found
+    assert not any("the graph of network" in f.message for f in audit_schedule(path).findings)
 
 
 def test_cli_run_writes_the_outputs(tuned, tmp_path):
@@ -135,7 +150,8 @@ def test_cli_run_writes_the_outputs(tuned, tmp_path):
     ok = runner.invoke(app, [*args, "--output", str(tmp_path / "out.npy")])
     assert ok.exit_code == 0, ok.output
     out = np.load(tmp_path / "out.npy")
-    assert out.shape == (1, 10, 1, 1) and abs(float(out.sum()) - 1.0) < 1e-5  # a softmax
+    # a softmax of an fc's output: a vector, as ONNX has it
+    assert out.shape == (1, 10) and abs(float(out.sum()) - 1.0) < 1e-5
     np.save(tmp_path / "bad.npy", x[:, :3])
     bad = runner.invoke(
         app,

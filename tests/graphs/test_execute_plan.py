@@ -156,7 +156,7 @@ def _outputs(case, plan):
     assert net.graph is not None and net.lowering is not None
     x = network_inputs(net.graph, net.batch)
     buffers = execute_network(net, mappings, machine, x, weights, plan=plan)
-    return buffers, output_arrays(net.lowering, buffers, net.batch)
+    return buffers, output_arrays(net.graph, net.lowering, buffers, net.batch)
 
 
 def test_buffer_lifetimes_run_from_the_first_write_to_the_last_read(case):
