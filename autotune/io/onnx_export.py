@@ -84,10 +84,11 @@ def _dims(graph: Graph, tensor: str, rank: dict[str, int], batch: int) -> list[i
 
 def _volume(tensor: str, rank: dict[str, int], graph: Graph, node: Any, const: Any) -> str:
     """``tensor`` as NCHW: a 2-D tensor (an fc's output) reshaped to ``(N, c, 1, 1)``."""
-    if rank[tensor] == 4:
-        return tensor
+    out = f"{tensor}.nchw"
+    if rank[tensor] == 4 or out in rank:  # a volume, or a vector another reader reshaped
+        return tensor if rank[tensor] == 4 else out
     shape = const(f"{tensor}.as_volume", np.array([0, -1, 1, 1], np.int64))
-    out: str = node("Reshape", [tensor, shape], f"{tensor}.nchw", f"{tensor}.nchw")
+    node("Reshape", [tensor, shape], out, out)
     rank[out] = 4
     return out
 

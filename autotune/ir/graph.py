@@ -382,6 +382,13 @@ class Graph:
                 readers[tensor].append(op.name)
         return {k: tuple(v) for k, v in readers.items()}
 
+    def channel_gate(self, op: Operator) -> str | None:
+        """The gate tensor of a mul by a channel gate (its second input, ``(1, 1, c)`` where
+        the output is not), else None (``Operator``)."""
+        if op.kind != "mul" or self.shape(op.inputs[1]) == op.shape:
+            return None
+        return op.inputs[1]
+
     @property
     def macs(self) -> int:
         """MACs of one image: the conv and fc operators', and a multiply per output word of
@@ -393,7 +400,7 @@ class Graph:
                 total += op.shape[0] * op.shape[1] * op.weight_words
             elif op.kind == "fc":
                 total += op.weight_words
-            elif op.kind == "mul" and self.shape(op.inputs[1]) != op.shape:
+            elif self.channel_gate(op) is not None:
                 total += op.shape[0] * op.shape[1] * op.shape[2]
         return total
 

@@ -220,10 +220,10 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
             else:
                 new_step(op, "add", op.inputs)
         elif op.kind == "mul":
-            x, other = op.inputs
-            if graph.shape(other) != op.shape:  # a channel gate (``Operator``)
-                new_step(op, "scale", (x,))
-                drafts[-1].gate = other
+            gate = graph.channel_gate(op)
+            if gate is not None:
+                new_step(op, "scale", (src,))
+                drafts[-1].gate = gate
             else:
                 new_step(op, "mul", op.inputs)
         elif op.kind == "flatten":

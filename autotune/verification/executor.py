@@ -36,15 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from autotune.ir.layer import WEIGHTED_KINDS, Layer
+from autotune.ir.layer import OPERAND_KINDS, WEIGHTED_KINDS, Layer
 from autotune.verification.kernels import (
     activate,
     average_block,
+    combine_operands,
     conv_block,
     max_block,
     nearest,
-    operand_product,
-    operand_sum,
     softmax_step,
 )
 from autotune.verification.program import (
@@ -336,8 +335,7 @@ def _zero(m: _Machine, op: Zero) -> None:
         # output buffer (checked above); their extra width is kept beside the arena (the
         # model counts output buffers in fp16 words: see verification's docstring).
         data = np.empty(data.size, dtype=m.acc_dtype)
-    # the identity of the combination
-    data[...] = {"maxpool": -np.inf, "mul": 1}.get(m.layer.kind, 0)
+    data[...] = _combination(m.layer.kind)[0]
     content = buffer.write(op.offset, data, op.region, 0)
     if m.layer.kind == "softmax":
         images, _, rows, cols = op.region.shape
@@ -516,15 +514,14 @@ def _apply(m: _Machine, op: Apply) -> None:
         softmax_step(tile, peak, total, x, slice(lo - i0, hi - i0), slice(lo - o0, hi - o0))
         acc.pairs += (o1 - o0) * (i1 - i0)
         return
+    fold = _combination(kind)[1]
     if kind == "maxpool":
         result = max_block(x, kernel, op.stride, pads)
     elif kind == "avgpool":
         divisor = _divisor(layer, acc.region, op.stride)
         result = average_block(x, kernel, op.stride, pads, divisor)
-    elif kind == "add":
-        result = operand_sum(x, op.out_channels[1] - op.out_channels[0])
-    elif kind == "mul":
-        result = operand_product(x, op.out_channels[1] - op.out_channels[0])
+    elif kind in OPERAND_KINDS:
+        result = combine_operands(x, op.out_channels[1] - op.out_channels[0], fold)
     elif kind == "upsample":
         s = layer.upscale
         (r0, r1), (c0, c1) = acc.region.box[2], acc.region.box[3]
@@ -534,12 +531,7 @@ def _apply(m: _Machine, op: Apply) -> None:
     y = tile[:, o0 - out_ch[0] : o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
-    if kind == "maxpool":
-        np.maximum(y, result, out=y)
-    elif kind == "mul":
-        y *= result
-    else:
-        y += result
+    fold(y, result, out=y)
     acc.pairs += (o1 - o0) * block.in_n
 
 
@@ -597,15 +589,21 @@ def _reduce(m: _Machine, op: Reduce) -> None:
     m.stats.intercluster_bytes += op.region.words * m.wb
 
 
+#: How the partial results of a kind combine (the identity an output tile starts from, and
+#: the operation): a max for a max pool, a product for a mul, else a sum.
+_COMBINATIONS: dict[str, tuple[float, np.ufunc]] = {
+    "maxpool": (-np.inf, np.maximum),
+    "mul": (1.0, np.multiply),
+}
+
+
+def _combination(kind: str) -> tuple[float, np.ufunc]:
+    return _COMBINATIONS.get(kind, (0.0, np.add))
+
+
 def _combine(kind: str, mine: _Content, theirs: _Content) -> None:
     """Fold another cluster's partial output of the same region into ``mine``, the kind's
-    way: a max, a product, a softmax's running sums brought to a common maximum, else a sum."""
-    if kind == "maxpool":
-        np.maximum(mine.data, theirs.data, out=mine.data)
-        return
-    if kind == "mul":
-        mine.data *= theirs.data
-        return
+    way (``_combination``), a softmax's running sums brought to a common maximum."""
     if kind == "softmax" and mine.running is not None and theirs.running is not None:
         (peak, total), (their_peak, their_total) = mine.running, theirs.running
         new_peak = np.maximum(peak, their_peak)
@@ -617,7 +615,8 @@ def _combine(kind: str, mine: _Content, theirs: _Content) -> None:
         total += their_total * their_scale
         peak[...] = new_peak
         return
-    mine.data += theirs.data
+    fold = _combination(kind)[1]
+    fold(mine.data, theirs.data, out=mine.data)
 
 
 def _epilogue(m: _Machine, content: _Content, region: Region) -> np.ndarray:

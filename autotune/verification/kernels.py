@@ -124,18 +124,12 @@ def average_block(
     return np.asarray(sums / divisor.astype(x.dtype))
 
 
-def operand_sum(x: np.ndarray, groups: int) -> np.ndarray:
-    """An add's block: ``groups`` outputs, each the sum of its group's consecutive input
-    channels (the interleaved operands, or a step's part of them)."""
+def combine_operands(x: np.ndarray, groups: int, fold: np.ufunc) -> np.ndarray:
+    """An add's or a mul's block: ``groups`` outputs, each its group's consecutive input
+    channels (the interleaved operands, or a step's part of them) folded by ``fold``
+    (``np.add``, ``np.multiply``)."""
     images, channels, h, wd = x.shape
-    return np.asarray(x.reshape(images, groups, channels // groups, h, wd).sum(axis=2))
-
-
-def operand_product(x: np.ndarray, groups: int) -> np.ndarray:
-    """A mul's block: ``groups`` outputs, each the product of its group's consecutive input
-    channels (as ``operand_sum``)."""
-    images, channels, h, wd = x.shape
-    return np.asarray(x.reshape(images, groups, channels // groups, h, wd).prod(axis=2))
+    return np.asarray(fold.reduce(x.reshape(images, groups, channels // groups, h, wd), axis=2))
 
 
 def nearest(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from autotune import InputError
+from autotune.graphs.weights import seeded_weights
 from autotune.io.graph_json import graph_from_record, graph_record
+from autotune.io.network_yaml import load_network
 from autotune.io.onnx_export import save_onnx
 from autotune.io.onnx_import import ImportedNode, OnnxGraph, load_onnx, load_onnx_graph
 from autotune.ir.graph import Graph, GraphError
@@ -756,6 +758,30 @@ def test_squeeze_excitation_exports_and_imports_back(tmp_path):
     assert [(o.kind, o.shape) for o in again.graph.ops] == [
         (o.kind, o.shape) for o in model.graph.ops
     ]
+    assert_runs_like_onnx(str(path), again)
+
+
+def test_a_vector_gate_read_twice_is_reshaped_once(tmp_path):
+    """An fc's output (N×K in ONNX) gating two muls: one Reshape to N×C×1×1 serves both (two
+    nodes writing one tensor name would be no valid model)."""
+    spec = tmp_path / "gates.yaml"
+    spec.write_text(
+        "network: gates\nlayers:\n"
+        "  - {name: x, kind: conv, in: [4, 4, 8], out_channels: 8, kernel: 1}\n"
+        "  - {name: pool, kind: global_avgpool}\n"
+        "  - {name: flat, kind: flatten}\n"
+        "  - {name: fc, kind: fc, out_channels: 8, bias: true}\n"
+        "  - {name: gate, kind: sigmoid}\n"
+        "  - {name: once, kind: mul, inputs: [x, gate]}\n"
+        "  - {name: twice, kind: mul, inputs: [once, gate]}\n"
+    )
+    graph = load_network(spec).graph
+    assert graph is not None
+    path = tmp_path / "gates.onnx"
+    save_onnx(graph, seeded_weights(graph), path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    again = load_onnx_graph(path)
+    assert [(o.kind, o.shape) for o in again.graph.ops] == [(o.kind, o.shape) for o in graph.ops]
     assert_runs_like_onnx(str(path), again)
 
 
