@@ -222,6 +222,9 @@ class Consts:
     port_cycles_per_byte_scaled: int = 0  # one cluster's DMA port
     #: Per level of the tree: (clusters below one uplink, its cycles per byte x SCALE)
     uplinks: tuple[tuple[int, int], ...] = ()
+    #: Per level of the tree, bottom up: (clusters in one of its subtrees, the round trip of a
+    #: read between two of them that meet at that level), for Alg. 3's ring
+    ring_latencies: tuple[tuple[int, int], ...] = ()
     shared_cycles_per_byte_scaled: int = 0  # multicast: the slowest of the HBM and the links
     #: Multicast with an L2 stream (``multicast_constants``): the slowest of the L2 and the
     #: links below the root; of the HBM and the root's uplink; of the links below the root
@@ -494,6 +497,12 @@ def consts(
         can_multicast=machine.dma_multicast,
         port_cycles_per_byte_scaled=inverse_rate(machine.dma_bytes_per_cycle),
         uplinks=uplinks(machine),
+        ring_latencies=tuple(
+            (n, level.latency_cycles)
+            for n, level in zip(
+                (*machine.share_group_sizes(), machine.clusters), machine.levels, strict=True
+            )
+        ),
         shared_cycles_per_byte_scaled=shared_cycles_per_byte_scaled(machine),
         has_residual=layer.epilogue.residual,
         epilogue_ops=layer.epilogue.ops,
@@ -1120,6 +1129,19 @@ def load_streams(
     )
 
 
+def ring_wait_cycles(ops: Ops, k: Consts, share_group: Value) -> Value:
+    """What an Alg. 3 group waits for a tile from the ring: a read from the next member plus
+    the epoch increment back to it (half a round trip; the simulator's forwarded tile), over
+    the slowest hop of the ring, which the lockstep group waits for: the hop between the
+    subtrees of the smallest level that holds the group's ``share_group`` aligned clusters."""
+    if not k.ring_latencies:
+        return 0
+    wait: Value = k.ring_latencies[0][1]
+    for (below, lower), (_, upper) in zip(k.ring_latencies, k.ring_latencies[1:], strict=False):
+        wait = wait + ops.mul(upper - lower, ops.min(1, ops.max(0, share_group - below)))
+    return ops.cdiv(3 * wait, 2)
+
+
 def round_trip_wait(
     ops: Ops, round_trip: int, depth: Value, nbytes: Value, in_flight: Value
 ) -> Value:
@@ -1288,15 +1310,30 @@ def dma_cycles(
     overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
     # A single-buffered stream waits a round trip per tile, but its first tile's is the
     # task's start ``L``: the first tiles of every stream load together before compute.
-    round_trips = ops.mul(2 - q.input_buffer_depth, work.steps - 1) * k.round_trip("input")
+    # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
+    # member d mod m), the others come round the ring (``ring_wait_cycles``).
+    members = ops.max(ops.min(q.share_group, q.stacks), 1)
+    memory_steps = ops.choose(q.algorithm, [work.steps, ops.cdiv(work.steps, members), work.steps])
+    ring_steps = work.steps - memory_steps
+    round_trips = ops.mul(
+        2 - q.input_buffer_depth,
+        (memory_steps - 1) * k.round_trip("input")
+        + ops.mul(ring_steps, ring_wait_cycles(ops, k, q.share_group)),
+    )
     if k.has_filters:
         single_filter_loads = ops.mul(2 - q.filter_buffer_depth, filter_loads - 1)
         round_trips = round_trips + single_filter_loads * k.round_trip("weights")
+    # The cores wait for a single buffer's tiles: each a round trip (a request alone: its
+    # latency adds to its transfer), and the transfer at the cluster's share of the memory or
+    # the engine's pace (set-ups and the port's beats, the ring's tiles among them), whichever
+    # is slower: the set-ups overlap the bytes of the transfers before them, as above.
+    single_port = ops.cdiv(loads.single.payload * k.port_cycles_per_byte_scaled, SCALE)
     exposed = (
-        stream_cycles(ops, k, rates, loads.single)
-        + forwarded_exposed
-        + single_steps_overhead
-        + round_trips
+        round_trips
+        + ops.max(
+            stream_cycles(ops, k, rates, loads.single),
+            single_port + forwarded_exposed + single_steps_overhead,
+        )
         + exposed_residual
     )
     first_alone = stream_cycles(ops, k, rates, loads.first)

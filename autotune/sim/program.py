@@ -45,6 +45,15 @@ round-trip chains and engine (``_ProgramPart.pace``), and the compute does not w
 byte as in one Work: a burst of other traffic (a wave's stores, the residual read, the next
 tiles) delays the task only when its loads fall behind its compute as a whole.
 
+**Single buffers.** A single-buffered operand's later tiles load after the compute of the
+tile before (the report's loops without the prefetch): the cores wait for each, and a
+double-buffered stream beside them can run no more than its buffer ahead of the compute, so
+it waits too. Those bytes are a part of their own (``single``) before the stream: a round trip
+per tile (a request alone: its latency adds to its transfer) after a transfer that contends
+with the other clusters' traffic of that time. (Folded into the stream as bytes it could move
+while the cores compute, they borrowed the bandwidth that round-trip-paced streams leave,
+which clusters waiting together for their next step cannot.)
+
 **The next task's first tiles** (``output_stack`` with double input and filter buffers). A
 task's last step leaves a slot of each buffer free: a cluster loads its next task's first
 tiles beside the stream (the "next" track), so only its first task waits for a prologue,
@@ -274,6 +283,9 @@ class _Tasks:
             residual = "residual" in self.arrays and self.arrays["residual"].bytes[item[0]] > 0
             if residual and not self.store_blocking:
                 yield StartTransfer("load", "residual", self.work("", "residual", item).parts)
+            single = self.arrays.get("single")
+            if single is not None and single.bytes[item[0]] > 0:
+                yield from self.timed("single", "single", item)
             yield from self.stream(item)
             if residual:
                 if self.store_blocking:
@@ -479,19 +491,21 @@ def stack_runs(
         h = np.where(rest > 0, (hbm_steps - first_hbm) / np.maximum(rest, 1), 1.0)
         # A forwarded tile's round trip: the read plus the epoch increment back to the
         # source; as many tiles can be forwarded ahead as the source's forwarding buffer holds.
-        fwd = (in_eng + 1.5 * net.latency(cluster, peer)) / np.maximum(
-            1.0, plan.allocated_bytes["share"] / np.maximum(in_tile, 1.0)
-        )
+        ahead = np.maximum(1.0, plan.allocated_bytes["share"] / np.maximum(in_tile, 1.0))
+        fwd_wait = 1.5 * net.latency(cluster, peer) / ahead
+        fwd = in_eng / ahead + fwd_wait
     else:
-        first_hbm, h, fwd = np.ones(len(slot), dtype=bool), np.ones(len(slot)), np.zeros(0)
+        first_hbm, h = np.ones(len(slot), dtype=bool), np.ones(len(slot))
+        fwd = fwd_wait = np.zeros(0)
     hbm_unit = in_eng + lat_in  # a tile from memory (HBM or L2)
     k_in = plan.spare_tiles("input", in_tile)
     k_f = plan.spare_tiles("filter", f_tile)
     if shared:
         in_unit = h * hbm_unit / np.where(k_in > 0, k_in, 1) + (1 - h) * fwd
         in_window = np.where(k_in > 0, 1.0, 0.0)
+        in_wait = h * lat_in + (1 - h) * fwd_wait  # of a single buffer's tile
     else:
-        in_unit, in_window = hbm_unit, k_in
+        in_unit, in_window, in_wait = hbm_unit, k_in, lat_in
 
     mem_lat = _round_trip(lat_in, lat_w, f_eng, np.ones(len(slot), dtype=bool), f_tile > 0)
     first_lat = (
@@ -519,19 +533,60 @@ def stack_runs(
         delay=first_lat,
     )
     in_rest, f_rest = inp.bytes - in_first, fil.bytes - f_tile
-    st_load, st_l2, st_hbm = mem.split(
-        ("input", h * in_rest, h * in_rest * in_occ), ("weights", f_rest, f_rest * f_occ)
+    f_unit = f_eng + lat_w
+    # A single buffer's later tiles load after the compute of the tile before and before
+    # the next (Alg. 1-3 without the prefetch): the cores wait for them, and so does a
+    # double-buffered stream beside them, which can run no more than its buffer ahead of
+    # the compute. Their bytes are a part of their own (``single``) that the task waits for,
+    # contending with the other clusters' traffic at that time (a wave's clusters load
+    # their single-buffered steps together), not bytes the stream may move while the cores
+    # compute. ``model.formulas.dma_cycles`` charges them so (``exposed``).
+    in_single = np.where(in_window > 0, 0.0, 1.0)
+    f_single = np.where(k_f > 0, 0.0, 1.0) * (f_tile > 0)
+    sg_in, sg_f = in_single * in_rest, f_single * f_rest
+    sg_load, sg_l2, sg_hbm = mem.split(
+        ("input", h * sg_in, h * sg_in * in_occ), ("weights", sg_f, sg_f * f_occ)
     )
-    stream_args = (steps - 1, in_unit, in_eng, in_window, n_f - 1, f_eng + lat_w, f_eng, k_f)
+    in_beats_rest = inp.beats * (1 - first_share / steps)
+    f_beats_rest = fil.beats * (n_f - 1) / n_f
+    single = _ProgramPart(
+        sg_in + sg_f,
+        in_single * (steps - 1) * in_unit + f_single * (n_f - 1) * f_unit,
+        np.zeros(0),
+        np.zeros_like(in_tile),
+        sg_load,
+        np.zeros_like(in_tile),
+        (1 - h) * sg_in,
+        in_single * in_beats_rest + f_single * f_beats_rest,
+        sg_hbm,
+        sg_l2,
+        zero,
+        # each tile a request alone: its round trip adds to its transfer
+        delay=in_single * (steps - 1) * in_wait + f_single * (n_f - 1) * lat_w,
+    )
+    db_in, db_f = in_rest - sg_in, f_rest - sg_f
+    st_load, st_l2, st_hbm = mem.split(
+        ("input", h * db_in, h * db_in * in_occ), ("weights", db_f, db_f * f_occ)
+    )
+    stream_args = (
+        (steps - 1) * (1 - in_single),
+        in_unit,
+        in_eng,
+        in_window,
+        (n_f - 1) * (1 - f_single),
+        f_unit,
+        f_eng,
+        k_f,
+    )
     st = _ProgramPart(
-        in_rest + f_rest,
+        db_in + db_f,
         stream_own(costs.compute, *stream_args),
         np.zeros(0),
         costs.compute,
         st_load,
         np.zeros_like(in_tile),
-        (1 - h) * in_rest,
-        inp.beats * (1 - first_share / steps) + fil.beats * (n_f - 1) / n_f,
+        (1 - h) * db_in,
+        (1 - in_single) * in_beats_rest + (1 - f_single) * f_beats_rest,
         st_hbm,
         st_l2,
         zero,
@@ -544,14 +599,18 @@ def stack_runs(
         a, b = grid.multicast_wave
         in_carrier = (grid.task_index[3] % b == 0) if grid.layer.groups == 1 else True
         f_carrier = grid.task_tile() % a == 0
-        for part, in_bytes, f_bytes in ((pro, in_first, f_tile), (st, in_rest, f_rest)):
+        for part, in_bytes, f_bytes in (
+            (pro, in_first, f_tile),
+            (single, sg_in, sg_f),
+            (st, db_in, db_f),
+        ):
             part.received = part.load + part.l2_load
             carried_in, carried_f = in_carrier * in_bytes, f_carrier * f_bytes
             part.load, part.l2_load, part.hbm = mem.split(
                 ("input", carried_in, carried_in * in_occ),
                 ("weights", carried_f, carried_f * f_occ),
             )
-    parts = dict(load=pro, stream=st, store=_tile_part(out, setup, mem, "output"))
+    parts = dict(load=pro, single=single, stream=st, store=_tile_part(out, setup, mem, "output"))
     buffers = grid.mapping.buffers
     double = buffers.input_depth == 2 and (buffers.filter_depth == 2 or not np.any(f_tile > 0))
     if double and not multicast and not shared:
