@@ -109,7 +109,7 @@ two memories, and each byte costs its memory's energy. With every stream in HBM
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -222,6 +222,9 @@ class Consts:
     port_cycles_per_byte_scaled: int = 0  # one cluster's DMA port
     #: Per level of the tree: (clusters below one uplink, its cycles per byte x SCALE)
     uplinks: tuple[tuple[int, int], ...] = ()
+    #: ``group_tables`` of each ``StreamRates.TABLES`` name the placement uses: an Alg. 3
+    #: wave with idle group members
+    group_rates: dict[str, tuple[Table, Table]] = field(default_factory=dict)
     #: Per level of the tree, bottom up: (clusters in one of its subtrees, the round trip of a
     #: read between two of them that meet at that level), for Alg. 3's ring
     ring_latencies: tuple[tuple[int, int], ...] = ()
@@ -327,6 +330,70 @@ def memory_share_table(clusters: int, bytes_per_cycle: float) -> Table:
     indexed as ``link_tables`` (wherever the clusters sit, they share the memory)."""
     active = np.arange(1, clusters + 1, dtype=np.float64)
     return ceil_int64(np.tile(active, 2) / bytes_per_cycle * SCALE)
+
+
+def group_tables(
+    machine: Machine, tree: bool, root: bool, memory_bytes_per_cycle: float | None
+) -> tuple[Table, Table]:
+    """An Alg. 3 wave whose groups of ``g`` aligned slots have ``m < g`` members (fewer
+    stacks than slots: the idle members load nothing) splits a rate table's terms in two
+    (``StreamRates``): the DMA port and the uplinks of subtrees smaller than a group, which
+    carry ``min(below, m)`` streams whatever the wave (``low``, indexed by the layout's rank
+    among ``(g, m)`` with ``m`` in ``1 .. g - 1``, ``g`` in ``share_group_sizes``), and those of
+    larger subtrees and the memory, which carry ``m / g`` of the wave's streams (``high``:
+    with every member busy, indexed by ``g``'s rank x C + active - 1; the rate scales it by
+    ``m / g``). ``tree``: the port and the links below the root; ``root``: the root's uplink;
+    ``memory_bytes_per_cycle``: a memory's share (None: none)."""
+    c = machine.clusters
+    active = np.arange(1, c + 1, dtype=np.float64)
+    sizes = machine.share_group_sizes()
+    low, high = [], []
+    for g in sizes:
+        members = np.arange(1, g, dtype=np.float64)
+        lo = np.full(g - 1, 1.0 / machine.dma_bytes_per_cycle if tree else 0.0)
+        hi = np.zeros(c) if memory_bytes_per_cycle is None else active / memory_bytes_per_cycle
+        below = 1
+        for depth, level in enumerate(machine.levels):
+            below *= level.fanout
+            is_root = depth == len(machine.levels) - 1
+            if not (root if is_root else tree):
+                continue
+            if below < g:
+                lo = np.maximum(lo, np.minimum(members, below) / level.uplink_bytes_per_cycle)
+            else:
+                hi = np.maximum(hi, np.minimum(active, below) / level.uplink_bytes_per_cycle)
+        low.append(lo)
+        high.append(hi)
+    if not sizes:
+        return np.zeros(1, dtype=np.int64), np.zeros(c, dtype=np.int64)
+    return ceil_int64(np.concatenate(low) * SCALE), ceil_int64(np.concatenate(high) * SCALE)
+
+
+#: Per ``StreamRates.TABLES`` name: (the port and the links below the root, the root's
+#: uplink, the memory whose share it includes: "hbm", "l2" or None)
+RATE_TERMS: dict[str, tuple[bool, bool, str | None]] = {
+    "hbm_path": (True, True, "hbm"),
+    "net": (True, True, None),
+    "hbm": (False, False, "hbm"),
+    "l2_path": (True, False, "l2"),
+    "tree": (True, False, None),
+    "root": (False, True, None),
+    "l2_share": (False, False, "l2"),
+}
+
+
+def group_rate_tables(machine: Machine, placement: Placement) -> dict[str, tuple[Table, Table]]:
+    """``group_tables`` of every rate the placement's formula may read."""
+    memories = {"hbm": machine.hbm_bytes_per_cycle, "l2": machine.l2_bytes_per_cycle}
+    names = ["hbm_path", "net", "hbm"]
+    if placement.uses_l2:
+        names += ["l2_path", "tree", "root", "l2_share"]
+    tables = {}
+    for name in names:
+        tree, root, memory = RATE_TERMS[name]
+        rate = None if memory is None else memories[memory]
+        tables[name] = group_tables(machine, tree, root, rate)
+    return tables
 
 
 def stream_tables(machine: Machine) -> tuple[Table, Table]:
@@ -497,6 +564,7 @@ def consts(
         can_multicast=machine.dma_multicast,
         port_cycles_per_byte_scaled=inverse_rate(machine.dma_bytes_per_cycle),
         uplinks=uplinks(machine),
+        group_rates=group_rate_tables(machine, placement),
         ring_latencies=tuple(
             (n, level.latency_cycles)
             for n, level in zip(
@@ -774,10 +842,18 @@ class StreamRates:
     }
 
     def __init__(
-        self, ops: Ops, k: Consts, active: Value, multicast: Value, contiguous: Value = 1
+        self,
+        ops: Ops,
+        k: Consts,
+        active: Value,
+        multicast: Value,
+        contiguous: Value = 1,
+        group: tuple[Value, Value, Value] | None = None,
     ) -> None:
         self.ops, self.k, self.multicast = ops, k, multicast
         self.index = active - 1 + ops.mul(contiguous, k.clusters)  # ``link_tables``' index
+        self.active = active
+        self.group = group  # (0/1: groups with idle members, g, m), ``idle_members``
         self.looked_up: dict[str, Value] = {}
 
     def __getitem__(self, name: str) -> Value:
@@ -785,8 +861,32 @@ class StreamRates:
         if name not in self.looked_up:
             table = getattr(self.k, self.TABLES[name])
             assert table is not None, f"Consts has no {self.TABLES[name]}"
-            self.looked_up[name] = self.ops.lookup(self.index, table)
+            rate = self.ops.lookup(self.index, table)
+            if self.group is not None and name in self.k.group_rates:
+                rate = self.ops.choose(self.group[0], [rate, self._grouped(name)])
+            self.looked_up[name] = rate
         return self.looked_up[name]
+
+    def _grouped(self, name: str) -> Value:
+        """The rate of a wave of Alg. 3 groups of ``g`` slots with ``m < g`` members
+        (``group_tables``): the larger of the terms that see ``min(below, m)`` streams and
+        ``m / g`` of the terms that see the whole wave."""
+        ops = self.ops
+        _, g, m = self.group  # type: ignore[misc]
+        low, high = self.k.group_rates[name]
+        sizes = [below for below, _ in self.k.uplinks[:-1]]
+        rank: Value = 0  # g's rank among the group sizes
+        base: Value = 0  # layouts of the smaller sizes before g's
+        for size in sizes:
+            larger = ops.min(1, ops.max(0, g - size))
+            base = base + (size - 1) * larger
+        for size in sizes[:-1]:
+            rank = rank + ops.min(1, ops.max(0, g - size))
+        key = base + ops.max(ops.min(m, g - 1), 1) - 1
+        wave = ops.mul(m, ops.lookup(ops.mul(rank, self.k.clusters) + self.active - 1, high))
+        # divided by g: by each size, a constant, and chosen by g's rank (cheaper for CP-SAT)
+        scaled = ops.choose(rank, [ops.cdiv(wave, size) for size in sizes])
+        return ops.max(ops.lookup(key, low), scaled)
 
 
 def in_order(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
@@ -802,7 +902,28 @@ def in_order(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
 def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
     """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2), in the order
     ``in_order`` gives (a layer of several waves has ``active = C``)."""
-    return StreamRates(ops, k, sched.active, q.multicast, in_order(ops, q, k, sched))
+    return StreamRates(
+        ops,
+        k,
+        sched.active,
+        q.multicast,
+        in_order(ops, q, k, sched),
+        idle_members(ops, q, k),
+    )
+
+
+def idle_members(ops: Ops, q: Quantities, k: Consts) -> tuple[Value, Value, Value] | None:
+    """(1 when an Alg. 3 layer has fewer stacks ``m`` than its group's ``g`` slots, g, m):
+    each tile's stacks take the first ``m`` of ``g`` aligned slots and the rest idle
+    (``tiling``), so its streams share the links above a group and the memory with ``m / g``
+    of the wave's slots (``group_tables``). With more stacks than ``g``, only a tile's last
+    group has idle members: the wave counts every slot busy (its first groups are full).
+    None on a machine without share groups."""
+    if not k.group_rates or not k.uplinks[:-1]:
+        return None
+    g = q.share_group
+    partial = ops.choose(q.algorithm, [0, ops.min(1, ops.max(0, g - q.stacks)), 0])
+    return partial, g, ops.min(q.stacks, g)
 
 
 @dataclass(frozen=True)
@@ -881,6 +1002,7 @@ def spread_load_cycles(
     spacing: Value,
     clusters: Value,
     each_bytes: Value,
+    members: Value | None = None,
 ) -> Value:
     """Cycles of one of ``loaders`` clusters loading ``nbytes`` from ``level``
     while the others between them load no input: the first ``per_group`` of every aligned
@@ -895,7 +1017,10 @@ def spread_load_cycles(
     The group starts together, so the rest of it takes its first tiles meanwhile too, over
     the same links: each of the ``clusters`` active ones its ``each_bytes`` (a filter tile),
     and a subtree that holds the loaders and members that do not load, but not the whole
-    group, takes a step from the ring of the next subtree."""
+    group, takes a step from the ring of the next subtree. With ``members`` (busy slots of
+    every ``spacing``; default all) the idle slots of a group load no filter tile: under a link
+    of fewer clusters than a group, ``min(below, members)`` of them do; under a larger one,
+    ``members / spacing`` of its clusters."""
     terms = [ops.cdiv(nbytes * k.port_cycles_per_byte_scaled, SCALE)]
     for depth, (below, per_byte) in enumerate(k.uplinks):
         if level == "l2" and depth == len(k.uplinks) - 1:
@@ -905,9 +1030,13 @@ def spread_load_cycles(
         ring = ops.mul(
             ops.min(1, ops.max(0, below - per_group)), ops.min(1, ops.max(0, spacing - below))
         )
-        carried = ops.mul(shared_bytes, sharing + ring) + ops.mul(
-            ops.min(clusters, below), each_bytes
-        )
+        under = ops.min(clusters, below)
+        if members is not None:
+            small = ops.min(1, ops.max(0, spacing - below))  # a link below the group's size
+            under = ops.mul(small, ops.min(under, members)) + ops.mul(
+                1 - small, ops.cdiv(ops.mul(under, members), spacing)
+            )
+        carried = ops.mul(shared_bytes, sharing + ring) + ops.mul(under, each_bytes)
         terms.append(ops.cdiv(carried * per_byte, SCALE))
     share = StreamRates(ops, k, loaders, 0)  # the memory's share of ``loaders`` streams
     memory = share["hbm"] if level == "hbm" else share["l2_share"]
@@ -1358,6 +1487,7 @@ def dma_cycles(
         q.share_group,
         sched.active,
         ops.min(l1.tile_words["filter"] * k.word_bytes, work.filter_words * k.word_bytes),
+        members=ops.min(q.share_group, q.stacks),
     )
     first = ops.max(first, ops.mul(lead_flag, lead))
     # (Alg. 3's first step comes in with the first tiles even into a single input buffer.)
