@@ -1300,6 +1300,8 @@ def little_cycles(
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
     input_wait = round_trip_wait(
         ops, k.round_trip("input"), q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
+    ) + tile_beats_wait(
+        ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input, l1, "input"
     )
     if not k.has_filters:
         return input_wait
@@ -1309,6 +1311,19 @@ def little_cycles(
     )
     filter_wait = ops.cdiv(ops.mul(q.filter_buffer_depth - 1, chain), in_flight_filter)
     return ops.max(input_wait, filter_wait)
+
+
+def tile_beats_wait(
+    ops: Ops, k: Consts, depth: Value, nbytes: Value, in_flight: Value, l1: L1Buffers, op: str
+) -> Value:
+    """What the tiles' own beats add to a chain of round trips (``little_cycles``): a tile is
+    in when its last byte is, its beats through the port after its round trip, and a buffer
+    with room for one tile in flight requests the next only then (the report's double buffer:
+    the port's time of every tile); ``n`` tiles in flight overlap ``n`` tiles' beats. (The
+    filter chain has its beats already: the engine's queue it waits in, ``input_engine``.)"""
+    beats = ops.cdiv(ops.mul(depth - 1, nbytes), k.dma_bytes_per_cycle)
+    tiles_in_flight = ops.cdiv(in_flight, ops.max(l1.tile_words[op] * k.word_bytes, 1))
+    return ops.cdiv(beats, ops.max(tiles_in_flight, 1))
 
 
 @dataclass(frozen=True)
