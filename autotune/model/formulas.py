@@ -1282,7 +1282,7 @@ def round_trip_wait(
 
 def little_cycles(
     ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Loads, input_engine: Value
-) -> Value:
+) -> tuple[Value, Value]:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
     each cover the round trip), so a tiny filter buffer is not rescued by a big input buffer:
@@ -1295,22 +1295,41 @@ def little_cycles(
     then ``DmaLoad(F)``), so a filter tile also waits for the engine to issue the input steps
     ahead of it: ``input_engine``, the beats of the rest of the input steps, is paid once per
     window of filter tiles in flight. (The engine's set-ups are added to the streams after
-    this floor, in ``dma_cycles``.)"""
+    this floor, in ``dma_cycles``.)
+
+    Returns (the law's floor, the same for a task with a prologue of its own): Alg. 1 issues
+    ``DmaLoad(I[d_i + 1])`` before ``DmaWait(I[d_i])``, so such a task's first window of
+    stream tiles is requested with its first tiles and their round trip passes beside the
+    prologue's; the chain after it is one round trip shorter."""
     w = k.word_bytes
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
-    input_wait = round_trip_wait(
+    input_chain = round_trip_wait(
         ops, k.round_trip("input"), q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
-    ) + tile_beats_wait(
+    )
+    input_beats = tile_beats_wait(
         ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input, l1, "input"
     )
-    if not k.has_filters:
-        return input_wait
-    in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
-    chain = loads.rest_filter_bytes * k.round_trip("weights") + ops.mul(
-        input_engine, l1.tile_words["filter"] * w
+    input_wait = input_chain + input_beats
+    input_lead = (
+        ops.max(0, input_chain - (q.input_buffer_depth - 1) * k.round_trip("input")) + input_beats
     )
-    filter_wait = ops.cdiv(ops.mul(q.filter_buffer_depth - 1, chain), in_flight_filter)
-    return ops.max(input_wait, filter_wait)
+    if not k.has_filters:
+        return input_wait, input_lead
+    in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
+    engine = ops.mul(input_engine, l1.tile_words["filter"] * w)
+    rest_filter = loads.rest_filter_bytes
+    filter_depth = q.filter_buffer_depth - 1
+    filter_wait = ops.cdiv(
+        ops.mul(filter_depth, rest_filter * k.round_trip("weights") + engine), in_flight_filter
+    )
+    filter_lead = ops.cdiv(
+        ops.mul(
+            filter_depth,
+            ops.max(0, rest_filter - in_flight_filter) * k.round_trip("weights") + engine,
+        ),
+        in_flight_filter,
+    )
+    return ops.max(input_wait, filter_wait), ops.max(input_lead, filter_lead)
 
 
 def tile_beats_wait(
@@ -1406,7 +1425,7 @@ def dma_cycles(
     rest_in_bytes = work.input_words * k.word_bytes - loads.lead_in_bytes
     queued_in_bytes = ops.mul(q.input_buffer_depth - 1, rest_in_bytes)
     input_engine = ops.cdiv(queued_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
-    little = little_cycles(ops, q, k, l1, loads, input_engine)
+    little, little_lead = little_cycles(ops, q, k, l1, loads, input_engine)
     # the stream's own time at its pace (P / D) and alone at the share (P / S), single values
     pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))
     rest, floor = loads.rest, little
@@ -1452,6 +1471,15 @@ def dma_cycles(
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
     overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
+    # A task with a prologue of its own (Alg. 1/2 without multicast: a cluster's first one,
+    # or every one without the next task's prefetch) had its first stream tiles requested
+    # with its first ones (``little_cycles``). Alg. 3 members wait for the ring and multicast
+    # waves for their lockstep: they keep the whole chain.
+    own_lead = ops.choose(q.algorithm, [1 - q.multicast if k.can_multicast else 1, 0, 0])
+    floor_lead = ops.max(0, floor - ops.mul(own_lead, little - little_lead))
+    overlapped_lead = ops.max(
+        stream_cycles(ops, k, rates, rest), ops.max(floor_lead, port) + overhead
+    )
     # A single-buffered stream waits a round trip per tile, but its first tile's is the
     # task's start ``L``: the first tiles of every stream load together before compute.
     # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
@@ -1560,7 +1588,11 @@ def dma_cycles(
         paced_by + steady_loss,
     )
     opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
-    first_task = ops.max(overlapped, opening_tiles, paced_by + first_loss)
+    first_task = ops.max(
+        overlapped_lead,
+        opening_tiles,
+        paced_by - ops.mul(own_lead, little - little_lead) + first_loss,
+    )
     # The store behind a cluster's last task left when the task before finished computing,
     # not when the last one started: it has had that task's wait for the last one's first
     # tiles (the first task's with two waves, a follower's with more) on its own wires.
@@ -1568,7 +1600,7 @@ def dma_cycles(
     head = ops.max(before, compute) - compute
     last_burst = beside_burst(loads.rest, head)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
-    return DmaCycles(prologue, overlapped, exposed, handover, steady, first_task, last)
+    return DmaCycles(prologue, overlapped_lead, exposed, handover, steady, first_task, last)
 
 
 def burst_loss(

@@ -215,12 +215,18 @@ def stream_own(
     f_unit: np.ndarray,
     f_engine: np.ndarray,
     f_window: np.ndarray,
+    lead: np.ndarray | None = None,
+    in_latency: float = 0.0,
+    f_latency: float = 0.0,
 ) -> np.ndarray:
     """Uncontended cycles of a stream: ``compute`` while loading ``in_tiles`` input tiles and
     ``f_tiles`` filter tiles.
 
     ``*_unit`` is one tile's round trip (setup, latency, beats), ``*_engine`` the engine
     cycles of one tile, ``*_window`` the tiles in flight (0: single buffer, serialised).
+    Where ``lead`` (tasks with a prologue of their own), the first window of each chain was
+    requested with the first tiles (Alg. 1 issues ``DmaLoad(I[d_i + 1])`` before
+    ``DmaWait(I[d_i])``): its ``*_latency`` passed beside the prologue's.
     """
     engine = in_tiles * in_engine + f_tiles * f_engine
     in_double, f_double = in_window > 0, f_window > 0
@@ -229,8 +235,15 @@ def stream_own(
         + np.where(in_double, 0.0, in_tiles * in_unit)
         + np.where(f_double, 0.0, f_tiles * f_unit)
     )
-    in_chain = np.where(in_double, in_tiles * in_unit / np.where(in_double, in_window, 1), 0.0)
+    lead = np.zeros_like(in_tiles, dtype=float) if lead is None else lead
+    in_early = lead * np.minimum(in_tiles, in_window) * in_latency
+    f_early = lead * np.minimum(f_tiles, f_window) * f_latency
+    in_chain = np.where(
+        in_double, (in_tiles * in_unit - in_early) / np.where(in_double, in_window, 1), 0.0
+    )
     f_chain = np.where(
-        f_double, (f_tiles * f_unit + in_tiles * in_engine) / np.where(f_double, f_window, 1), 0.0
+        f_double,
+        (f_tiles * f_unit + in_tiles * in_engine - f_early) / np.where(f_double, f_window, 1),
+        0.0,
     )
     return np.maximum(np.maximum(cores, engine), np.maximum(in_chain, f_chain))

@@ -568,6 +568,15 @@ def stack_runs(
     st_load, st_l2, st_hbm = mem.split(
         ("input", h * db_in, h * db_in * in_occ), ("weights", db_f, db_f * f_occ)
     )
+    buffers = grid.mapping.buffers
+    double = buffers.input_depth == 2 and (buffers.filter_depth == 2 or not np.any(f_tile > 0))
+    prefetch = double and not multicast and not shared
+    nxt = _next_on_cluster(slot, c_total) if prefetch else None
+    # Tasks with a prologue of their own (Alg. 1/2 without multicast; with the next task's
+    # prefetch only a cluster's first): their first stream tiles go out with their first ones.
+    lead = np.full(len(slot), 0.0 if shared or multicast else 1.0)
+    if nxt is not None:
+        lead[nxt[nxt >= 0]] = 0.0
     stream_args = (
         (steps - 1) * (1 - in_single),
         in_unit,
@@ -577,6 +586,9 @@ def stack_runs(
         f_unit,
         f_eng,
         k_f,
+        lead,
+        lat_in,
+        lat_w,
     )
     st = _ProgramPart(
         db_in + db_f,
@@ -611,10 +623,8 @@ def stack_runs(
                 ("weights", carried_f, carried_f * f_occ),
             )
     parts = dict(load=pro, single=single, stream=st, store=_tile_part(out, setup, mem, "output"))
-    buffers = grid.mapping.buffers
-    double = buffers.input_depth == 2 and (buffers.filter_depth == 2 or not np.any(f_tile > 0))
-    if double and not multicast and not shared:
-        parts["next"] = _prefetched(pro, _next_on_cluster(slot, c_total))
+    if nxt is not None:
+        parts["next"] = _prefetched(pro, nxt)
     if double and not multicast:
         st.pace = stream_own(np.zeros_like(in_tile), *stream_args)
     if grid.layer.epilogue.residual:
