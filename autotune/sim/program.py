@@ -34,7 +34,10 @@ clusters meet at a barrier (an atomic round trip to the top level of the tree).
 wait that takes no bandwidth: nothing is in flight before the first tiles, so the memory
 serves them while the requests are on their way and they arrive a round trip after that
 (report Sec. 2.1.2: the buffers cover the round trip of the tiles *after* the first). Later
-tiles stream with the round trip inside their own time (several in flight). The first
+tiles stream with the round trip inside their own time (several in flight); a task whose
+prologue is its own (Alg. 1/2 without multicast) requests its first window of them with its
+first tiles (Alg. 1 issues ``DmaLoad(I[d_i + 1])`` before ``DmaWait(I[d_i])``), so that
+window's round trip passes beside the prologue's (``costs.stream_own``'s ``lead``). The first
 input step is a whole one (``in_c`` slices) even when the task's average step is shorter
 (only the last may be).
 
