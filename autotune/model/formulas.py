@@ -1471,11 +1471,11 @@ def dma_cycles(
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
     overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
-    # A task with a prologue of its own (Alg. 1/2 without multicast: a cluster's first one,
-    # or every one without the next task's prefetch) had its first stream tiles requested
-    # with its first ones (``little_cycles``). Alg. 3 members wait for the ring and multicast
-    # waves for their lockstep: they keep the whole chain.
-    own_lead = ops.choose(q.algorithm, [1 - q.multicast if k.can_multicast else 1, 0, 0])
+    # A task with a prologue of its own (Alg. 1/2: a cluster's first one, or every one
+    # without the next task's prefetch, multicast waves' too) had its first stream tiles
+    # requested with its first ones (``little_cycles``). Alg. 3 members take theirs from the
+    # ring, after the member before has them: they keep the whole chain.
+    own_lead = ops.choose(q.algorithm, [1, 0, 0])
     floor_lead = ops.max(0, floor - ops.mul(own_lead, little - little_lead))
     overlapped_lead = ops.max(
         stream_cycles(ops, k, rates, rest), ops.max(floor_lead, port) + overhead

@@ -35,7 +35,7 @@ wait that takes no bandwidth: nothing is in flight before the first tiles, so th
 serves them while the requests are on their way and they arrive a round trip after that
 (report Sec. 2.1.2: the buffers cover the round trip of the tiles *after* the first). Later
 tiles stream with the round trip inside their own time (several in flight); a task whose
-prologue is its own (Alg. 1/2 without multicast) requests its first window of them with its
+prologue is its own (Alg. 1/2, multicast waves too) requests its first window of them with its
 first tiles (Alg. 1 issues ``DmaLoad(I[d_i + 1])`` before ``DmaWait(I[d_i])``), so that
 window's round trip passes beside the prologue's (``costs.stream_own``'s ``lead``). The first
 input step is a whole one (``in_c`` slices) even when the task's average step is shorter
@@ -55,7 +55,8 @@ it waits too. Those bytes are a part of their own (``single``) before the stream
 per tile (a request alone: its latency adds to its transfer) after a transfer that contends
 with the other clusters' traffic of that time. (Folded into the stream as bytes it could move
 while the cores compute, they borrowed the bandwidth that round-trip-paced streams leave,
-which clusters waiting together for their next step cannot.)
+which clusters waiting together for their next step cannot.) A multicast wave keeps them in
+its stream, as before.
 
 **The next task's first tiles** (``output_stack`` with double input and filter buffers). A
 task's last step leaves a slot of each buffer free: a cluster loads its next task's first
@@ -544,8 +545,10 @@ def stack_runs(
     # contending with the other clusters' traffic at that time (a wave's clusters load
     # their single-buffered steps together), not bytes the stream may move while the cores
     # compute. ``model.formulas.dma_cycles`` charges them so (``exposed``).
-    in_single = np.where(in_window > 0, 0.0, 1.0)
-    f_single = np.where(k_f > 0, 0.0, 1.0) * (f_tile > 0)
+    # (A multicast wave's single-buffered tiles stay in its stream: one lockstep transfer
+    # per datum for the whole wave, its carrier's bytes apart from its receivers'.)
+    in_single = np.where((in_window > 0) | multicast, 0.0, 1.0)
+    f_single = np.where((k_f > 0) | multicast, 0.0, 1.0) * (f_tile > 0)
     sg_in, sg_f = in_single * in_rest, f_single * f_rest
     sg_load, sg_l2, sg_hbm = mem.split(
         ("input", h * sg_in, h * sg_in * in_occ), ("weights", sg_f, sg_f * f_occ)
@@ -575,9 +578,10 @@ def stack_runs(
     double = buffers.input_depth == 2 and (buffers.filter_depth == 2 or not np.any(f_tile > 0))
     prefetch = double and not multicast and not shared
     nxt = _next_on_cluster(slot, c_total) if prefetch else None
-    # Tasks with a prologue of their own (Alg. 1/2 without multicast; with the next task's
-    # prefetch only a cluster's first): their first stream tiles go out with their first ones.
-    lead = np.full(len(slot), 0.0 if shared or multicast else 1.0)
+    # Tasks with a prologue of their own (Alg. 1/2; with the next task's prefetch only a
+    # cluster's first): their first stream tiles go out with their first ones. (Alg. 3's come
+    # round the ring, after the member before has them.)
+    lead = np.full(len(slot), 0.0 if shared else 1.0)
     if nxt is not None:
         lead[nxt[nxt >= 0]] = 0.0
     stream_args = (
