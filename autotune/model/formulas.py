@@ -823,6 +823,11 @@ def schedule(ops: Ops, q: Quantities, k: Consts) -> Schedule:
 # -- DMA and compute time ----------------------------------------------------------------------
 
 
+def exceeds(ops: Ops, a: Value, b: Value) -> Value:
+    """1 when the integer ``a`` is larger than ``b``, else 0."""
+    return ops.min(1, ops.max(0, a - b))
+
+
 class StreamRates:
     """Cycles per byte x SCALE of one of the ``active`` streaming clusters over each path or
     resource (``Consts``' tables: ``hbm_path`` = ports, links and HBM share, no efficiency
@@ -854,6 +859,7 @@ class StreamRates:
         self.index = active - 1 + ops.mul(contiguous, k.clusters)  # ``link_tables``' index
         self.active = active
         self.group = group  # (0/1: groups with idle members, g, m), ``idle_members``
+        self._group_keys: tuple[Value, Value, Value, list[int]] | None = None
         self.looked_up: dict[str, Value] = {}
 
     def __getitem__(self, name: str) -> Value:
@@ -873,17 +879,20 @@ class StreamRates:
         ``m / g`` of the terms that see the whole wave."""
         ops = self.ops
         _, g, m = self.group  # type: ignore[misc]
+        if self._group_keys is None:  # once for every rate the formula reads
+            sizes = [below for below, _ in self.k.uplinks[:-1]]
+            rank: Value = 0  # g's rank among the group sizes
+            base: Value = 0  # layouts of the smaller sizes before g's
+            for size in sizes:
+                base = base + (size - 1) * exceeds(ops, g, size)
+            for size in sizes[:-1]:
+                rank = rank + exceeds(ops, g, size)
+            key = base + ops.max(ops.min(m, g - 1), 1) - 1
+            wave_key = ops.mul(rank, self.k.clusters) + self.active - 1
+            self._group_keys = (key, rank, wave_key, sizes)
+        key, rank, wave_key, sizes = self._group_keys
         low, high = self.k.group_rates[name]
-        sizes = [below for below, _ in self.k.uplinks[:-1]]
-        rank: Value = 0  # g's rank among the group sizes
-        base: Value = 0  # layouts of the smaller sizes before g's
-        for size in sizes:
-            larger = ops.min(1, ops.max(0, g - size))
-            base = base + (size - 1) * larger
-        for size in sizes[:-1]:
-            rank = rank + ops.min(1, ops.max(0, g - size))
-        key = base + ops.max(ops.min(m, g - 1), 1) - 1
-        wave = ops.mul(m, ops.lookup(ops.mul(rank, self.k.clusters) + self.active - 1, high))
+        wave = ops.mul(m, ops.lookup(wave_key, high))
         # divided by g: by each size, a constant, and chosen by g's rank (cheaper for CP-SAT)
         scaled = ops.choose(rank, [ops.cdiv(wave, size) for size in sizes])
         return ops.max(ops.lookup(key, low), scaled)
@@ -922,7 +931,7 @@ def idle_members(ops: Ops, q: Quantities, k: Consts) -> tuple[Value, Value, Valu
     if not k.group_rates or not k.uplinks[:-1]:
         return None
     g = q.share_group
-    partial = ops.choose(q.algorithm, [0, ops.min(1, ops.max(0, g - q.stacks)), 0])
+    partial = ops.choose(q.algorithm, [0, exceeds(ops, g, q.stacks), 0])
     return partial, g, ops.min(q.stacks, g)
 
 
@@ -1027,12 +1036,10 @@ def spread_load_cycles(
             continue
         groups = ops.cdiv(per_group * below, spacing)
         sharing = ops.min(ops.max(groups, ops.min(per_group, below)), loaders)
-        ring = ops.mul(
-            ops.min(1, ops.max(0, below - per_group)), ops.min(1, ops.max(0, spacing - below))
-        )
+        ring = ops.mul(exceeds(ops, below, per_group), exceeds(ops, spacing, below))
         under = ops.min(clusters, below)
         if members is not None:
-            small = ops.min(1, ops.max(0, spacing - below))  # a link below the group's size
+            small = exceeds(ops, spacing, below)  # a link below the group's size
             under = ops.mul(small, ops.min(under, members)) + ops.mul(
                 1 - small, ops.cdiv(ops.mul(under, members), spacing)
             )
@@ -1267,7 +1274,7 @@ def ring_wait_cycles(ops: Ops, k: Consts, share_group: Value) -> Value:
         return 0
     wait: Value = k.ring_latencies[0][1]
     for (below, lower), (_, upper) in zip(k.ring_latencies, k.ring_latencies[1:], strict=False):
-        wait = wait + ops.mul(upper - lower, ops.min(1, ops.max(0, share_group - below)))
+        wait = wait + ops.mul(upper - lower, exceeds(ops, share_group, below))
     return ops.cdiv(3 * wait, 2)
 
 

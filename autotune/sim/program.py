@@ -618,11 +618,7 @@ def stack_runs(
         a, b = grid.multicast_wave
         in_carrier = (grid.task_index[3] % b == 0) if grid.layer.groups == 1 else True
         f_carrier = grid.task_tile() % a == 0
-        for part, in_bytes, f_bytes in (
-            (pro, in_first, f_tile),
-            (single, sg_in, sg_f),
-            (st, db_in, db_f),
-        ):
+        for part, in_bytes, f_bytes in ((pro, in_first, f_tile), (st, db_in, db_f)):
             part.received = part.load + part.l2_load
             carried_in, carried_f = in_carrier * in_bytes, f_carrier * f_bytes
             part.load, part.l2_load, part.hbm = mem.split(
