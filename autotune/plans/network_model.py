@@ -199,11 +199,14 @@ def solve_plan(
         if stage == 0:
             report = SolveReport(
                 solver.status_name(status),
-                int(solver.objective_value),
-                int(solver.best_objective_bound),
+                round(solver.objective_value),
+                round(solver.best_objective_bound),
                 0.0,
             )
-        value = int(solver.objective_value)
+        # The objective is integral, but CP-SAT reports it as a float that may fall just
+        # short of it (499.99999999999994 for 500): truncated, the next stage's bound would
+        # cut the optimum off and the report would say one cycle less than the plan's.
+        value = round(solver.objective_value)
         model.m.add(objective <= value)
         model.hint(solver)
     assert best is not None and report is not None

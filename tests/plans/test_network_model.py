@@ -170,3 +170,42 @@ def test_l2_peak_counts_live_tensors_only() -> None:
     plan = assemble(problem, Choice((1, 1), {"y": 0}, {}), "network", "X")
     assert plan.l2_peak_bytes == l2_peak(plan.tensors) == 128
     assert plan.cycles == 10 and plan.hbm_bytes == 10
+
+
+def test_report_is_the_plans_latency_when_cpsat_reports_it_a_hair_short() -> None:
+    """CP-SAT returns this chain's integral optimum (500) as 499.99999999999994; read back by
+    truncation, the report said 499 and the next stage's bound cut the optimum off."""
+    n = 5
+    tensors = tuple(
+        TensorSpec(
+            f"t{i}",
+            "input" if i == 0 else "output" if i == n else "activation",
+            UNIT // 4,
+            (i - 1,) if i else (),
+            (i,) if i < n else (),
+            i in (0, n),
+        )
+        for i in range(n + 1)
+    )
+    options = []
+    for i in range(n):
+        row = [
+            StepOption(p, MAPPING, 274 if i == 0 and p == Placement() else 100, 0, 0)
+            for p in placements(False, False)
+            if not (p.input == "l2" and i == 0 or p.output == "l2" and i == n - 1)
+        ]
+        options.append(tuple(row))
+    problem = PlanProblem(
+        tuple(f"s{i}" for i in range(n)),
+        tuple(StepStreams((f"t{i}",), None, f"t{i + 1}", None) for i in range(n)),
+        tensors,
+        tuple(options),
+        UNIT // 4,
+        Fraction(256),
+        Fraction(512),
+        prefetch_window=2,
+    )
+    choice, report = solve_plan(problem, time_limit=20)
+    plan = assemble(problem, choice, "network", report.status, report.bound)
+    assert report.status == "OPTIMAL"
+    assert plan.cycles == report.cycles == report.bound == exhaustive_latency(problem) == 500
