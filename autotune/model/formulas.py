@@ -1180,6 +1180,7 @@ class Loads:
     lead_opening: Stream  # the same for the member that loads the first input step itself
     lead_in_bytes: Value  # that member's first input step
     lead_first: Stream  # its double-buffered first tiles (``first`` for that member)
+    single_rest: Stream  # the single-buffered loads after each stream's first tile
 
 
 def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
@@ -1252,6 +1253,9 @@ def load_streams(
     double, single = split_streams(ops, q, k, sched, in_bytes - opened, filter_bytes)
     first, first_single = split_streams(ops, q, k, sched, first_in, first_filter)
     lead, lead_single = split_streams(ops, q, k, sched, lead_in, first_filter)
+    _, single_rest = split_streams(
+        ops, q, k, sched, in_bytes - first_in, filter_bytes - first_filter
+    )
     return Loads(
         first,
         minus(ops, double, first),
@@ -1262,6 +1266,7 @@ def load_streams(
         plus(lead, lead_single),
         lead_in,
         lead,
+        single_rest,
     )
 
 
@@ -1560,7 +1565,16 @@ def dma_cycles(
         # the member that waits longest. That is Alg. 3's first member, which loads a whole
         # input step itself while the others' tiles come round the ring.
         lead_opening = stream_cycles(ops, k, rates, loads.lead_opening)
-        handover = ops.mul(overlaps, ops.min(with_store - opening, lead_opening))
+        # An Alg. 1/2 task's cores then wait for its single-buffered tiles after the first
+        # ones (``exposed``), which load after them as the rest of the store still leaves:
+        # shared flow by flow, they take longer by what is left of it, up to their own time.
+        # (Alg. 3's come mostly round the ring, which the store does not cross.)
+        left = ops.max(0, with_store - opening - lead_opening)
+        single_rest = ops.min(left, stream_cycles(ops, k, rates, loads.single_rest))
+        handover = ops.mul(
+            overlaps,
+            ops.min(with_store - opening, lead_opening) + ops.mul(1 - lead_flag, single_rest),
+        )
     # A task after the first on its cluster loads the next one's first tiles beside its
     # stream (``follower_cycles``), from its start, as the store of the task before (and the
     # residual read of its second slot) leaves: a burst of traffic. Other tiles are in
