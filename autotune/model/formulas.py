@@ -162,6 +162,9 @@ class Quantities:
     #: DMA engine cycles of one image's input step beyond its payload at the port: a set-up
     #: per 2D transfer, idle ends of the runs' last beats (``quantities.dma_overhead_cycles``)
     input_step_dma_overhead: Value
+    #: the set-ups of an input step's transfers that all its images share (a band of the
+    #: whole slice: one 2D transfer, the images a stride apart)
+    input_step_setup_cycles: Value
     #: The DMA engine's cycles per byte (x SCALE) of the output tile's transfers (the
     #: store's and the residual read's): set-ups and whole beats per run
     output_engine_scaled: Value
@@ -1426,7 +1429,9 @@ def dma_cycles(
     stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
-    step_overhead = ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead)
+    step_overhead = (
+        ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead) + q.input_step_setup_cycles
+    )
     first_overhead = step_overhead
     if k.has_filters:
         first_overhead = first_overhead + ops.mul(q.filter_buffer_depth - 1, k.dma_setup_cycles)

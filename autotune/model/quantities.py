@@ -97,11 +97,16 @@ def inverse_efficiency(
     return np.ceil(SCALE / eff - 1e-9).astype(np.int64)
 
 
-def input_step_runs(layer: Layer, rows_in: int, cols_in: int, in_c: int) -> tuple[int, int]:
-    """(runs, 2D transfers) of one image's full input step: ``in_c`` slices of the largest
-    band, in the layout ``tiling`` defines."""
+def input_step_runs(layer: Layer, rows_in: int, cols_in: int, in_c: int) -> tuple[int, int, int]:
+    """(runs, 2D transfers, 2D transfers shared by the images) of one image's full input
+    step: ``in_c`` slices of the largest band, in the layout ``tiling`` defines. A band of
+    the whole slice is one transfer for all the images of a step (they are a stride apart):
+    it is the shared one, and the image has none of its own."""
     runs = int(input_runs(layer, rows_in, cols_in, in_c)[1])
-    return runs, int(input_transfers(layer, rows_in, cols_in, 1, 1, in_c))
+    one = int(input_transfers(layer, rows_in, cols_in, 1, 1, in_c))
+    two = int(input_transfers(layer, rows_in, cols_in, 2, 1, in_c))
+    shared = 2 * one - two  # the transfers that do not grow with the images
+    return runs, one - shared, shared
 
 
 def output_engine_scaled(
@@ -174,10 +179,11 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
         for name, (words, write) in runs.items()
     }
     rows_in, cols_in = int(rows.in_size.max()), int(cols.in_size.max())
-    count, transfers = input_step_runs(layer, rows_in, cols_in, in_c)
+    count, transfers, shared = input_step_runs(layer, rows_in, cols_in, in_c)
     q["input_step_dma_overhead"] = int(
         dma_overhead_cycles(machine, runs["input_inverse_efficiency"][0], count, transfers, wb)
     )
+    q["input_step_setup_cycles"] = shared * machine.dma_setup_cycles
     q["output_engine_scaled"] = int(
         output_engine_scaled(machine, layer, int(rows.out_size.max()), int(cols.out_size.max()), wb)
     )

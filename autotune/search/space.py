@@ -414,8 +414,9 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
         input_run_words(layer, ri, ci, c) for ri, ci, _, _ in extents for c in in_cs
     ]
     step_runs = [input_step_runs(layer, ri, ci, c) for ri, ci, _, _ in extents for c in in_cs]
-    tables["input_step_run_count"] = [runs for runs, _ in step_runs]
-    tables["input_step_transfers"] = [transfers for _, transfers in step_runs]
+    tables["input_step_run_count"] = [runs for runs, _, _ in step_runs]
+    tables["input_step_transfers"] = [transfers for _, transfers, _ in step_runs]
+    tables["input_step_shared_transfers"] = [shared for _, _, shared in step_runs]
     tables["filter_run_words"] = [filter_run_words(layer, c) for c in in_cs]
     tables["output_run_words"] = [
         output_run_words(layer, ro, co, s)
@@ -479,9 +480,11 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "output_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), True),
     "residual_inverse_efficiency": ("output_run_words", ("delta_o", "spatial"), False),
     # Not efficiencies: the DMA engine's overhead of one image's input step (set-ups, idle
-    # beat ends; ``quantities.dma_overhead_cycles``), from the same runs, and its pace on an
-    # output tile (``quantities.output_engine_scaled``), from the tile's columns and rows.
+    # beat ends; ``quantities.dma_overhead_cycles``), from the same runs, the set-ups its
+    # images share, and its pace on an output tile (``quantities.output_engine_scaled``),
+    # from the tile's columns and rows.
     "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),
+    "input_step_setup_cycles": ("input_run_words", ("spatial", "in_c"), False),
     "output_engine_scaled": ("output_tile_cols", ("spatial",), True),
 }
 
@@ -492,7 +495,7 @@ def efficiency_tables(
     """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs, and
     the DMA engine's overhead of an input step."""
     wb = word_bytes(precision)
-    engines = ("input_step_dma_overhead", "output_engine_scaled")
+    engines = ("input_step_dma_overhead", "input_step_setup_cycles", "output_engine_scaled")
     tables = {
         name: inverse_efficiency(machine, space.tables[run] * wb, write)
         for name, (run, _, write) in RUN_SOURCE.items()
@@ -504,6 +507,10 @@ def efficiency_tables(
         space.tables["input_step_run_count"],
         space.tables["input_step_transfers"],
         wb,
+    )
+    tables["input_step_setup_cycles"] = (
+        np.asarray(space.tables["input_step_shared_transfers"], dtype=np.int64)
+        * machine.dma_setup_cycles
     )
     tables["output_engine_scaled"] = output_engine_scaled(
         machine,
