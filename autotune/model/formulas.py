@@ -1428,7 +1428,8 @@ def dma_cycles(
     filter_loads = ops.mul(per_output, q.stack_out_channels_max) if k.has_filters else 0
     stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
-    # ends (per image, in tiling's layout), a set-up per filter tile and for the store.
+    # ends (per image, in tiling's layout, but one set-up for all the images of a step whose
+    # band is the whole slice), a set-up per filter tile and for the store.
     step_overhead = (
         ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead) + q.input_step_setup_cycles
     )
@@ -1575,10 +1576,10 @@ def dma_cycles(
         # shared flow by flow, they take longer by what is left of it, up to their own time.
         # (Alg. 3's come mostly round the ring, which the store does not cross.)
         left = ops.max(0, with_store - opening - lead_opening)
-        single_rest = ops.min(left, stream_cycles(ops, k, rates, loads.single_rest))
+        singles_slowed = ops.min(left, stream_cycles(ops, k, rates, loads.single_rest))
         handover = ops.mul(
             overlaps,
-            ops.min(with_store - opening, lead_opening) + ops.mul(1 - lead_flag, single_rest),
+            ops.min(with_store - opening, lead_opening) + ops.mul(1 - lead_flag, singles_slowed),
         )
     # A task after the first on its cluster loads the next one's first tiles beside its
     # stream (``follower_cycles``), from its start, as the store of the task before (and the

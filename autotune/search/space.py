@@ -492,8 +492,9 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
 def efficiency_tables(
     space: SearchSpace, machine: Machine, precision: str
 ) -> dict[str, np.ndarray]:
-    """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs, and
-    the DMA engine's overhead of an input step."""
+    """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs, the
+    DMA engine's overhead of an input step per image and the set-ups its images share, and
+    the engine's pace on an output tile."""
     wb = word_bytes(precision)
     engines = ("input_step_dma_overhead", "input_step_setup_cycles", "output_engine_scaled")
     tables = {
