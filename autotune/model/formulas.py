@@ -1143,28 +1143,45 @@ def operand_stream(
     return Stream(nbytes, occupied, wave_bytes)
 
 
-def split_streams(
+def operand_streams(
     ops: Ops, q: Quantities, k: Consts, sched: Schedule, in_bytes: Value, filter_bytes: Value
-) -> tuple[Stream, Stream]:
-    """``in_bytes`` of input and ``filter_bytes`` of filters one cluster loads, as
-    (double-buffered, single-buffered) streams: the depths are 1 or 2, so ``depth - 1`` and
-    ``2 - depth`` are 0/1 flags. A multicast wave reads the inputs of its tiles (x its stacks
-    when groups > 1: they read different slices) and the filters of its stacks."""
+) -> tuple[Stream, Stream | None]:
+    """``in_bytes`` of input and ``filter_bytes`` of filters one cluster loads, as streams
+    (None: a layer without filters). A multicast wave reads the inputs of its tiles (x its
+    stacks when groups > 1: they read different slices) and the filters of its stacks."""
     input_wave = filter_wave = None
     if sched.wave is not None:
         wave = sched.wave
         input_wave = wave.tiles if k.groups == 1 else ops.mul(wave.tiles, wave.stacks)
         filter_wave = wave.stacks
     inputs = operand_stream(ops, k, "input", in_bytes, q.input_inverse_efficiency, input_wave)
-    double = scaled(ops, q.input_buffer_depth - 1, inputs)
-    single = scaled(ops, 2 - q.input_buffer_depth, inputs)
-    if k.has_filters:
-        filters = operand_stream(
-            ops, k, "weights", filter_bytes, q.filter_inverse_efficiency, filter_wave
-        )
-        double = plus(double, scaled(ops, q.filter_buffer_depth - 1, filters))
-        single = plus(single, scaled(ops, 2 - q.filter_buffer_depth, filters))
-    return double, single
+    if not k.has_filters:
+        return inputs, None
+    filters = operand_stream(
+        ops, k, "weights", filter_bytes, q.filter_inverse_efficiency, filter_wave
+    )
+    return inputs, filters
+
+
+def buffered(
+    ops: Ops, q: Quantities, operands: tuple[Stream, Stream | None], double: bool
+) -> Stream:
+    """The double-buffered (``double``) or single-buffered part of ``operand_streams``: the
+    depths are 1 or 2, so ``depth - 1`` and ``2 - depth`` are 0/1 flags."""
+    inputs, filters = operands
+    part = scaled(ops, q.input_buffer_depth - 1 if double else 2 - q.input_buffer_depth, inputs)
+    if filters is None:
+        return part
+    depth = q.filter_buffer_depth - 1 if double else 2 - q.filter_buffer_depth
+    return plus(part, scaled(ops, depth, filters))
+
+
+def split_streams(
+    ops: Ops, q: Quantities, k: Consts, sched: Schedule, in_bytes: Value, filter_bytes: Value
+) -> tuple[Stream, Stream]:
+    """``operand_streams`` as (double-buffered, single-buffered) streams."""
+    operands = operand_streams(ops, q, k, sched, in_bytes, filter_bytes)
+    return buffered(ops, q, operands, True), buffered(ops, q, operands, False)
 
 
 @dataclass(frozen=True)
@@ -1256,9 +1273,10 @@ def load_streams(
     double, single = split_streams(ops, q, k, sched, in_bytes - opened, filter_bytes)
     first, first_single = split_streams(ops, q, k, sched, first_in, first_filter)
     lead, lead_single = split_streams(ops, q, k, sched, lead_in, first_filter)
-    _, single_rest = split_streams(
+    after_first = operand_streams(
         ops, q, k, sched, in_bytes - first_in, filter_bytes - first_filter
     )
+    single_rest = buffered(ops, q, after_first, False)
     return Loads(
         first,
         minus(ops, double, first),
@@ -1334,16 +1352,14 @@ def little_cycles(
     engine = ops.mul(input_engine, l1.tile_words["filter"] * w)
     rest_filter = loads.rest_filter_bytes
     filter_depth = q.filter_buffer_depth - 1
-    filter_wait = ops.cdiv(
-        ops.mul(filter_depth, rest_filter * k.round_trip("weights") + engine), in_flight_filter
-    )
-    filter_lead = ops.cdiv(
-        ops.mul(
-            filter_depth,
-            ops.max(0, rest_filter - in_flight_filter) * k.round_trip("weights") + engine,
-        ),
-        in_flight_filter,
-    )
+
+    def filter_chain(waited: Value) -> Value:
+        """The filter tiles' chain when ``waited`` of their bytes wait a round trip."""
+        chained = waited * k.round_trip("weights") + engine
+        return ops.cdiv(ops.mul(filter_depth, chained), in_flight_filter)
+
+    filter_wait = filter_chain(rest_filter)
+    filter_lead = filter_chain(ops.max(0, rest_filter - in_flight_filter))
     return ops.max(input_wait, filter_wait), ops.max(input_lead, filter_lead)
 
 
