@@ -22,6 +22,12 @@ Besides the agents' flows, a run may carry the layer's *prefetch* (``simulate``'
 clusters' (``PREFETCH``), that no program waits for; the last run lasts until it is done.
 ``SetFlag`` / ``WaitFlag``  point-to-point synchronisation (the reduction tree of Alg. 4/5).
 
+Each flow is split by lane (``Route.lane``): what a part moves from and to the memories and
+what it reads from peers are separate DMA transfers, each its own flow, so an Alg. 3 member's
+ring reads do not wait at a link only its filter tiles cross. A Work ends when all its lanes
+are done (each takes at least the Work's uncontended time), a background transfer when both
+of its lanes are.
+
 Between two events every rate is constant, so the loop jumps from event to event: the next
 event is the earliest completion of a Work or of a background transfer; at it, the max-min fair
 rates are re-solved if any flow changed. This is exact for the fluid model; what the fluid
@@ -43,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.sim.interconnect import Interconnect, Route, max_min_rates
+from autotune.sim.interconnect import LANES, Interconnect, Route, max_min_rates
 
 #: Relative tolerance for "finishes at this event" (floating point, not a model parameter).
 _TOL = 1e-9
@@ -109,6 +115,7 @@ class Background:
     route: Route
     start: float
     label: str
+    lane: int = 0  # the lane of ``route`` (``Route.lane``): one entry per lane still moving
 
 
 @dataclass
@@ -151,7 +158,7 @@ class Engine:
         demand = min(m.hbm_bytes_per_cycle, m.l2_bytes_per_cycle)
         route = self.net.prefetch_route()
         slot = len(KINDS) * self.clusters
-        return Background(slot, float(nbytes), demand, route, 0.0, "prefetch to L2")
+        return Background(slot, float(nbytes), demand, route, 0.0, "prefetch to L2", route.lane)
 
     def run(
         self,
@@ -185,25 +192,28 @@ class _Run:
         self.c = c
         self.t = self.t0 = t0
         self.programs = programs
-        # Flows: one foreground flow per cluster, then one per background kind and cluster,
-        # then the prefetch's if the run carries it.
+        # Flows, per lane: one foreground flow per cluster, then one per background kind and
+        # cluster, then the prefetch's. Flow ``lane * stride + i``.
         self.prefetch_slot = len(KINDS) * c
-        n_bg = self.prefetch_slot + any(bg.slot == self.prefetch_slot for bg in carry)
-        self.idx = np.zeros((c + n_bg, k), dtype=np.int64)
-        self.w = np.zeros((c + n_bg, k))
-        self.demand = np.zeros(c + n_bg)
-        self.load_frac = np.zeros(c + n_bg)
-        self.store_frac = np.zeros(c + n_bg)
-        self.l2_load_frac = np.zeros(c + n_bg)
-        self.l2_store_frac = np.zeros(c + n_bg)
-        self.fg_bytes = np.zeros(c)
-        self.bg_left = np.zeros(n_bg)
+        n_bg = self.prefetch_slot + 1
+        self.stride = stride = c + n_bg
+        n = LANES * stride
+        self.idx = np.zeros((n, k), dtype=np.int64)
+        self.w = np.zeros((n, k))
+        self.demand = np.zeros(n)
+        self.load_frac = np.zeros(n)
+        self.store_frac = np.zeros(n)
+        self.l2_load_frac = np.zeros(n)
+        self.l2_store_frac = np.zeros(n)
+        self.fg_bytes = np.zeros((LANES, c))  # each cluster's foreground bytes, per lane
+        self.bg_left = np.zeros((LANES, n_bg))
         self.bg_start = np.zeros(n_bg)
         self.bg_label = [""] * n_bg
-        self.rates = np.zeros(c + n_bg)
+        self.rates = np.zeros(n)
         self.dirty = True
         self.work: list[Work | None] = [None] * a
-        self.p = np.zeros(a)
+        self.p = np.zeros((a, LANES))  # progress of the agent's Work, per lane
+        self.live = np.zeros((a, LANES), dtype=bool)  # its lanes still moving (or timing)
         self.inv_own = np.zeros(a)
         self.working = np.zeros(a, dtype=bool)
         self.start = np.zeros(a)
@@ -222,7 +232,7 @@ class _Run:
         self.events = 0
         for bg in carry:
             self._start_background(
-                bg.slot, bg.bytes_left, bg.demand, bg.route, bg.label, bg.start, account=False
+                bg.slot, bg.bytes_left, bg.demand, bg.route, bg.label, bg.start, lane=bg.lane
             )
 
     # -- flows -----------------------------------------------------------------------------
@@ -262,14 +272,22 @@ class _Run:
         route: Route,
         label: str,
         start: float,
-        account: bool = True,
+        lane: int | None = None,
     ) -> None:
-        self.bg_left[slot] = nbytes
+        """A new transfer in ``slot`` (split into its lanes), or with ``lane`` the rest of a
+        carried one's lane (its bytes already counted)."""
         self.bg_start[slot] = start
         self.bg_label[slot] = label
-        self._set_flow(self.c + slot, demand, route)
-        if account:
-            self._account_bytes(nbytes, route)
+        if lane is not None:
+            self.bg_left[lane, slot] = nbytes
+            self._set_flow(lane * self.stride + self.c + slot, demand, route)
+            return
+        self._account_bytes(nbytes, route)
+        self.bg_left[:, slot] = 0.0  # a new transfer replaces the slot's, on every lane
+        self.demand[self.c + slot :: self.stride] = 0.0
+        for frac, r in route.lanes:
+            self.bg_left[r.lane, slot] = nbytes * frac
+            self._set_flow(r.lane * self.stride + self.c + slot, demand * frac, r)
 
     # -- programs --------------------------------------------------------------------------
     def _advance(self, a: int) -> None:
@@ -298,7 +316,7 @@ class _Run:
                         self.t,
                     )
             elif isinstance(ins, WaitTransfer):
-                if self.bg_left[self._block(a, ins.kind)].any():
+                if self.bg_left[:, self._block(a, ins.kind)].any():
                     self._wait(a, ins.kind)
                     return
             elif isinstance(ins, WaitFlag):
@@ -317,13 +335,20 @@ class _Run:
         return slice(base + a * self.eng.block, base + (a + 1) * self.eng.block)
 
     def _install(self, a: int, work: Work) -> None:
+        live = self.live[a]
+        live[:] = False
         for part in work.parts:
             if part.bytes > 0:
                 assert part.route is not None
                 c = part.cluster
-                self.fg_bytes[c] = part.bytes
-                self._set_flow(c, part.bytes / work.own, part.route)
+                for frac, route in part.route.lanes:
+                    nbytes = part.bytes * frac
+                    self.fg_bytes[route.lane, c] = nbytes
+                    self._set_flow(route.lane * self.stride + c, nbytes / work.own, route)
+                    live[route.lane] = True
                 self._account_bytes(part.bytes, part.route)
+        if not live.any():
+            live[0] = True  # a pure delay: lane 0 times it
         self.work[a] = work
         self.members[a] = tuple(p.cluster for p in work.parts)
         self.p[a] = 0.0
@@ -360,17 +385,36 @@ class _Run:
             else:
                 acc["sync"][c] += dur
             if part.bytes > 0:
-                self.fg_bytes[c] = 0.0
-                self.demand[c] = 0.0
-                self.dirty = True
+                self._stop_foreground(c)
             if self.eng.trace:
                 self.spans.append(("cluster", c, self.start[a], self.t, work.label))
         self.work[a] = None
         self.working[a] = False
+        self.live[a] = False
+
+    def _stop_foreground(self, c: int, lane: int | None = None) -> None:
+        """Cluster ``c``'s foreground flow of ``lane`` (all lanes by default) is done."""
+        lanes = range(LANES) if lane is None else (lane,)
+        for ln in lanes:
+            self.fg_bytes[ln, c] = 0.0
+            self.demand[ln * self.stride + c] = 0.0
+        self.dirty = True
+
+    def _finish_lane(self, a: int, lane: int) -> None:
+        """A lane of agent ``a``'s Work is done; the Work ends with its last lane."""
+        self.live[a, lane] = False
+        work = self.work[a]
+        assert work is not None
+        for part in work.parts:
+            if part.bytes > 0:
+                self._stop_foreground(part.cluster, lane)
+        if not self.live[a].any():
+            self._finish_work(a)
+            self._advance(a)
 
     def _finish_background(self, slot: int) -> None:
-        self.bg_left[slot] = 0.0
-        self.demand[self.c + slot] = 0.0
+        self.bg_left[:, slot] = 0.0
+        self.demand[self.c + slot :: self.stride] = 0.0
         self.dirty = True
         if slot == self.prefetch_slot:
             if self.eng.trace:
@@ -380,7 +424,7 @@ class _Run:
         if self.eng.trace:
             self.spans.append((kind, c, self.bg_start[slot], self.t, self.bg_label[slot]))
         a = c // self.eng.block
-        if self.waiting[a] == kind and not self.bg_left[self._block(a, kind)].any():
+        if self.waiting[a] == kind and not self.bg_left[:, self._block(a, kind)].any():
             self._resume(a)
 
     # -- the loop --------------------------------------------------------------------------
@@ -398,27 +442,30 @@ class _Run:
         if block == 1:
             self.rates[live] = max_min_rates(*args)
             return
-        fg = live < self.c
-        group = np.where(fg, live // block, self.eng.agents + live - self.c)
-        nbytes = np.where(fg, self.fg_bytes[np.minimum(live, self.c - 1)], 1.0)
-        largest = np.zeros(self.eng.agents + len(self.bg_left))
+        lane, i = np.divmod(live, self.stride)
+        fg = i < self.c
+        agents = self.eng.agents
+        # A group's flows of one lane are tied; background flows each stand alone.
+        group = np.where(fg, lane * agents + i // block, LANES * agents + live)
+        nbytes = np.where(fg, self.fg_bytes[lane, np.minimum(i, self.c - 1)], 1.0)
+        largest = np.zeros(LANES * agents + len(self.demand))
         np.maximum.at(largest, group, nbytes)
         self.rates[live] = max_min_rates(*args, group, nbytes / largest[group])
 
     def _agent_rates(self) -> np.ndarray:
+        """Each agent's progress per cycle on each lane of its Work (0 where done)."""
         fg = self.fg_bytes
         moving = fg > 0
-        ratio = np.full(self.c, np.inf)
-        ratio[moving] = self.rates[: self.c][moving] / fg[moving]
+        ratio = np.full((LANES, self.c), np.inf)
+        ratio[moving] = self.rates.reshape(LANES, self.stride)[:, : self.c][moving] / fg[moving]
         if self.eng.block > 1:
-            ratio = np.minimum.reduceat(ratio, self.eng.starts)
-        rho = np.where(np.isinf(ratio), self.inv_own, ratio)
-        return np.where(self.working, rho, 0.0)
+            ratio = np.minimum.reduceat(ratio, self.eng.starts, axis=1)
+        rho = np.where(np.isinf(ratio.T), self.inv_own[:, None], ratio.T)
+        return np.where(self.live, rho, 0.0)
 
     def loop(self, last: bool) -> None:
         for a in range(self.eng.agents):
             self._advance(a)
-        bg_slice = slice(self.c, None)
         while self.working.any() or (self.bg_left > 0).any():
             if not last and not np.isnan(self.done).any():
                 break  # only background transfers remain: carry
@@ -428,10 +475,10 @@ class _Run:
             if self.eng.trace:
                 self._record_counters(rho)
             with np.errstate(divide="ignore", invalid="ignore"):
-                t_agent = np.where(self.working, (1.0 - self.p) / rho, np.inf)
-                bg_rate = self.rates[bg_slice]
+                t_lane = np.where(self.live, (1.0 - self.p) / rho, np.inf)
+                bg_rate = self.rates.reshape(LANES, self.stride)[:, self.c :]
                 t_bg = np.where(self.bg_left > 0, self.bg_left / bg_rate, np.inf)
-            dt = min(float(t_agent.min()), float(t_bg.min()))
+            dt = min(float(t_lane.min()), float(t_bg.min()))
             if not np.isfinite(dt):
                 raise RuntimeError("simulation deadlock: agents wait but nothing moves")
             slack = dt * _TOL + _TOL
@@ -440,20 +487,25 @@ class _Run:
             self.p += rho * dt
             moving_bg = self.bg_left > 0
             self.bg_left[moving_bg] -= bg_rate[moving_bg] * dt
-            for slot in np.flatnonzero(moving_bg & (t_bg <= dt + slack)).tolist():
+            ending = moving_bg & (t_bg <= dt + slack)
+            self.bg_left[ending] = 0.0
+            for lane, slot in zip(*np.nonzero(ending), strict=True):
+                self.demand[int(lane) * self.stride + self.c + int(slot)] = 0.0
+            self.dirty |= bool(ending.any())
+            for slot in np.flatnonzero(ending.any(axis=0)).tolist():
                 # A transfer that an agent resumed by an earlier one of this list started in
                 # the same slot, now, has its bytes still to move.
-                if self.bg_start[slot] < self.t:
+                if self.bg_start[slot] < self.t and not self.bg_left[:, slot].any():
                     self._finish_background(slot)
-            for a in np.flatnonzero(self.working & (t_agent <= dt + slack)).tolist():
-                self._finish_work(a)
-                self._advance(a)
+            for a, lane in zip(*np.nonzero(self.live & (t_lane <= dt + slack)), strict=True):
+                self._finish_lane(int(a), int(lane))
         if np.isnan(self.done).any():
             raise RuntimeError("simulation deadlock: a program never finished")
 
     def _record_counters(self, rho: np.ndarray) -> None:
         agent_of = np.arange(self.c) // self.eng.block
-        use = np.concatenate([self.fg_bytes * rho[agent_of], self.rates[self.c :]])
+        use = self.rates.copy()
+        use.reshape(LANES, self.stride)[:, : self.c] = self.fg_bytes * rho[agent_of].T
         sample = (
             self.t,
             float(use @ self.load_frac),
@@ -478,13 +530,14 @@ class _Run:
         carry = [
             Background(
                 s,
-                float(self.bg_left[s]),
-                float(self.demand[self.c + s]),
-                self._route_of(self.c + s),
+                float(self.bg_left[lane, s]),
+                float(self.demand[lane * self.stride + self.c + s]),
+                self._route_of(lane * self.stride + self.c + s, lane),
                 float(self.bg_start[s]),
                 self.bg_label[s],
+                lane,
             )
-            for s in np.flatnonzero(self.bg_left > 0).tolist()
+            for lane, s in zip(*np.nonzero(self.bg_left > 0), strict=True)
         ]
         return RunResult(
             self.t0,
@@ -505,18 +558,22 @@ class _Run:
         if not (self.bg_left > 0).any():
             return
         self._solve()
-        rate = self.rates[self.c :]
+        rate = self.rates.reshape(LANES, self.stride)[:, self.c :]
         now = self.t
-        for slot in np.flatnonzero(self.bg_left > 0).tolist():
-            left, r = float(self.bg_left[slot]), float(rate[slot])
-            if r > 0 and left <= r * cycles:
-                self.t = now + left / r  # ends during the barrier (for the trace)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ends = np.where(self.bg_left > 0, self.bg_left / rate, np.inf)
+        for slot in np.flatnonzero((self.bg_left > 0).any(axis=0)).tolist():
+            if ends[:, slot].max() <= cycles:
+                self.t = now + float(ends[:, slot].max())  # ends during the barrier (trace)
                 self._finish_background(slot)
                 self.t = now
             else:
-                self.bg_left[slot] -= r * cycles
+                moving = self.bg_left[:, slot] > 0
+                self.bg_left[moving, slot] = np.maximum(
+                    self.bg_left[moving, slot] - rate[moving, slot] * cycles, 0.0
+                )
 
-    def _route_of(self, f: int) -> Route:
+    def _route_of(self, f: int, lane: int) -> Route:
         return Route(
             self.idx[f].copy(),
             self.w[f].copy(),
@@ -526,4 +583,5 @@ class _Run:
             np.zeros(len(self.net.machine.levels)),
             float(self.l2_load_frac[f]),
             float(self.l2_store_frac[f]),
+            lane,
         )

@@ -51,6 +51,12 @@ class Route:
     to HBM, and from another cluster's L1; ``l2_load``/``l2_store``: from and to the L2.
     ``level_bytes``: payload bytes carried over each level's links per payload byte (a peer
     read crossing a level counts once up, once down).
+
+    ``lane``: which DMA transfers carry the payload, 0 from and to the memories (HBM, L2),
+    1 from a peer's L1. A route with both (an Alg. 3 member's ring reads beside its filter
+    tiles from HBM) is ``split`` into one sub-route per lane, (payload fraction, route):
+    they are separate transfers, so the engine makes each its own flow and one does not wait
+    at a link only the other crosses.
     """
 
     idx: np.ndarray
@@ -61,6 +67,17 @@ class Route:
     level_bytes: np.ndarray
     l2_load: float = 0.0
     l2_store: float = 0.0
+    lane: int = 0
+    split: tuple[tuple[float, Route], ...] = ()
+
+    @property
+    def lanes(self) -> tuple[tuple[float, Route], ...]:
+        """(payload fraction, route) of each lane the payload takes; fractions sum to 1."""
+        return self.split or ((1.0, self),)
+
+
+#: Lanes of a flow (``Route.lane``): transfers from and to the memories, and from peers.
+LANES = 2
 
 
 @dataclass
@@ -134,8 +151,9 @@ class Interconnect:
         ``load + l2_load``) is the fraction that arrives from memory (HBM or L2) through this
         cluster's port: more than ``load + l2_load`` for a multicast receiver, whose data the
         memory and the links above carry once for all receivers (one of them, the carrier,
-        is charged with it). Cached: the tasks of a layer repeat a few shapes on every
-        cluster."""
+        is charged with it). A route with both peer and memory payload is ``split`` by lane
+        (``Route``); the sub-routes' weights add up to the whole's. Cached: the tasks of a
+        layer repeat a few shapes on every cluster."""
         if hbm is None:
             hbm = load + store
         key = (cluster, load, store, peer, peer_frac, pad, hbm, received, l2_load, l2_store)
@@ -164,7 +182,32 @@ class Interconnect:
             levels[lv] = load + store + 2 * crosses + l2_in + l2_out
         idx[-2], w[-2] = self.l2, l2_load + l2_store
         idx[-1], w[-1] = self.hbm, hbm
-        route = Route(idx, w, load, store, peer_frac, levels, l2_load, l2_store)
+        lane = 0
+        split: tuple[tuple[float, Route], ...] = ()
+        memory = 1.0 - peer_frac  # what does not come from the peer: memory, multicast
+        if peer_frac > 0 and memory <= EPS:
+            lane = 1
+        elif peer_frac > 0:
+            # Per peer payload byte: both ports (padded), and the links below the common
+            # ancestor, down on this side and up on the peer's; the memory lane is the rest.
+            w_peer = np.zeros(self.width)
+            w_peer[:2] = pad
+            below = np.arange(n) < lca
+            w_peer[2 : 2 + n] = w_peer[2 + 2 * n : 2 + 3 * n] = below
+            levels_peer = 2.0 * below
+            peer_lane = Route(idx, w_peer, 0.0, 0.0, 1.0, levels_peer, lane=1)
+            memory_lane = Route(
+                idx,
+                (w - peer_frac * w_peer) / memory,
+                load / memory,
+                store / memory,
+                0.0,
+                (levels - peer_frac * levels_peer) / memory,
+                l2_load / memory,
+                l2_store / memory,
+            )
+            split = ((memory, memory_lane), (peer_frac, peer_lane))
+        route = Route(idx, w, load, store, peer_frac, levels, l2_load, l2_store, lane, split)
         self._cache[key] = route
         return route
 

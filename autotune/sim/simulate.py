@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from autotune.ir.layer import Layer
@@ -111,15 +113,12 @@ def _ops(grid: TaskGrid, costs: TaskCosts) -> int:
 
 def _signature(carry: list[Background]) -> tuple:
     """What a run's outcome depends on besides its programs: the writes carried into it."""
-    return tuple((b.slot, round(b.bytes_left, 3), round(b.demand, 9)) for b in carry)
+    return tuple((b.slot, b.lane, round(b.bytes_left, 3), round(b.demand, 9)) for b in carry)
 
 
 def _shifted(res: RunResult, dt: float) -> RunResult:
     """A replay of ``res`` starting ``dt`` cycles later (a phase identical to a simulated one)."""
-    carry = [
-        Background(b.slot, b.bytes_left, b.demand, b.route, b.start + dt, b.label)
-        for b in res.carry
-    ]
+    carry = [replace(b, start=b.start + dt) for b in res.carry]
     return RunResult(
         res.start + dt,
         res.end + dt,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autotune.sim.engine import Engine, MemberShare, Work
 from autotune.sim.interconnect import Interconnect, max_min_rates
 
 
@@ -78,3 +79,45 @@ def test_tied_flows_move_in_proportion():
         scale=np.array([1.0, 0.25, 1.0]),
     )
     assert rates == pytest.approx([40, 10, 40])
+
+
+def test_a_route_with_peer_and_memory_payload_splits_into_lanes_that_add_up(manticore):
+    net = Interconnect(manticore)
+    whole = net.route(0, load=0.05, store=0.1, peer=4, peer_frac=0.85, pad=1.5)
+    assert [r.lane for _, r in whole.lanes] == [0, 1]
+    assert sum(frac for frac, _ in whole.lanes) == pytest.approx(1.0)
+    use = np.zeros(net.resources)
+    for frac, r in whole.lanes:
+        np.add.at(use, r.idx, frac * r.w)
+    expected = np.zeros(net.resources)
+    np.add.at(expected, whole.idx, whole.w)
+    assert use == pytest.approx(expected)
+    assert net.route(0, peer=4, peer_frac=1.0).lanes[0][1].lane == 1
+    assert net.route(0, load=1.0).lanes == ((1.0, net.route(0, load=1.0)),)
+
+
+def test_ring_reads_do_not_wait_at_a_link_only_the_filter_tiles_cross(manticore):
+    """Cluster 0 reads 95 % of its bytes from a neighbour's L1 and 5 % from HBM; clusters
+    1-3 load from HBM through the same quadrant downlink (64 B/cycle), which saturates. The
+    two kinds of read are separate DMA transfers: the ring reads run at the port's rate and
+    the filter tiles get their fair share of the link, so cluster 0 ends at its uncontended
+    time. As one flow, frozen at the link's fair rate, it took three times as long."""
+    net = Interconnect(manticore)
+    engine = Engine(net, 1, trace=True)
+    nbytes, own = 6400.0, 100.0
+
+    def program(c: int):
+        if c == 0:
+            route = net.route(0, load=0.05, peer=1, peer_frac=0.95)
+        elif c <= 3:
+            route = net.route(c, load=1.0)
+        else:
+            return
+        yield Work("stream", own, (MemberShare(c, nbytes, route, 0.0, own),))
+
+    res = engine.run([program(c) for c in range(net.clusters)], 0.0, [])
+    ends = {c: t1 for kind, c, _, t1, _ in res.spans if kind == "cluster"}
+    assert ends[0] == pytest.approx(own)
+    # The others share the link with cluster 0's filter tiles (3.2 B/cycle) until it ends.
+    first = own * (64.0 - 3.2) / 3
+    assert ends[1] == pytest.approx(own + (nbytes - first) / (64.0 / 3))
