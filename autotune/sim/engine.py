@@ -561,7 +561,7 @@ class _Run:
         rate = self.rates.reshape(LANES, self.stride)[:, self.c :]
         now = self.t
         with np.errstate(divide="ignore", invalid="ignore"):
-            ends = np.where(self.bg_left > 0, self.bg_left / rate, np.inf)
+            ends = np.where(self.bg_left > 0, self.bg_left / rate, 0.0)  # a done lane: 0
         for slot in np.flatnonzero((self.bg_left > 0).any(axis=0)).tolist():
             if ends[:, slot].max() <= cycles:
                 self.t = now + float(ends[:, slot].max())  # ends during the barrier (trace)

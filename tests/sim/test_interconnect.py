@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.sim.engine import Engine, MemberShare, Work
+from autotune.sim.engine import Engine, MemberShare, StartTransfer, Work
 from autotune.sim.interconnect import Interconnect, max_min_rates
 
 
@@ -121,3 +121,26 @@ def test_ring_reads_do_not_wait_at_a_link_only_the_filter_tiles_cross(manticore)
     # The others share the link with cluster 0's filter tiles (3.2 B/cycle) until it ends.
     first = own * (64.0 - 3.2) / 3
     assert ends[1] == pytest.approx(own + (nbytes - first) / (64.0 / 3))
+
+
+def test_a_transfer_whose_lanes_end_apart_ends_during_the_closing_barrier(manticore):
+    """Cluster 0's store is mostly a read from cluster 1's L1, which two other clusters'
+    reads crowd, so its memory lane ends first; the run ends in a barrier while the other
+    lane still moves, and the transfer must end during the barrier, once both are in."""
+    net = Interconnect(manticore)
+    engine = Engine(net, 1, trace=True)
+
+    def program(c: int):
+        if c == 0:
+            route = net.route(0, store=0.05, peer=1, peer_frac=0.95)
+            yield StartTransfer("store", "store", (MemberShare(0, 6400.0, route, 0.0, 100.0),))
+            yield Work("compute", 150.0, (MemberShare(0, 0.0, None, 150.0, 150.0),))
+        elif c in (2, 3):
+            route = net.route(c, peer=1, peer_frac=1.0)
+            yield StartTransfer("load", "load", (MemberShare(c, 1e6, route, 0.0, 100.0),))
+
+    programs = [program(c) for c in range(net.clusters)]
+    res = engine.run(programs, 0.0, [], np.ones(net.clusters, dtype=bool), 10_000.0, last=False)
+    stores = [s for s in res.spans if s[0] == "store" and s[1] == 0]
+    assert len(stores) == 1 and 150.0 < stores[0][3] < 10_150.0
+    assert all(b.slot != 0 for b in res.carry)
