@@ -489,8 +489,7 @@ class _Run:
             self.bg_left[moving_bg] -= bg_rate[moving_bg] * dt
             ending = moving_bg & (t_bg <= dt + slack)
             self.bg_left[ending] = 0.0
-            for lane, slot in zip(*np.nonzero(ending), strict=True):
-                self.demand[int(lane) * self.stride + self.c + int(slot)] = 0.0
+            self.demand.reshape(LANES, self.stride)[:, self.c :][ending] = 0.0  # a view
             self.dirty |= bool(ending.any())
             for slot in np.flatnonzero(ending.any(axis=0)).tolist():
                 # A transfer that an agent resumed by an earlier one of this list started in
