@@ -27,17 +27,30 @@ all at that placement (the weights the step prefetches for later layers are left
 are the plan's, not the layer's). ``per-layer`` (the default) measures every stream in HBM.
 
 YOLOv3 also runs on ``mppa3`` in fp16 (what KaNN runs). Layer shapes are solved, ranked and
-simulated once per (machine, precision, batch); simulations are shared by (shape, mapping).
+simulated once per (machine, precision, batch); simulations are shared by (shape, mapping),
+and run ``--processes`` at a time.
+
+``--cache FILE`` keeps the simulated figures between runs (JSON): after a change to the model
+alone a re-run simulates only the candidates it had not seen. The file names the simulator
+it was made with (a hash of the simulator's sources and of everything it may import, which
+the import contract bounds: ``autotune/sim``, ``tiling``, ``ir``; and of the machine files and
+their parser); made by
+another simulator it is ignored and rewritten, and every entry read back is checked (its
+parts must sum to its cycles) and recomputed if it is not sound. It is saved after each
+network and on the way out (Ctrl-C too), merged with what another run saved meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -52,6 +65,7 @@ from autotune import Layer, Machine, Mapping, Network, load_network, simulate  #
 from autotune.api import solve_network  # noqa: E402
 from autotune.cli.render import stdout as console  # noqa: E402
 from autotune.cli.render import tile_text  # noqa: E402
+from autotune.files import write_atomic  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
 from autotune.ir.placement import HBM_ONLY, STREAMS, Placement  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
@@ -61,7 +75,7 @@ from autotune.result import step_placement  # noqa: E402
 from autotune.search.exhaustive import ranking  # noqa: E402
 from autotune.search.solve import LayerSolution  # noqa: E402
 from autotune.search.space import search_space  # noqa: E402
-from autotune.sim.result import SimResult  # noqa: E402
+from autotune.sim.result import Breakdown  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 NETWORKS = ("resnet50", "mobilenetv2", "yolov3", "googlenet", "alexnet", "vgg16", "mobilenetv3")
@@ -151,13 +165,174 @@ class LayerRecord:
     roofline: float
 
 
+#: What a simulation's figures depend on: the simulator and, by the import contract
+#: (``pyproject.toml``: the layers below ``autotune.sim``), nothing but these, and the
+#: machine files the presets are read from.
+SIMULATOR_SOURCES = (
+    "autotune/sim",
+    "autotune/tiling.py",
+    "autotune/ir",
+    "autotune/io",
+    "autotune/files.py",
+    "autotune/version.py",
+    "autotune/interrupts.py",
+    "autotune/machines",
+)
+CACHE_FORMAT = "autotune-bench-fidelity-simulations"
+
+
+def simulator_fingerprint(root: Path = ROOT) -> str:
+    """A hash of every source file a simulation's figures may depend on."""
+    digest = hashlib.sha256()
+    for entry in SIMULATOR_SOURCES:
+        path = root / entry
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for file in files:
+            if file.is_file() and file.suffix in (".py", ".yaml"):
+                digest.update(str(file.relative_to(root)).encode())
+                digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What the benchmark reads of a simulation: the cycles and where they went."""
+
+    cycles: int
+    breakdown: dict[str, float]
+
+    def sound(self) -> bool:
+        """Whole positive cycles and non-negative parts that sum to them (the simulator rounds
+        the makespan up to whole cycles): what a cache entry must be to be used."""
+        parts = self.breakdown
+        return (
+            type(self.cycles) is int
+            and self.cycles > 0
+            and set(PARTS) <= set(parts) <= set(Breakdown.__dataclass_fields__)
+            and all(type(v) in (int, float) and 0 <= v < math.inf for v in parts.values())
+            and 0 <= self.cycles - sum(parts.values()) < 1 + 1e-6 * self.cycles
+        )
+
+
+SimKey = tuple[str, str, int, tuple[object, ...], Mapping, Placement]
+Request = tuple[Layer, Mapping, Machine, str, int, Placement]
+
+
+def _simulate(request: Request) -> Simulated:
+    layer, mapping, machine, precision, batch, placement = request
+    result = simulate(layer, mapping, machine, precision, batch, placement=placement)
+    return Simulated(result.cycles, result.breakdown.as_dict())
+
+
+def _key_text(key: SimKey) -> str:
+    """A cache entry's name: a hash of the key's text (frozen dataclasses' reprs list every
+    field, so two keys share a name only if they are equal)."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()
+
+
 @dataclass
 class Simulations:
     """Simulated results shared by (machine, precision, batch, shape, mapping): the winner is
-    usually the model's first candidate too, and repeated shapes rank the same candidates."""
+    usually the model's first candidate too, and repeated shapes rank the same candidates.
+    ``processes``: simulations run at once (``fill``); ``cache``: the JSON file they are kept
+    in between runs (module docstring)."""
 
-    results: dict[tuple[object, ...], SimResult] = field(default_factory=dict)
+    processes: int = 1
+    cache: Path | None = None
+    results: dict[str, Simulated] = field(default_factory=dict)
     calls: int = 0
+    fingerprint: str = ""
+    unsaved: int = 0
+    loaded: int = 0  # entries read from the cache
+
+    def __post_init__(self) -> None:
+        if self.cache is not None:
+            self.fingerprint = simulator_fingerprint()
+            self.results.update(self._read())
+            self.loaded = len(self.results)
+
+    def _read(self) -> dict[str, Simulated]:
+        """The sound entries of the cache file made by this simulator (none if it is missing
+        or was made by another); a file that is not such a cache stops the run unchanged."""
+        assert self.cache is not None
+        if not self.cache.exists():
+            return {}
+        try:
+            data = json.loads(self.cache.read_text())
+            if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+                raise ValueError(f"not a {CACHE_FORMAT} file")
+            entries = data["results"]
+            if not isinstance(entries, dict):
+                raise ValueError("'results' is not an object")
+        except (OSError, UnicodeDecodeError, ValueError, KeyError) as err:
+            print(
+                f"bench_fidelity: --cache {self.cache}: {err}; pass another file", file=sys.stderr
+            )
+            raise SystemExit(2) from None
+        if data.get("simulator") != self.fingerprint:
+            print(
+                f"--cache {self.cache}: made by another simulator, starting afresh",
+                file=sys.stderr,
+            )
+            return {}
+        kept: dict[str, Simulated] = {}
+        for name, entry in entries.items():
+            try:
+                simulated = Simulated(entry["cycles"], dict(entry["breakdown"]))
+            except (TypeError, KeyError, ValueError):
+                continue
+            if simulated.sound():
+                kept[name] = simulated
+        if len(kept) < len(entries):
+            print(
+                f"--cache {self.cache}: {len(entries) - len(kept)} unsound entries ignored",
+                file=sys.stderr,
+            )
+        return kept
+
+    def save(self) -> None:
+        """Write the cache (atomically, merged under a lock with what another run saved)."""
+        if self.cache is None or not self.unsaved:
+            return
+        with open(self.cache.with_name(self.cache.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = {**self._read(), **self.results}
+            body = {
+                "format": CACHE_FORMAT,
+                "simulator": self.fingerprint,
+                "results": {name: asdict(simulated) for name, simulated in sorted(merged.items())},
+            }
+            write_atomic(self.cache, json.dumps(body, separators=(",", ":")))
+        self.unsaved = 0
+
+    @staticmethod
+    def key(request: Request) -> str:
+        layer, mapping, machine, precision, batch, placement = request
+        return _key_text((machine.name, precision, batch, layer.shape_key(), mapping, placement))
+
+    def fill(self, requests: Sequence[Request]) -> None:
+        """Simulate those of ``requests`` not known yet, ``processes`` at a time."""
+        todo: dict[str, Request] = {}
+        for request in requests:
+            name = self.key(request)
+            if name not in self.results:
+                todo[name] = request
+        if not todo:
+            return
+        names = list(todo)
+        if self.processes > 1 and len(names) > 1:
+            with ProcessPoolExecutor(self.processes) as pool:
+                done = pool.map(_simulate, [todo[n] for n in names], chunksize=4)
+                for name, simulated in zip(names, done, strict=True):
+                    self._add(name, simulated)
+        else:
+            for name in names:
+                self._add(name, _simulate(todo[name]))
+
+    def _add(self, name: str, simulated: Simulated) -> None:
+        self.results[name] = simulated
+        self.calls += 1
+        self.unsaved += 1
 
     def get(
         self,
@@ -167,14 +342,10 @@ class Simulations:
         precision: str,
         batch: int,
         placement: Placement = HBM_ONLY,
-    ) -> SimResult:
-        key = (machine.name, precision, batch, layer.shape_key(), mapping, placement)
-        if key not in self.results:
-            self.calls += 1
-            self.results[key] = simulate(
-                layer, mapping, machine, precision, batch, placement=placement
-            )
-        return self.results[key]
+    ) -> Simulated:
+        request = (layer, mapping, machine, precision, batch, placement)
+        self.fill([request])
+        return self.results[self.key(request)]
 
 
 def placement_text(placement: Placement) -> str:
@@ -221,10 +392,9 @@ def rank_agreement(
     ranked = ranking(space, machine, precision, "latency", top, placement=placement)
     best = [b for b in ranked if b.index]
     model = [b.values["cycles"] for b in best]
-    simulated = [
-        sims.get(layer, space.decode(b.index), machine, precision, batch, placement).cycles
-        for b in best
-    ]
+    requests = [(layer, space.decode(b.index), machine, precision, batch, placement) for b in best]
+    sims.fill(requests)
+    simulated = [sims.get(*request).cycles for request in requests]
     return spearman(model, simulated), len(best), len(set(model)), min(simulated)
 
 
@@ -285,7 +455,7 @@ def measure_network(
                 rank_candidates=count,
                 rank_model_distinct=distinct,
                 top_sim_best=sim_best,
-                breakdown=sim.breakdown.as_dict(),
+                breakdown=sim.breakdown,
                 bound_cycles=bound,
                 roofline=bound / sim.cycles,
             )
@@ -537,7 +707,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--random", type=int, default=0, metavar="N", help="N random layers")
     parser.add_argument("--seed", type=int, default=0, help="seed of --random")
-    parser.add_argument("--processes", type=int, default=1, help="solver processes")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="solver processes and simulations at once"
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="keep simulated figures in this JSON file between runs",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write all figures here")
     parser.add_argument("--no-layers", action="store_true", help="summary tables only")
     parser.add_argument(
@@ -580,7 +759,20 @@ def plan(args: argparse.Namespace) -> list[tuple[Network, str, str, int]]:
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     top = args.top or (QUICK_TOP if args.quick is not None else TOP)
-    sims = Simulations()
+    if args.processes < 1:
+        print(f"bench_fidelity: --processes {args.processes}: must be at least 1", file=sys.stderr)
+        raise SystemExit(2)
+    sims = Simulations(processes=args.processes, cache=args.cache)
+    try:
+        return run_all(args, top, sims)
+    finally:
+        saved = sims.unsaved
+        sims.save()
+        if saved and sims.cache is not None:
+            print(f"{saved} simulations saved to {sims.cache}", file=sys.stderr)
+
+
+def run_all(args: argparse.Namespace, top: int, sims: Simulations) -> list[dict]:
     runs = []
     start = time.perf_counter()
     for net, machine_name, precision, batch in plan(args):
@@ -604,6 +796,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             summary=summarize(records),
         )
         runs.append(run)
+        sims.save()
         if not args.no_layers:
             print_layers(run)
             print_worst(run)
@@ -614,7 +807,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         )
     print_summary(runs)
     print(
-        f"{sims.calls} simulations, {time.perf_counter() - start:.0f} s in all",
+        f"{sims.calls} simulations ({sims.loaded} figures read from the cache), "
+        f"{time.perf_counter() - start:.0f} s in all",
         file=sys.stderr,
     )
     if args.json:
@@ -623,4 +817,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the cache is saved on the way out (``main``)
+        print("bench_fidelity: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -134,3 +134,85 @@ def test_network_plan_measures_each_layer_at_its_placement(manticore) -> None:
     for r in planned:
         assert r.ratio == pytest.approx(r.model_cycles / r.sim_cycles)
         assert 1 <= r.rank_candidates <= 3
+
+
+def _measure(sims) -> list:
+    return bench.measure_network(TINY, Machine.preset("manticore"), "fp32", 1, 5, sims)
+
+
+def test_cached_simulations_are_read_back_not_rerun(records, tmp_path) -> None:
+    cache = tmp_path / "sims.json"
+    first = bench.Simulations(cache=cache)
+    assert _measure(first) == records and first.calls > 0
+    first.save()
+    again = bench.Simulations(cache=cache)
+    assert again.loaded == first.calls
+    assert _measure(again) == records and again.calls == 0
+
+
+def test_unsound_cache_entries_are_recomputed(records, tmp_path) -> None:
+    cache = tmp_path / "sims.json"
+    sims = bench.Simulations(cache=cache)
+    _measure(sims)
+    sims.save()
+    data = json.loads(cache.read_text())
+    name = next(iter(data["results"]))
+    data["results"][name]["cycles"] //= 2  # its parts no longer sum to it
+    cache.write_text(json.dumps(data))
+    again = bench.Simulations(cache=cache)
+    assert again.loaded == sims.calls - 1
+    assert _measure(again) == records and again.calls == 1
+
+
+def test_a_cache_of_another_simulator_is_ignored(tmp_path) -> None:
+    cache = tmp_path / "sims.json"
+    sims = bench.Simulations(cache=cache)
+    _measure(sims)
+    sims.save()
+    data = json.loads(cache.read_text())
+    data["simulator"] = "0" * 64
+    cache.write_text(json.dumps(data))
+    assert bench.Simulations(cache=cache).loaded == 0
+
+
+def test_a_file_that_is_no_cache_is_refused_and_left_alone(tmp_path, capsys) -> None:
+    cache = tmp_path / "notes.json"
+    cache.write_text('{"my": "notes"}')
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--networks", "resnet50", "--quick", "1", "--cache", str(cache)])
+    assert stop.value.code == 2
+    assert "--cache" in capsys.readouterr().err
+    assert cache.read_text() == '{"my": "notes"}'
+
+
+def test_simulations_in_processes_match_one_at_a_time() -> None:
+    machine = Machine.preset("manticore")
+    layer = TINY.layers[0]
+    space = bench.search_space(layer, machine, 1)
+    ranked = bench.ranking(space, machine, "fp32", "latency", 4)
+    requests = [
+        (layer, space.decode(b.index), machine, "fp32", 1, bench.HBM_ONLY)
+        for b in ranked
+        if b.index
+    ]
+    serial, parallel = bench.Simulations(), bench.Simulations(processes=2)
+    serial.fill(requests)
+    parallel.fill(requests)
+    assert parallel.calls == serial.calls == len(requests) > 1
+    assert parallel.results == serial.results
+
+
+def test_simulations_done_before_ctrl_c_are_kept(tmp_path, monkeypatch) -> None:
+    cache = tmp_path / "sims.json"
+    real, done = bench._simulate, []
+
+    def interrupted(request):
+        if len(done) == 3:
+            raise KeyboardInterrupt
+        done.append(request)
+        return real(request)
+
+    monkeypatch.setattr(bench, "_simulate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--networks", "resnet50", "--quick", "2", "--cache", str(cache)])
+    assert bench.Simulations(cache=cache).loaded == 3
