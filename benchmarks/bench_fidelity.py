@@ -203,14 +203,15 @@ class Simulated:
 
     def sound(self) -> bool:
         """Whole positive cycles and non-negative parts that sum to them (the simulator rounds
-        the makespan up to whole cycles): what a cache entry must be to be used."""
+        the makespan up to whole cycles; the parts' sum may exceed it by a rounding error):
+        what a cache entry must be to be used."""
         parts = self.breakdown
         return (
             type(self.cycles) is int
             and self.cycles > 0
             and set(PARTS) <= set(parts) <= set(Breakdown.__dataclass_fields__)
             and all(type(v) in (int, float) and 0 <= v < math.inf for v in parts.values())
-            and 0 <= self.cycles - sum(parts.values()) < 1 + 1e-6 * self.cycles
+            and -1e-9 * self.cycles <= self.cycles - sum(parts.values()) < 1 + 1e-9 * self.cycles
         )
 
 
@@ -248,10 +249,10 @@ class Simulations:
     def __post_init__(self) -> None:
         if self.cache is not None:
             self.fingerprint = simulator_fingerprint()
-            self.results.update(self._read())
+            self.results.update(self._read(report=True))
             self.loaded = len(self.results)
 
-    def _read(self) -> dict[str, Simulated]:
+    def _read(self, report: bool = False) -> dict[str, Simulated]:
         """The sound entries of the cache file made by this simulator (none if it is missing
         or was made by another); a file that is not such a cache stops the run unchanged."""
         assert self.cache is not None
@@ -270,10 +271,11 @@ class Simulations:
             )
             raise SystemExit(2) from None
         if data.get("simulator") != self.fingerprint:
-            print(
-                f"--cache {self.cache}: made by another simulator, starting afresh",
-                file=sys.stderr,
-            )
+            if report:
+                print(
+                    f"--cache {self.cache}: made by another simulator, starting afresh",
+                    file=sys.stderr,
+                )
             return {}
         kept: dict[str, Simulated] = {}
         for name, entry in entries.items():
@@ -283,7 +285,7 @@ class Simulations:
                 continue
             if simulated.sound():
                 kept[name] = simulated
-        if len(kept) < len(entries):
+        if report and len(kept) < len(entries):
             print(
                 f"--cache {self.cache}: {len(entries) - len(kept)} unsound entries ignored",
                 file=sys.stderr,

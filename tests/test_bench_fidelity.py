@@ -216,3 +216,15 @@ def test_simulations_done_before_ctrl_c_are_kept(tmp_path, monkeypatch) -> None:
     with pytest.raises(KeyboardInterrupt):
         bench.main(["--networks", "resnet50", "--quick", "2", "--cache", str(cache)])
     assert bench.Simulations(cache=cache).loaded == 3
+
+
+def test_parts_that_exceed_the_cycles_by_a_rounding_error_are_sound() -> None:
+    # the simulator's parts are float sums: 16,050 cycles came back as 16050.000000000004
+    parts = {p: 0.0 for p in bench.PARTS} | {
+        "compute": 8745.138888888887,
+        "idle": 7304.861111111117,
+    }
+    assert sum(parts.values()) > 16050
+    assert bench.Simulated(16050, parts).sound()
+    assert not bench.Simulated(16050, parts | {"idle": 7306.0}).sound()
+    assert not bench.Simulated(16052, parts).sound()
