@@ -34,10 +34,10 @@ and run ``--processes`` at a time.
 alone a re-run simulates only the candidates it had not seen. The file names the simulator
 it was made with (a hash of the simulator's sources and of everything it may import, which
 the import contract bounds: ``autotune/sim``, ``tiling``, ``ir``; and of the machine files and
-their parser); made by
-another simulator it is ignored and rewritten, and every entry read back is checked (its
-parts must sum to its cycles) and recomputed if it is not sound. It is saved after each
-network and on the way out (Ctrl-C too), merged with what another run saved meanwhile.
+their parser); made by another simulator it is ignored and rewritten, and every entry read
+back is checked (its parts must sum to its cycles) and simulated again if it is not sound.
+It is saved after each network and on the way out (Ctrl-C too), merged with what another run
+saved meanwhile. (The integer program's solves are not cached: they are most of a re-run.)
 """
 
 from __future__ import annotations
