@@ -4,15 +4,20 @@ Every file autotune writes for the user (schedules and sweeps JSON, traces, plot
 to a temporary file beside it and renamed over it, so an interrupted write never leaves a
 truncated file. The temporary file is created with mode 0o666 less the process umask, as
 ``open(path, "w")`` would (``tempfile.mkstemp`` would make it 0o600, private to its owner).
+Processes that share a file take turns under ``file_lock``.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+if sys.platform != "win32":
+    import fcntl
 
 
 @contextmanager
@@ -45,3 +50,24 @@ def write_atomic(path: str | Path, text: str | bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if need be) for the block, so that
+    processes sharing a file take turns (a study database, a benchmark's cache). Without a
+    lock file (a folder we cannot write, Windows) the block runs unlocked: what the block
+    then opens reports what is wrong."""
+    if sys.platform == "win32":
+        yield
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

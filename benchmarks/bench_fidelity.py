@@ -43,7 +43,6 @@ saved meanwhile. (The integer program's solves are not cached: they are most of 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import math
@@ -65,7 +64,7 @@ from autotune import Layer, Machine, Mapping, Network, load_network, simulate  #
 from autotune.api import solve_network  # noqa: E402
 from autotune.cli.render import stdout as console  # noqa: E402
 from autotune.cli.render import tile_text  # noqa: E402
-from autotune.files import write_atomic  # noqa: E402
+from autotune.files import file_lock, write_atomic  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
 from autotune.ir.placement import HBM_ONLY, STREAMS, Placement  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
@@ -215,7 +214,6 @@ class Simulated:
         )
 
 
-SimKey = tuple[str, str, int, tuple[object, ...], Mapping, Placement]
 Request = tuple[Layer, Mapping, Machine, str, int, Placement]
 
 
@@ -223,12 +221,6 @@ def _simulate(request: Request) -> Simulated:
     layer, mapping, machine, precision, batch, placement = request
     result = simulate(layer, mapping, machine, precision, batch, placement=placement)
     return Simulated(result.cycles, result.breakdown.as_dict())
-
-
-def _key_text(key: SimKey) -> str:
-    """A cache entry's name: a hash of the key's text (frozen dataclasses' reprs list every
-    field, so two keys share a name only if they are equal)."""
-    return hashlib.sha256(repr(key).encode()).hexdigest()
 
 
 @dataclass
@@ -296,8 +288,7 @@ class Simulations:
         """Write the cache (atomically, merged under a lock with what another run saved)."""
         if self.cache is None or not self.unsaved:
             return
-        with open(self.cache.with_name(self.cache.name + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with file_lock(self.cache.with_name(self.cache.name + ".lock")):
             merged = {**self._read(), **self.results}
             body = {
                 "format": CACHE_FORMAT,
@@ -309,8 +300,11 @@ class Simulations:
 
     @staticmethod
     def key(request: Request) -> str:
+        """A cache entry's name: a hash of the text of what the figures depend on (frozen
+        dataclasses' reprs list every field, so two requests share a name only if equal)."""
         layer, mapping, machine, precision, batch, placement = request
-        return _key_text((machine.name, precision, batch, layer.shape_key(), mapping, placement))
+        text = repr((machine.name, precision, batch, layer.shape_key(), mapping, placement))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def fill(self, requests: Sequence[Request]) -> None:
         """Simulate those of ``requests`` not known yet, ``processes`` at a time."""

@@ -34,7 +34,6 @@ import inspect
 import os
 import random
 import sqlite3
-import sys
 import threading
 import time
 import warnings
@@ -49,10 +48,8 @@ import sqlalchemy
 import sqlalchemy.exc
 from optuna.storages._rdb import models as rdb_models  # the heartbeat table (no public API)
 
+from autotune.files import file_lock
 from autotune.ir.options import OptionsError
-
-if sys.platform != "win32":
-    import fcntl
 
 #: The value of ``TuneOptions.storage`` that keeps studies in memory only.
 MEMORY = "memory"
@@ -233,7 +230,7 @@ def _open(url: str) -> optuna.storages.RDBStorage:
     if parsed.get_backend_name() == "sqlite":
         path = Path(str(parsed.database))
         _check_sqlite_file(path)
-        with _file_lock(path.with_name(path.name + ".lock")):
+        with file_lock(path.with_name(path.name + ".lock")):
             try:
                 _wal(path)
                 storage = _rdb_storage(url, {"creator": functools.partial(_connect, str(path))})
@@ -284,26 +281,6 @@ def _check_sqlite_file(path: Path) -> None:
             f"{path} is an SQLite database of another application (tables {shown}), not "
             f"autotune's studies; it was left alone: {_WAYS_OUT}"
         )
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` (created if need be) for the block. Without a lock
-    file (a folder we cannot write, Windows) the block runs unlocked: opening the database
-    then reports what is wrong."""
-    if sys.platform == "win32":
-        yield
-        return
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _connect(path: str) -> sqlite3.Connection:
