@@ -1464,6 +1464,8 @@ def dma_cycles(
     pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))
     rest, floor = loads.rest, little
     exposed_residual: Value = 0
+    single_alone = stream_cycles(ops, k, rates, loads.single)
+    residual_beside: Value = 0
     if residual is not None:
         early = ops.mul(q.output_buffer_depth - 1, stores)  # 1: prefetched under the stream
         late = stores - early  # 1: read after compute
@@ -1477,7 +1479,12 @@ def dma_cycles(
         # the share at most (if it demands more) and loses what it would have moved
         # meanwhile (``burst_loss``: 2R / S - R / D for R bytes at share S and demand D).
         lost = burst_loss(ops, pace, [(early, residual_alone)])
-        floor = ops.max(little + lost, ops.mul(early, residual_time))
+        # The early read is issued before the task's single-buffered loads (the cores wait
+        # for those before computing) and shares the memory with them flow by flow until the
+        # shorter is done: the singles take longer by the residual's time, up to their own
+        # (``exposed``), and that much of the read has moved before the stream starts.
+        residual_beside = ops.mul(early, ops.min(residual_alone, single_alone))
+        floor = ops.max(little + lost, ops.mul(early, residual_time) - residual_beside)
         exposed_residual = ops.mul(late, late_time)
     overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
     # A single input buffer's later steps are issued only after the step before is computed:
@@ -1504,16 +1511,15 @@ def dma_cycles(
     # The set-ups are the engine's work: a core programs the next transfer while the one
     # before moves its bytes, so they add to the engine's own time (the port's beats, or the
     # chain of round trips that paces a small buffer), not to a transfer the memory slows.
-    overlapped = ops.max(stream_cycles(ops, k, rates, rest), ops.max(floor, port) + overhead)
+    rest_alone = stream_cycles(ops, k, rates, rest) - residual_beside
+    overlapped = ops.max(rest_alone, ops.max(floor, port) + overhead)
     # A task with a prologue of its own (Alg. 1/2: a cluster's first one, or every one
     # without the next task's prefetch, multicast waves' too) had its first stream tiles
     # requested with its first ones (``little_cycles``). Alg. 3 members take theirs from the
     # ring, after the member before has them: they keep the whole chain.
     own_lead = ops.choose(q.algorithm, [1, 0, 0])
     floor_lead = ops.max(0, floor - ops.mul(own_lead, little - little_lead))
-    overlapped_lead = ops.max(
-        stream_cycles(ops, k, rates, rest), ops.max(floor_lead, port) + overhead
-    )
+    overlapped_lead = ops.max(rest_alone, ops.max(floor_lead, port) + overhead)
     # A single-buffered stream waits a round trip per tile, but its first tile's is the
     # task's start ``L``: the first tiles of every stream load together before compute.
     # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
@@ -1537,7 +1543,7 @@ def dma_cycles(
     exposed = (
         round_trips
         + ops.max(
-            stream_cycles(ops, k, rates, loads.single),
+            single_alone + residual_beside,
             single_port + forwarded_exposed + single_steps_overhead,
         )
         + exposed_residual
@@ -1587,15 +1593,16 @@ def dma_cycles(
         # the member that waits longest. That is Alg. 3's first member, which loads a whole
         # input step itself while the others' tiles come round the ring.
         lead_opening = stream_cycles(ops, k, rates, loads.lead_opening)
-        # An Alg. 1/2 task's cores then wait for its single-buffered tiles after the first
-        # ones (``exposed``), which load after them as the rest of the store still leaves:
-        # shared flow by flow, they take longer by what is left of it, up to their own time.
-        # (Alg. 3's come mostly round the ring, which the store does not cross.)
+        # A task's cores then wait for its single-buffered tiles after the first ones
+        # (``exposed``), which load after them as the rest of the store still leaves: shared
+        # flow by flow, they take longer by what is left of it, up to their own time. (An
+        # Alg. 3 member's are the steps it loads from memory itself; those that come round
+        # the ring do not cross the store's path.)
         left = ops.max(0, with_store - opening - lead_opening)
         singles_slowed = ops.min(left, stream_cycles(ops, k, rates, loads.single_rest))
         handover = ops.mul(
             overlaps,
-            ops.min(with_store - opening, lead_opening) + ops.mul(1 - lead_flag, singles_slowed),
+            ops.min(with_store - opening, lead_opening) + singles_slowed,
         )
     # A task after the first on its cluster loads the next one's first tiles beside its
     # stream (``follower_cycles``), from its start, as the store of the task before (and the
