@@ -14,10 +14,18 @@ with the result.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_serializer,
+    model_serializer,
+)
 
 from autotune.io.errors import InputError
 from autotune.ir.graph import OP_KINDS, Graph, GraphError, Operator, make_operator
@@ -50,6 +58,16 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: A clip's bound: a number, or infinite (left out of an ONNX ``Clip``) as JSON cannot write
+#: it, or absent (null) for the default.
+_Bound = Annotated[
+    float | None,
+    WithJsonSchema(
+        {"anyOf": [{"type": "number"}, {"enum": ["Infinity", "-Infinity"]}, {"type": "null"}]}
+    ),
+]
+
+
 class OperatorRecord(_Record):
     name: str
     kind: str = Field(description=f"one of {', '.join(OP_KINDS)}")
@@ -67,14 +85,22 @@ class OperatorRecord(_Record):
     count_include_pad: bool | None = None
     scale: int | None = None
     alpha: float | None = None
-    low: float | None = None
-    high: float | None = None
+    low: _Bound = None
+    high: _Bound = None
     epsilon: float | None = None
     bias: bool | None = None
 
     _omit_absent = model_serializer(mode="wrap")(
         lambda self, handler: {k: v for k, v in handler(self).items() if v is not None}
     )
+
+    @field_serializer("low", "high")
+    def _bound(self, value: float | None) -> float | str | None:
+        """An infinite bound as the string pydantic reads back (``"-Infinity"``): JSON has
+        no infinity, and a null here means the default bound."""
+        if value is not None and math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
 
 
 class TensorRecord(_Record):

@@ -14,6 +14,7 @@ Parsing is read and compose within the input limits (``autotune.io.limits``) -> 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -94,8 +95,8 @@ class LayerSpec(BaseModel):
     count_include_pad: StrictBool | None = None
     scale: PositiveInt | None = Field(default=None, description="upsample factor")
     alpha: float | None = Field(default=None, description="leaky_relu slope")
-    min: float | None = Field(default=None, description="clip lower bound")
-    max: float | None = Field(default=None, description="clip upper bound")
+    min: float | None = Field(default=None, description="clip lower bound (none: unbounded)")
+    max: float | None = Field(default=None, description="clip upper bound (none: unbounded)")
     epsilon: float | None = Field(default=None, gt=0, description="batchnorm epsilon")
     bias: StrictBool | None = Field(default=None, description="conv or fc adds a bias")
 
@@ -149,6 +150,15 @@ _COMMON = frozenset({"name", "kind", "inputs", "in_", "out"})
 #: list of independent layers where a layer whose ``in`` is not its predecessor's output
 #: reads an input of its own.
 _FLAT_KINDS = frozenset({"conv", "fc"})
+
+
+def _clip_bounds(layer: LayerSpec) -> dict[str, float]:
+    """A clip's bounds, one left out being none (as ONNX's ``Clip``); no other kind has
+    them (the operator's defaults)."""
+    if layer.kind != "clip":
+        return {}
+    low = -math.inf if layer.min is None else layer.min
+    return {"low": low, "high": math.inf if layer.max is None else layer.max}
 
 
 def _graph(spec: NetworkSpec, path: str) -> Graph:
@@ -214,8 +224,7 @@ def _graph(spec: NetworkSpec, path: str) -> Graph:
                 count_include_pad=bool(layer.count_include_pad),
                 scale=layer.scale,
                 alpha=0.01 if layer.alpha is None else layer.alpha,
-                low=0.0 if layer.min is None else layer.min,
-                high=6.0 if layer.max is None else layer.max,
+                **_clip_bounds(layer),
                 epsilon=1e-5 if layer.epsilon is None else layer.epsilon,
                 bias=bool(layer.bias),
                 shape=layer.out,

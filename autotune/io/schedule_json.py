@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -73,8 +74,8 @@ class ActivationRecord(_Model):
 
     kind: ActivationKind
     alpha: float = Field(description="leaky_relu's slope below zero")
-    low: float = Field(description="clip's lower bound")
-    high: float = Field(description="clip's upper bound")
+    low: float | None = Field(description="clip's lower bound; null: none (-infinity)")
+    high: float | None = Field(description="clip's upper bound; null: none (+infinity)")
 
 
 class EpilogueRecord(_Model):
@@ -317,7 +318,12 @@ def epilogue_record(epilogue: Epilogue) -> EpilogueRecord | None:
         residual=epilogue.residual,
         activation=None
         if act is None
-        else ActivationRecord(kind=act.kind, alpha=act.alpha, low=act.low, high=act.high),
+        else ActivationRecord(
+            kind=act.kind,
+            alpha=act.alpha,
+            low=None if act.low == -math.inf else act.low,
+            high=None if act.high == math.inf else act.high,
+        ),
         activation_first=epilogue.activation_first,
     )
 
@@ -356,7 +362,11 @@ def layer_from_record(record: LayerRecord) -> Layer:
     if s.epilogue is not None:
         a = s.epilogue.activation
         try:
-            act = None if a is None else Activation(a.kind, a.alpha, a.low, a.high)
+            act = None
+            if a is not None:
+                low = -math.inf if a.low is None else a.low
+                high = math.inf if a.high is None else a.high
+                act = Activation(a.kind, a.alpha, low, high)
         except ValueError as exc:
             raise LayerError(record.name, "epilogue.activation", str(exc)) from None
         try:

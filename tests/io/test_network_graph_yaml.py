@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from typer.testing import CliRunner
 
@@ -127,3 +129,20 @@ layers:
     pool = net.layer("pool")
     assert pool.ceil_mode and (pool.h_out, pool.w_out) == (8, 8)  # floor mode gives 7
     assert net.layer("avg").count_include_pad
+
+
+def test_a_clip_bound_left_out_is_none(tmp_path):
+    """As ONNX's ``Clip``: ``{kind: clip, min: -1}`` is ``max(x, -1)`` (it was clipped to
+    [-1, 6] before, a default the README never gave)."""
+    text = """\
+network: c
+layers:
+  - {name: a, kind: conv, in: [8, 8, 4], out_channels: 4, kernel: 3, padding: 1}
+  - {name: lo, kind: clip, min: -1.0}
+  - {name: b, kind: conv, out_channels: 4, kernel: 3, padding: 1}
+  - {name: hi, kind: clip, max: 2.0}
+"""
+    net = load_network(write(tmp_path, text))
+    for layer, bounds in (("a", (-1.0, math.inf)), ("b", (-math.inf, 2.0))):
+        act = net.layer(layer).epilogue.activation
+        assert act is not None and (act.kind, act.low, act.high) == ("clip", *bounds)

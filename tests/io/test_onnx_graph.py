@@ -9,14 +9,17 @@ operators' fields and the weights together, not only the shapes.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from autotune import InputError
+from autotune.cli.app import app
 from autotune.graphs.weights import seeded_weights
 from autotune.io.graph_json import graph_from_record, graph_record
 from autotune.io.network_yaml import load_network
@@ -1172,3 +1175,35 @@ def test_load_onnx_still_sees_only_layers(tmp_path):
         op.name for op in model.graph.ops if op.kind in ("conv", "fc")
     ]
     assert sum(la.macs for la in layers) == model.graph.macs
+
+
+def test_a_clip_with_one_bound_is_tuned_saved_and_verified(tmp_path):
+    """``Clip`` with its min or its max left out (``torch.clamp(min=-1)``) has no bound on
+    that side: it imports, tunes, and its schedule file says so with a null bound (JSON has
+    no infinity; a held-out run found `tune --out` failing on it after all the work), which
+    reads back and verifies."""
+    m = Model("clamp", opset=17)
+    x = m.input("x", [1, 3, 8, 8])
+    lo, hi = m.const("lo", np.array(-1.0, np.float32)), m.const("hi", np.array(2.0, np.float32))
+    y = m.op("Clip", [m.conv(x, "a", 3, 4, 3, pad=1), lo], "clamp_min")
+    y = m.op("Clip", [m.conv(y, "b", 4, 4, 3, pad=1), "", hi], "clamp_max")
+    path = m.save(tmp_path / "clamp.onnx", y)
+    model = load_onnx_graph(path)
+    assert_runs_like_onnx(path, model)
+    graph = model.graph
+    assert (graph.op("clamp_min").low, graph.op("clamp_min").high) == (-1.0, math.inf)
+    assert (graph.op("clamp_max").low, graph.op("clamp_max").high) == (-math.inf, 2.0)
+    out = tmp_path / "clamp.json"
+    runner = CliRunner()
+    tuned = runner.invoke(
+        app, ["tune", path, "--no-refine", "--storage", "memory", "--out", str(out)]
+    )
+    assert tuned.exit_code == 0, tuned.output
+    acts = {
+        layer["name"]: layer["shape"]["epilogue"]["activation"]
+        for layer in json.loads(out.read_text())["layers"]
+    }
+    assert (acts["a"]["low"], acts["a"]["high"]) == (-1.0, None)
+    assert (acts["b"]["low"], acts["b"]["high"]) == (None, 2.0)
+    verified = runner.invoke(app, ["verify", str(out), "--network", path])
+    assert verified.exit_code == 0, verified.output
