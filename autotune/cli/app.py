@@ -51,7 +51,7 @@ from autotune.cli.render import (
     warning,
 )
 from autotune.graphs.timeline import write_network_trace
-from autotune.io.arrays_npy import load_arrays, load_weights, save_arrays
+from autotune.io.arrays_npy import check_output_path, load_arrays, load_weights, save_arrays
 from autotune.io.errors import InputError
 from autotune.io.machine_yaml import preset_names
 from autotune.io.schedule_json import json_schema
@@ -524,11 +524,14 @@ def run_command(
     _check_out(output, "--output")
     with refusing():
         net = load_inputs(network)[0]
+        if net.graph is not None:
+            check_output_path(output, net.graph.outputs)
         audit = audit_schedule(schedules, net)
         if not audit.ok:
-            for line in audit.lines():
-                error(line)
-            fail(f"{schedules}: not a valid schedule of {str(network)!r}", code=1)
+            # bad input, as any other file that does not fit: one line (verify lists all)
+            lines = audit.lines()
+            more = f" (+{len(lines) - 1} more: see verify)" if len(lines) > 1 else ""
+            fail(f"{lines[0]}: not a valid schedule of {str(network)!r}{more}")
         assert audit.result is not None
         names = [] if net.graph is None else list(net.graph.input_names)
         arrays = load_arrays(input, names)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -74,16 +75,23 @@ def _numeric(array: np.ndarray, path: Path, name: str) -> np.ndarray:
     return array
 
 
+def check_output_path(path: str | Path, names: Sequence[str]) -> None:
+    """``path`` can hold arrays of these ``names``: ``.npz``, or ``.npy`` for one (checked
+    before the arrays are computed, as well as when they are saved)."""
+    path = Path(path)
+    if path.suffix.lower() != ".npz" and len(names) != 1:
+        raise InputError(
+            path, f"the network has {len(names)} outputs ({', '.join(names)}): use .npz"
+        )
+
+
 def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     """One array as ``.npy``, several as ``.npz`` (by name); atomically."""
     path = Path(path)
+    check_output_path(path, list(arrays))
     buffer = io.BytesIO()
     if path.suffix.lower() == ".npz":
         np.savez(buffer, **arrays)  # type: ignore[arg-type]
-    elif len(arrays) == 1:
-        np.save(buffer, next(iter(arrays.values())))
     else:
-        raise InputError(
-            path, f"the network has {len(arrays)} outputs ({', '.join(arrays)}): use .npz"
-        )
+        np.save(buffer, next(iter(arrays.values())))
     write_atomic(path, buffer.getvalue())

@@ -162,6 +162,46 @@ def test_cli_run_writes_the_outputs(tuned, tmp_path):
     assert len(lines) == 1 and "'input'" in lines[0] and "[1, 4, 12, 12]" in lines[0]
 
 
+def test_cli_run_refuses_a_schedule_of_another_network_in_one_line(tuned, tmp_path):
+    """A schedules file that does not fit the network is bad input like any other: one line,
+    exit 2, before anything runs (``verify`` lists every failing claim)."""
+    path, result = tuned
+    schedules = tmp_path / "s.json"
+    result.save(schedules)
+    data = json.loads(schedules.read_text())
+    data["graph"]["operators"][0]["shape"][2] += 1
+    schedules.write_text(json.dumps(data))
+    np.save(tmp_path / "in.npy", np.zeros((1, 4, 12, 12), np.float32))
+    args = ["run", str(path), "--schedules", str(schedules), "--input", str(tmp_path / "in.npy")]
+    out = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "o.npy")])
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert out.exit_code == 2 and len(lines) == 1, out.output
+    assert "not a valid schedule of" in lines[0] and str(schedules) in lines[0]
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_cli_run_refuses_one_npy_for_several_outputs_before_running(tmp_path):
+    """Two outputs cannot go to one ``.npy``: said before the network is executed."""
+    text = """\
+network: two
+layers:
+  - {name: a, kind: conv, in: [6, 6, 4], out_channels: 4, kernel: 3, padding: 1}
+  - {name: b, kind: conv, out_channels: 4, kernel: 1, inputs: [a]}
+  - {name: c, kind: conv, out_channels: 4, kernel: 1, inputs: [a]}
+"""
+    path = tmp_path / "two.yaml"
+    path.write_text(text)
+    schedules = tmp_path / "s.json"
+    autotune.tune(path, refine=False, verify=False).save(schedules)
+    np.save(tmp_path / "in.npy", np.zeros((1, 4, 6, 6), np.float32))
+    args = ["run", str(path), "--schedules", str(schedules), "--input", str(tmp_path / "in.npy")]
+    out = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "o.npy")])
+    assert out.exit_code == 2 and "use .npz" in out.output and "run " not in out.output
+    ok = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "o.npz")])
+    assert ok.exit_code == 0, ok.output
+    assert sorted(np.load(tmp_path / "o.npz").files) == ["b", "c"]
+
+
 def test_whole_network_simulation_and_trace(tuned, tmp_path):
     import json
 
