@@ -547,6 +547,8 @@ def run_command(
             )
         except (NetworkError, WeightsError) as exc:
             fail(f"{network}: {exc}")
+        # by the names the file gives them (an ONNX model's output tensors)
+        outputs = {net.output_names.get(name, name): value for name, value in outputs.items()}
         save_arrays(output, outputs)
     if given is None and net.weights is None:
         warning(f"no weights given: the outputs are for seeded random weights (seed {seed})")

@@ -303,11 +303,14 @@ def network_of(
     precision: str,
     path: str,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    output_names: Mapping[str, str] | None = None,
 ) -> Network:
     """The network of a graph read from ``path``: lowered, every layer within the limits
     (``InputError`` naming the layer and field otherwise)."""
     try:
-        network = Network.of_graph(graph, batch, precision, source=path, weights=weights)
+        network = Network.of_graph(
+            graph, batch, precision, source=path, weights=weights, output_names=output_names
+        )
     except GraphError as exc:
         raise _input_error(path, exc) from None
     for lowered in network.layers:
@@ -335,7 +338,12 @@ def load_network(path: str | Path) -> Network:
     if path.suffix.lower() == ".onnx":
         imported = load_onnx_graph(path)
         return network_of(
-            imported.graph, imported.batch, imported.precision, str(path), imported.weights
+            imported.graph,
+            imported.batch,
+            imported.precision,
+            str(path),
+            imported.weights,
+            imported.output_names,
         )
     text = read_text_bounded(path, MAX_YAML_BYTES, "network file", "MAX_YAML_BYTES")
     raw = load_yaml(text, path, {("layers",): (MAX_LAYERS, "MAX_LAYERS")})

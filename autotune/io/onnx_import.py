@@ -529,7 +529,9 @@ class OnnxGraph:
     ``transB`` and times ``alpha``, a ``MatMul``'s B transposed -- and ``bias`` (c_out,) from
     ``Gemm``'s C (times ``beta``) or an ``Add`` that follows; batchnorm ``scale``, ``bias``,
     ``mean``, ``var`` (c,). Nothing is folded (batch norm stays an operator).
-    ``nodes``: what became of each ONNX node, in topological order.
+    ``nodes``: what became of each ONNX node, in topological order. ``output_names``: the
+    name the model gives each of the graph's outputs (a graph tensor is named after its
+    operator, the node; the model's outputs are named as tensors).
     """
 
     graph: Graph
@@ -538,6 +540,7 @@ class OnnxGraph:
     weights: dict[str, dict[str, Array]] = field(compare=False, repr=False)
     nodes: tuple[ImportedNode, ...] = ()
     source: str | None = None
+    output_names: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 def load_onnx_graph(path: str | Path) -> OnnxGraph:
@@ -758,10 +761,12 @@ class _GraphImporter:
             raise self.fail("no operator: the graph computes nothing from its inputs")
         check_count(len(self.ops), self.path, field="graph")
         outputs: list[str] = []
+        output_names: dict[str, str] = {}
         for tensor in self.outputs:  # constants and dropped auxiliary outputs are no tensors
             mapped = self.tensor.get(tensor)
             if mapped is not None and mapped not in outputs:
                 outputs.append(mapped)
+                output_names[mapped] = tensor
         try:
             # a conv or fc with a bias (its own, or an Add of a constant after it) adds it in
             # its epilogue (a batch norm's "bias" is its shift, one of its weight vectors)
@@ -779,7 +784,9 @@ class _GraphImporter:
             ImportedNode(name, node.op_type, fate)
             for name, node, fate in zip(self.names, self.nodes, fates, strict=True)
         )
-        return OnnxGraph(graph, self.batch, self.precision, self.weights, nodes, self.path)
+        return OnnxGraph(
+            graph, self.batch, self.precision, self.weights, nodes, self.path, output_names
+        )
 
     def _graph_input(self, vi: Any) -> tuple[str, Shape]:
         check_name(vi.name, self.path, layer=f"input {len(self.tensor)}", field="input")

@@ -21,6 +21,8 @@ class Network:
     None for a network known only by its layers (a schedule file read back). ``weights``:
     the parameters the file gave, by operator and role (an ONNX model's), if any. ``skipped``
     lists imported operations that are not layers (the conv/fc-only ONNX reader).
+    ``output_names``: the names the file gives the graph's outputs where they differ from
+    the graph's (an ONNX model's output tensors), by graph tensor.
     """
 
     name: str
@@ -34,6 +36,7 @@ class Network:
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = field(
         default=None, compare=False, repr=False
     )
+    output_names: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of_graph(
@@ -44,6 +47,7 @@ class Network:
         source: str | None = None,
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
         fuse: bool = True,
+        output_names: Mapping[str, str] | None = None,
     ) -> Network:
         """The network of ``graph``'s lowered layers (raises ``GraphError``; ``fuse``:
         ``lowering.lower``'s)."""
@@ -57,6 +61,7 @@ class Network:
             graph=graph,
             lowering=lowering,
             weights=weights,
+            output_names=dict(output_names or {}),
         )
 
     @property

@@ -16,7 +16,7 @@ from autotune.cli.app import app
 from autotune.graphs.execute import verify_network
 from autotune.graphs.weights import seeded_weights
 from autotune.io.network_yaml import load_network
-from tests.io.test_onnx_graph import legacy_resnet, squeeze_excitation
+from tests.io.test_onnx_graph import Model, legacy_resnet, squeeze_excitation
 
 #: Every operator kind, with the fusions and placements the lowering makes.
 ALL_KINDS = """\
@@ -220,3 +220,28 @@ def test_whole_network_simulation_and_trace(tuned, tmp_path):
     assert starts == [sum(cycles[:i]) for i in range(len(cycles))]  # layer after layer
     assert doc["otherData"]["cycles"] == sum(cycles) == result.totals.cycles
     assert all(e["ts"] >= 0 for e in doc["traceEvents"] if "ts" in e)
+
+
+def test_cli_run_names_an_onnx_models_outputs_as_the_model_does(tmp_path):
+    """``.npz`` by tensor name: the model's output tensors' names (what onnxruntime returns
+    them by), not the operators' (the nodes') that the graph names tensors after."""
+    ort = pytest.importorskip("onnxruntime")
+    m = Model("two_outputs")
+    x = m.input("x", [1, 3, 8, 8])
+    a = m.op("Relu", [m.conv(x, "conv_a", 3, 4, 3, pad=1)], "relu_a")
+    b = m.conv(a, "conv_b", 4, 4, 1)
+    path = m.save(tmp_path / "two.onnx", a, b)
+    schedules = tmp_path / "s.json"
+    autotune.tune(path, refine=False, verify=False).save(schedules)
+    value = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "in.npy", value)
+    args = ["run", path, "--schedules", str(schedules), "--input", str(tmp_path / "in.npy")]
+    out = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "out.npz")])
+    assert out.exit_code == 0, out.output
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    want = dict(zip(names, session.run(None, {"x": value}), strict=True))
+    got = np.load(tmp_path / "out.npz")
+    assert sorted(got.files) == sorted(want) == sorted([a, b])
+    for name, array in want.items():
+        np.testing.assert_allclose(got[name], array, rtol=1e-4, atol=1e-5)
