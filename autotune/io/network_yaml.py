@@ -34,7 +34,7 @@ from autotune.io.limits import (
     check_volume,
     read_text_bounded,
 )
-from autotune.io.onnx_import import load_onnx_graph
+from autotune.io.onnx_import import ONNX_FIELDS, load_onnx_graph
 from autotune.ir.graph import OP_KINDS, Graph, GraphError, Operator, Shape, make_operator
 from autotune.ir.layer import LayerError
 from autotune.ir.network import Network
@@ -252,12 +252,18 @@ def _check_volume(shape: Shape, path: str, layer: str, field: str) -> None:
         raise InputError(path, exc.reason, layer=layer, field=field) from None
 
 
-def _input_error(path: str, exc: GraphError) -> InputError:
+#: ``GraphError`` fields -> the network file's (YAML) names for them.
+_YAML_FIELDS = {"kernel_h": "kernel", "kernel_w": "kernel", "pad_h": "padding", "pad_w": "padding"}
+
+
+def _input_error(
+    path: str, exc: GraphError, fields: Mapping[str, str] = _YAML_FIELDS
+) -> InputError:
+    """``exc`` as the file's error, its field by the name the file gives it (``fields``)."""
     reason = exc.reason
     if exc.producer is not None and exc.producer not in reason:
         reason += f" (input from {exc.producer!r})"
-    field = {"kernel_h": "kernel", "kernel_w": "kernel", "pad_h": "padding", "pad_w": "padding"}
-    return InputError(path, reason, layer=exc.op, field=field.get(exc.field, exc.field))
+    return InputError(path, reason, layer=exc.op, field=fields.get(exc.field, exc.field))
 
 
 def parse_network(raw: Any, path: str) -> Network:
@@ -304,15 +310,17 @@ def network_of(
     path: str,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     output_names: Mapping[str, str] | None = None,
+    fields: Mapping[str, str] = _YAML_FIELDS,
 ) -> Network:
     """The network of a graph read from ``path``: lowered, every layer within the limits
-    (``InputError`` naming the layer and field otherwise)."""
+    (``InputError`` naming the layer and field, by the file's name for it: ``fields``,
+    otherwise)."""
     try:
         network = Network.of_graph(
             graph, batch, precision, source=path, weights=weights, output_names=output_names
         )
     except GraphError as exc:
-        raise _input_error(path, exc) from None
+        raise _input_error(path, exc, fields) from None
     for lowered in network.layers:
         try:
             check_layer(lowered)
@@ -344,6 +352,7 @@ def load_network(path: str | Path) -> Network:
             str(path),
             imported.weights,
             imported.output_names,
+            ONNX_FIELDS,
         )
     text = read_text_bounded(path, MAX_YAML_BYTES, "network file", "MAX_YAML_BYTES")
     raw = load_yaml(text, path, {("layers",): (MAX_LAYERS, "MAX_LAYERS")})

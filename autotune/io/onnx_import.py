@@ -484,7 +484,7 @@ _EXACT_NEAREST = frozenset(
     }
 )
 #: ``GraphError`` fields (``make_operator``'s terms) -> the ONNX attribute or input they are.
-_GRAPH_FIELDS = {
+ONNX_FIELDS = {
     "kernel": "kernel_shape",
     "padding": "pads",
     "stride": "strides",
@@ -1052,7 +1052,7 @@ class _GraphImporter:
                 raise self.fail(too_large(what, value, limit, constant), layer, field)
 
     def _graph_error(self, exc: GraphError) -> InputError:
-        return self.fail(exc.reason, exc.op, _GRAPH_FIELDS.get(exc.field, exc.field))
+        return self.fail(exc.reason, exc.op, ONNX_FIELDS.get(exc.field, exc.field))
 
     def _pair(self, attrs: dict[str, Any], key: str, name: str) -> Pair:
         value = list(attrs.get(key, [1, 1]))

@@ -1207,3 +1207,15 @@ def test_a_clip_with_one_bound_is_tuned_saved_and_verified(tmp_path):
     assert (acts["b"]["low"], acts["b"]["high"]) == (None, 2.0)
     verified = runner.invoke(app, ["verify", str(out), "--network", path])
     assert verified.exit_code == 0, verified.output
+
+
+def test_a_refusal_after_import_names_the_onnx_attribute(tmp_path):
+    """The lowering refuses what the tuner cannot map (a dilated convolution); for an ONNX
+    model its one line names the node's attribute (``dilations``), not the graph's term."""
+    m = Model("dilated")
+    x = m.input("x", [1, 3, 12, 12])
+    path = m.save(tmp_path / "dilated.onnx", m.conv(x, "d", 3, 4, 3, pad=2, dilations=[2, 2]))
+    with pytest.raises(InputError) as info:
+        load_network(path)
+    assert (info.value.layer, info.value.field) == ("d", "dilations")
+    assert "dilated" in str(info.value) and "\n" not in str(info.value)
