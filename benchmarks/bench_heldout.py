@@ -1,0 +1,185 @@
+"""Held-out ONNX models through the whole command line, as a user runs them.
+
+For every ``*.onnx`` in a folder (smallest first; ``export_torchvision.py`` writes a set),
+this runs, each as its own process with a time limit:
+
+    autotune check M.onnx
+    autotune tune M.onnx --no-refine --storage memory --out S.json   (plan, verification on)
+    autotune verify S.json --network M.onnx
+    autotune run M.onnx --schedules S.json --input X.npy --output Y.npz
+
+with a random input ``X`` (seeded), and compares every output with onnxruntime's on the same
+model and input (the largest absolute difference over the largest reference value). Each
+model is then one of:
+
+* ``ok``: every command exits 0 and the outputs agree within ``--tolerance``;
+* ``refused``: ``check`` and ``tune`` refuse the model in one line with exit code 2 (an
+  operator autotune does not map); the line is printed;
+* ``BUG``: anything else (a traceback, another exit code, a refusal of more than one line,
+  a time-out, outputs that differ or are missing).
+
+It prints one row per model (exit codes and seconds of each command, the error) and the
+refusals by reason, and exits 1 if any model is a ``BUG``. ``--json FILE`` keeps the rows.
+
+    python benchmarks/bench_heldout.py MODELS_DIR [--timeout 1500] [--tolerance 1e-4]
+        [--work DIR] [--json FILE]
+
+Needs onnxruntime (the ``dev`` extra). A model whose output is independent of its input
+(random weights can do that: see ``export_torchvision.py --calibrate``) agrees trivially;
+its reference magnitude is printed beside the error for that reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+COMMANDS = ("check", "tune", "verify", "run")
+
+
+@dataclass
+class Row:
+    model: str
+    exits: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    error: float | None = None  # max |ours - onnxruntime| / max |onnxruntime|
+    reference: float | None = None  # max |onnxruntime|
+    verdict: str = ""
+    detail: str = ""
+
+
+def command(name: str, model: Path, work: Path) -> list[str]:
+    schedules = str(work / "S.json")
+    args = {
+        "check": ["check", str(model)],
+        "tune": ["tune", str(model), "--no-refine", "--storage", "memory", "--out", schedules],
+        "verify": ["verify", schedules, "--network", str(model)],
+        "run": [
+            "run",
+            str(model),
+            "--schedules",
+            schedules,
+            "--input",
+            str(work / "X.npz"),
+            "--output",
+            str(work / "Y.npz"),
+        ],
+    }[name]
+    return [sys.executable, "-m", "autotune", *args]
+
+
+def reference(model: Path, work: Path) -> dict[str, np.ndarray]:
+    """Write a seeded random input per model input (X.npz) and return onnxruntime's outputs
+    by name."""
+    import onnxruntime as ort  # noqa: PLC0415  (a dev dependency, imported where needed)
+
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in session.get_inputs()
+    }
+    np.savez(work / "X.npz", **feeds)  # type: ignore[arg-type]
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, feeds), strict=True))
+
+
+def judge(row: Row, outputs: dict[str, str]) -> None:
+    """The row's verdict from its exit codes, refusal lines and error (module docstring)."""
+    if row.exits.get("check") == 2 and row.exits.get("tune") == 2:
+        lines = [x for x in outputs["tune"].splitlines() if x.strip()]
+        one = len(lines) == 1 and "Traceback" not in outputs["tune"]
+        row.verdict = "refused" if one else "BUG"
+        row.detail = lines[-1] if lines else ""
+        return
+    failed = [c for c in COMMANDS if row.exits.get(c) != 0]
+    if failed:
+        row.verdict = "BUG"
+        tail = [x for x in outputs.get(failed[0], "").splitlines() if x.strip()]
+        row.detail = f"{failed[0]} exited {row.exits.get(failed[0])}: {tail[-1] if tail else ''}"
+        return
+    row.verdict = "ok"
+
+
+def run_model(model: Path, work: Path, timeout: float, tolerance: float) -> Row:
+    row = Row(model.stem)
+    outputs: dict[str, str] = {}
+    want = reference(model, work)
+    for name in COMMANDS:
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(
+                command(name, model, work), capture_output=True, text=True, timeout=timeout
+            )
+            row.exits[name], outputs[name] = done.returncode, done.stderr + done.stdout
+        except subprocess.TimeoutExpired:
+            row.exits[name], outputs[name] = -1, f"timed out after {timeout:g} s"
+        row.seconds[name] = round(time.perf_counter() - start, 1)
+        if row.exits[name] != 0 and not (name == "check" and row.exits[name] == 2):
+            break  # (a refusal by check: tune is asked too, to be judged together)
+    judge(row, outputs)
+    if row.verdict != "ok":
+        return row
+    with np.load(work / "Y.npz") as got:
+        missing = sorted(set(want) - set(got.files))
+        if missing:
+            row.verdict, row.detail = "BUG", f"outputs missing: {', '.join(missing)}"
+            return row
+        scale = max(float(np.abs(v).max()) for v in want.values())
+        diff = max(
+            float(np.abs(got[k].astype(np.float64) - v.reshape(got[k].shape)).max())
+            for k, v in want.items()
+        )
+    row.reference = scale
+    row.error = diff / max(scale, 1e-30)
+    if not row.error <= tolerance:
+        row.verdict, row.detail = "BUG", f"outputs differ from onnxruntime by {row.error:.2e}"
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", type=Path, help="folder of .onnx models")
+    parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per command")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="relative to max |ref|")
+    parser.add_argument("--work", type=Path, help="keep each model's files here")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    args = parser.parse_args(argv)
+    paths = sorted(args.models.glob("*.onnx"), key=lambda p: (p.stat().st_size, p.name))
+    if not paths:
+        print(f"error: no .onnx file in {args.models}", file=sys.stderr)
+        return 2
+    rows = []
+    header = "model".ljust(28) + "".join(c.rjust(13) for c in COMMANDS) + "   error (max |ref|)"
+    print(header)
+    for path in paths:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp) if args.work is None else args.work / path.stem
+            work.mkdir(parents=True, exist_ok=True)
+            row = run_model(path, work, args.timeout, args.tolerance)
+        rows.append(row)
+        cells = "".join(
+            (f"{row.exits[c]} / {row.seconds[c]:g}s" if c in row.exits else "-").rjust(13)
+            for c in COMMANDS
+        )
+        error = "" if row.error is None else f"   {row.error:.1e} ({row.reference:.2g})"
+        print(f"{row.model:28s}{cells}{error}   {row.verdict} {row.detail}".rstrip(), flush=True)
+    counts = {v: sum(r.verdict == v for r in rows) for v in ("ok", "refused", "BUG")}
+    print(f"\n{len(rows)} models: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    return 1 if counts["BUG"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
