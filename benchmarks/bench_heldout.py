@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 COMMANDS = ("check", "tune", "verify", "run")
 
@@ -76,12 +77,8 @@ def command(name: str, model: Path, work: Path) -> list[str]:
     return [sys.executable, "-m", "autotune", *args]
 
 
-def reference(model: Path, work: Path) -> dict[str, np.ndarray]:
-    """Write a seeded random input per model input (X.npz) and return onnxruntime's outputs
-    by name."""
-    import onnxruntime as ort  # noqa: PLC0415  (a dev dependency, imported where needed)
-
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+def write_inputs(session: ort.InferenceSession, work: Path) -> dict[str, np.ndarray]:
+    """A seeded random array per model input, also written as X.npz for ``run``."""
     rng = np.random.default_rng(0)
     feeds = {
         i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
@@ -90,8 +87,7 @@ def reference(model: Path, work: Path) -> dict[str, np.ndarray]:
         for i in session.get_inputs()
     }
     np.savez(work / "X.npz", **feeds)  # type: ignore[arg-type]
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(None, feeds), strict=True))
+    return feeds
 
 
 def judge(row: Row, outputs: dict[str, str]) -> None:
@@ -114,7 +110,8 @@ def judge(row: Row, outputs: dict[str, str]) -> None:
 def run_model(model: Path, work: Path, timeout: float, tolerance: float) -> Row:
     row = Row(model.stem)
     outputs: dict[str, str] = {}
-    want = reference(model, work)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    feeds = write_inputs(session, work)
     for name in COMMANDS:
         start = time.perf_counter()
         try:
@@ -130,6 +127,8 @@ def run_model(model: Path, work: Path, timeout: float, tolerance: float) -> Row:
     judge(row, outputs)
     if row.verdict != "ok":
         return row
+    names = [o.name for o in session.get_outputs()]
+    want = dict(zip(names, session.run(None, feeds), strict=True))
     with np.load(work / "Y.npz") as got:
         missing = sorted(set(want) - set(got.files))
         if missing:

@@ -200,7 +200,7 @@ def any_activation() -> st.SearchStrategy[Activation]:
             Activation, st.sampled_from(["relu", "sigmoid", "silu", "hardswish", "hardsigmoid"])
         ),
         st.builds(Activation, st.just("leaky_relu"), alpha=st.sampled_from([0.01, 0.1, 0.2, 1.5])),
-        # a bound left out is infinite (ONNX's Clip; a schedule file writes it as null)
+        # a bound left out is infinite (ONNX's Clip; a schedule file writes "Infinity")
         st.tuples(
             st.floats(-1.0, 0.5) | st.just(-math.inf), st.floats(0.0, 6.0) | st.just(math.inf)
         ).map(lambda lh: Activation("clip", low=min(lh), high=max(lh))),

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     WithJsonSchema,
-    field_serializer,
     model_serializer,
 )
 
@@ -58,13 +59,27 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-#: A clip's bound: a number, or infinite (left out of an ONNX ``Clip``) as JSON cannot write
-#: it, or absent (null) for the default.
-_Bound = Annotated[
-    float | None,
-    WithJsonSchema(
-        {"anyOf": [{"type": "number"}, {"enum": ["Infinity", "-Infinity"]}, {"type": "null"}]}
-    ),
+def _finite_or_infinite(value: float) -> float:
+    if math.isnan(value):
+        raise ValueError("a bound must be a number or infinite, not NaN")
+    return value
+
+
+def _bound_json(value: float) -> float | str:
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+#: A clip's bound as a file writes it: a number, or an infinite one (a bound left out, as an
+#: ONNX ``Clip`` may) as ``"Infinity"`` / ``"-Infinity"``, which JSON has no number for and
+#: pydantic reads back. The schedule's layer records use it too.
+ClipBound = Annotated[
+    float,
+    Field(allow_inf_nan=True),
+    AfterValidator(_finite_or_infinite),
+    PlainSerializer(_bound_json, when_used="json"),
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"enum": ["Infinity", "-Infinity"]}]}),
 ]
 
 
@@ -85,22 +100,14 @@ class OperatorRecord(_Record):
     count_include_pad: bool | None = None
     scale: int | None = None
     alpha: float | None = None
-    low: _Bound = None
-    high: _Bound = None
+    low: ClipBound | None = None
+    high: ClipBound | None = None
     epsilon: float | None = None
     bias: bool | None = None
 
     _omit_absent = model_serializer(mode="wrap")(
         lambda self, handler: {k: v for k, v in handler(self).items() if v is not None}
     )
-
-    @field_serializer("low", "high")
-    def _bound(self, value: float | None) -> float | str | None:
-        """An infinite bound as the string pydantic reads back (``"-Infinity"``): JSON has
-        no infinity, and a null here means the default bound."""
-        if value is not None and math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
 
 
 class TensorRecord(_Record):

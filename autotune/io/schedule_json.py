@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -29,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 
 from autotune.files import write_atomic
 from autotune.io.errors import InputError, first_validation_error
-from autotune.io.graph_json import GraphRecord
+from autotune.io.graph_json import ClipBound, GraphRecord
 from autotune.io.limits import (
     MAX_SCHEDULE_BYTES,
     check_batch,
@@ -74,8 +73,8 @@ class ActivationRecord(_Model):
 
     kind: ActivationKind
     alpha: float = Field(description="leaky_relu's slope below zero")
-    low: float | None = Field(description="clip's lower bound; null: none (-infinity)")
-    high: float | None = Field(description="clip's upper bound; null: none (+infinity)")
+    low: ClipBound = Field(description='clip\'s lower bound ("-Infinity": none)')
+    high: ClipBound = Field(description='clip\'s upper bound ("Infinity": none)')
 
 
 class EpilogueRecord(_Model):
@@ -318,12 +317,7 @@ def epilogue_record(epilogue: Epilogue) -> EpilogueRecord | None:
         residual=epilogue.residual,
         activation=None
         if act is None
-        else ActivationRecord(
-            kind=act.kind,
-            alpha=act.alpha,
-            low=None if act.low == -math.inf else act.low,
-            high=None if act.high == math.inf else act.high,
-        ),
+        else ActivationRecord(kind=act.kind, alpha=act.alpha, low=act.low, high=act.high),
         activation_first=epilogue.activation_first,
     )
 
@@ -362,11 +356,7 @@ def layer_from_record(record: LayerRecord) -> Layer:
     if s.epilogue is not None:
         a = s.epilogue.activation
         try:
-            act = None
-            if a is not None:
-                low = -math.inf if a.low is None else a.low
-                high = math.inf if a.high is None else a.high
-                act = Activation(a.kind, a.alpha, low, high)
+            act = None if a is None else Activation(a.kind, a.alpha, a.low, a.high)
         except ValueError as exc:
             raise LayerError(record.name, "epilogue.activation", str(exc)) from None
         try:

@@ -1179,9 +1179,9 @@ def test_load_onnx_still_sees_only_layers(tmp_path):
 
 def test_a_clip_with_one_bound_is_tuned_saved_and_verified(tmp_path):
     """``Clip`` with its min or its max left out (``torch.clamp(min=-1)``) has no bound on
-    that side: it imports, tunes, and its schedule file says so with a null bound (JSON has
-    no infinity; a held-out run found `tune --out` failing on it after all the work), which
-    reads back and verifies."""
+    that side: it imports, tunes, and its schedule file says so with an infinite bound,
+    ``"Infinity"`` (JSON has no number for it; a held-out run found `tune --out` failing on
+    it after all the work), which reads back and verifies."""
     m = Model("clamp", opset=17)
     x = m.input("x", [1, 3, 8, 8])
     lo, hi = m.const("lo", np.array(-1.0, np.float32)), m.const("hi", np.array(2.0, np.float32))
@@ -1203,8 +1203,8 @@ def test_a_clip_with_one_bound_is_tuned_saved_and_verified(tmp_path):
         layer["name"]: layer["shape"]["epilogue"]["activation"]
         for layer in json.loads(out.read_text())["layers"]
     }
-    assert (acts["a"]["low"], acts["a"]["high"]) == (-1.0, None)
-    assert (acts["b"]["low"], acts["b"]["high"]) == (None, 2.0)
+    assert (acts["a"]["low"], acts["a"]["high"]) == (-1.0, "Infinity")
+    assert (acts["b"]["low"], acts["b"]["high"]) == ("-Infinity", 2.0)
     verified = runner.invoke(app, ["verify", str(out), "--network", path])
     assert verified.exit_code == 0, verified.output
 
