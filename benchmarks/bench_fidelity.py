@@ -686,7 +686,11 @@ def to_json(runs: Sequence[dict]) -> str:
 # -- command line ----------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--networks", default=",".join(NETWORKS), help="comma list")
+    parser.add_argument(
+        "--networks",
+        default=",".join(NETWORKS),
+        help="comma list of example names or network files (.yaml, .onnx)",
+    )
     parser.add_argument("--batch", default="1", help="comma list of batches")
     parser.add_argument("--precision", default="fp32", help="comma list (manticore runs)")
     parser.add_argument(
@@ -724,15 +728,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def network_named(name: str) -> Network:
+    """An example network by name, or any network file (YAML or ONNX) by path: held-out
+    networks are measured as the examples are."""
+    return load_network(EXAMPLES / f"{name}.yaml" if name in NETWORKS else name)
+
+
 def plan(args: argparse.Namespace) -> list[tuple[Network, str, str, int]]:
     """(network, machine, precision, batch) of every run the arguments ask for."""
     names = [n for n in args.networks.split(",") if n]
-    unknown = sorted(set(names) - set(NETWORKS))
+    unknown = sorted(n for n in names if n not in NETWORKS and not Path(n).is_file())
     if unknown:
-        raise SystemExit(f"unknown network(s) {', '.join(unknown)} (known: {', '.join(NETWORKS)})")
+        raise SystemExit(
+            f"unknown network(s) {', '.join(unknown)} "
+            f"(known: {', '.join(NETWORKS)}, or a network file)"
+        )
     batches = [int(b) for b in args.batch.split(",")]
     precisions = args.precision.split(",")
-    networks = [load_network(EXAMPLES / f"{n}.yaml") for n in names]
+    networks = [network_named(n) for n in names]
     if args.random:
         networks.append(random_network(args.random, args.seed))
     if args.quick is not None:

@@ -153,7 +153,9 @@ def precision_of(network: Network, machine: Machine, asked: str | None) -> str:
 def run(
     name: str, machine: Machine, batch: int, time_limit: float, precision: str | None = None
 ) -> dict[str, float]:
-    network = load_network(EXAMPLES / f"{name}.yaml")
+    # an example by name, or any network file (YAML or ONNX) by path
+    path = Path(name) if Path(name).suffix.lower() in (".yaml", ".yml", ".onnx") else None
+    network = load_network(path or EXAMPLES / f"{name}.yaml")
     precision = precision_of(network, machine, precision)
     opts = TuneOptions(
         refine=False,
@@ -221,7 +223,11 @@ def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--networks", default="mobilenetv2,resnet50")
+    parser.add_argument(
+        "--networks",
+        default="mobilenetv2,resnet50",
+        help="comma list of example names or network files (.yaml, .onnx)",
+    )
     parser.add_argument("--sweep", default="1,2,4", help="L2 bandwidth / HBM bandwidth")
     parser.add_argument("--batches", default="", help="batch sweep of the first network")
     parser.add_argument("--time-limit", type=float, default=60.0)

@@ -122,13 +122,17 @@ def progress_bar(description: str, total: int) -> Iterator[ProgressCallback]:
 
 
 def absorbed_text(lowering: Lowering | None) -> dict[str, str]:
-    """Per layer: what was folded or fused into it ("bn1 relu1"), or where a copy goes."""
+    """Per layer: what was folded or fused into it ("bn1 relu1"), or where a copy goes; a
+    channel shuffle (a copy layer) says so."""
     if lowering is None:
         return {}
-    return {
-        step.name: " ".join(step.absorbed) if step.op else f"copy into {step.output.buffer}"
-        for step in lowering.steps
-    }
+    texts = {}
+    for step in lowering.steps:
+        text = " ".join(step.absorbed) if step.op else f"copy into {step.output.buffer}"
+        if step.op and len(step.inputs) > 1 and step.layer.kind == "upsample":
+            text = " ".join((f"channel shuffle of {len(step.inputs)} groups", *step.absorbed))
+        texts[step.name] = text
+    return texts
 
 
 def graph_summary(lowering: Lowering | None) -> str | None:

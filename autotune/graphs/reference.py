@@ -62,6 +62,13 @@ def _evaluate(op: Operator, args: list[Array], params: Mapping[str, Array]) -> A
         return args[0] * args[1]
     if kind == "concat":
         return np.concatenate(args, axis=1)
+    if kind == "slice":
+        start, stop = op.channels
+        return x[:, start:stop]
+    if kind == "shuffle":  # ONNX's Reshape to N×g×(C/g)×H×W, Transpose(0, 2, 1, 3, 4), back
+        n, c, h, w = x.shape
+        grouped = x.reshape(n, op.groups, c // op.groups, h, w)
+        return grouped.transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
     if kind == "upsample":
         return np.repeat(np.repeat(x, op.scale, axis=2), op.scale, axis=3)
     if kind == "flatten":

@@ -43,6 +43,7 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "ceil_mode": False,
     "count_include_pad": False,
     "scale": 1,
+    "channels": (0, 0),
     "alpha": 0.01,
     "low": 0.0,
     "high": 6.0,
@@ -99,6 +100,9 @@ class OperatorRecord(_Record):
     ceil_mode: bool | None = None
     count_include_pad: bool | None = None
     scale: int | None = None
+    channels: list[int] | None = Field(
+        default=None, description="a slice's [start, stop] of the channels kept"
+    )
     alpha: float | None = None
     low: ClipBound | None = None
     high: ClipBound | None = None

@@ -89,11 +89,18 @@ class LayerSpec(BaseModel):
     padding: Any = Field(default=None, description="int or [h, w] on each side; conv and pools")
     dilation: Any = Field(default=None, description="int or [h, w]; conv")
     groups: PositiveInt | None = Field(
-        default=None, description="grouped conv; groups = channels: depthwise"
+        default=None,
+        description="grouped conv (groups = channels: depthwise); a shuffle's channel groups",
     )
     ceil_mode: StrictBool | None = None
     count_include_pad: StrictBool | None = None
     scale: PositiveInt | None = Field(default=None, description="upsample factor")
+    channels: list[NonNegativeInt] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=2,
+        description="slice: [start, stop] of the channels kept (stop excluded)",
+    )
     alpha: float | None = Field(default=None, description="leaky_relu slope")
     min: float | None = Field(default=None, description="clip lower bound (none: unbounded)")
     max: float | None = Field(default=None, description="clip upper bound (none: unbounded)")
@@ -141,6 +148,8 @@ _FIELDS: dict[str, frozenset[str]] = {
     "maxpool": frozenset({"kernel", "stride", "padding", "ceil_mode"}),
     "avgpool": frozenset({"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}),
     "upsample": frozenset({"scale"}),
+    "slice": frozenset({"channels"}),
+    "shuffle": frozenset({"groups"}),
     "leaky_relu": frozenset({"alpha"}),
     "clip": frozenset({"min", "max"}),
     "batchnorm": frozenset({"epsilon"}),
@@ -223,6 +232,7 @@ def _graph(spec: NetworkSpec, path: str) -> Graph:
                 ceil_mode=bool(layer.ceil_mode),
                 count_include_pad=bool(layer.count_include_pad),
                 scale=layer.scale,
+                channels=layer.channels,
                 alpha=0.01 if layer.alpha is None else layer.alpha,
                 **_clip_bounds(layer),
                 epsilon=1e-5 if layer.epsilon is None else layer.epsilon,

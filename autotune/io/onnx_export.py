@@ -5,7 +5,9 @@ Each operator becomes the ONNX operator of the same meaning, opset 17, NCHW, flo
 conv ``Conv``; fc ``Gemm`` (``transB``; a ``Flatten`` first when its input is a volume);
 batchnorm ``BatchNormalization``; pools ``MaxPool`` / ``AveragePool`` (``ceil_mode``,
 ``count_include_pad``) and ``GlobalAveragePool``; add ``Sum``; mul ``Mul``; concat
-``Concat`` (axis 1); upsample ``Resize`` (nearest, integer scales); flatten ``Flatten``;
+``Concat`` (axis 1); slice ``Slice`` (axis 1); shuffle ``Reshape`` to N×g×C/g×H×W,
+``Transpose`` [0, 2, 1, 3, 4], ``Reshape`` back (as PyTorch exports ShuffleNet's); upsample
+``Resize`` (nearest, integer scales); flatten ``Flatten``;
 softmax ``Softmax`` (axis 1); relu, leaky relu, sigmoid, hardswish, hardsigmoid as
 themselves; relu6/clip ``Clip``; silu ``x · Sigmoid(x)``. ``load_onnx_graph`` reads such a
 file back to the same graph.
@@ -24,6 +26,8 @@ from autotune.io.errors import InputError
 from autotune.ir.graph import Graph, Operator, tensor_ranks
 
 OPSET = 17
+#: A Slice's constant inputs, in order.
+_SLICE = ("starts", "ends", "axes")
 EXTRA_HINT = "writing .onnx files needs the onnx extra: pip install 'autotune[onnx]'"
 
 
@@ -150,6 +154,17 @@ def _emit(
     elif kind == "upsample":
         scales = const(f"{name}.scales", np.array([1, 1, op.scale, op.scale], np.float32))
         node("Resize", [args[0], "", scales], name, name, mode="nearest")
+    elif kind == "slice":
+        bounds = [np.array([v], np.int64) for v in (*op.channels, 1)]
+        starts, ends, axes = (const(f"{name}.{r}", v) for r, v in zip(_SLICE, bounds, strict=True))
+        node("Slice", [args[0], starts, ends, axes], name, name)
+    elif kind == "shuffle":  # 0: the batch as it comes (Reshape's allowzero=0)
+        h, w, c = op.shape
+        five = const(f"{name}.dims5", np.array([0, op.groups, c // op.groups, h, w], np.int64))
+        grouped = node("Reshape", [args[0], five], f"{name}.grouped", f"{name}.grouped")
+        swapped = node("Transpose", [grouped], f"{name}.t", f"{name}.t", perm=[0, 2, 1, 3, 4])
+        back = const(f"{name}.dims4", np.array([-1, c, h, w], np.int64))
+        node("Reshape", [swapped, back], name, name)
     elif kind == "flatten":
         node("Flatten", args, name, name, axis=1)
     elif kind == "softmax":

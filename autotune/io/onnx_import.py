@@ -33,7 +33,11 @@ table is ``_HANDLERS``; each handler says what it accepts):
   over H and W -> global_avgpool;
 - ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze`` -> flatten from ``N×C×H×W`` to
   ``N×K``, or a pass-through when each image keeps its (h, w, c);
-- ``Concat`` on axis 1 -> concat; ``Resize``/``Upsample`` nearest by an integer factor ->
+- ``Concat`` on axis 1 -> concat; ``Slice`` of a channel range (axis 1, step 1; bounds may
+  be computed from ``Shape``) and each output of a ``Split`` on axis 1 -> slice; the channel
+  shuffle ``Reshape`` to ``N×g×C/g×H×W``, ``Transpose`` ``[0, 2, 1, 3, 4]``, ``Reshape`` back
+  -> shuffle (a 5-D tensor anywhere else, or another ``Transpose``, is refused);
+  ``Resize``/``Upsample`` nearest by an integer factor ->
   upsample; ``Softmax`` over the channels -> softmax;
 - consumed: ``Identity``, ``Dropout``, ``Cast`` to the same type (pass-throughs);
   ``Constant`` and nodes on constants only (evaluated where an operator needs the value);
@@ -509,7 +513,9 @@ class ImportedNode(NamedTuple):
 
     ``operator`` is the graph operator the node is, or is part of: its own name for a node
     mapped one to one; the SiLU's (HardSwish's) for a ``Sigmoid`` (``HardSigmoid``) fused
-    with its ``Mul``; the Conv's or fc's for an ``Add`` of their bias. ``None`` when the node
+    with its ``Mul``; the Conv's or fc's for an ``Add`` of their bias; a ``Split``'s first
+    slice (the slice of its output ``i`` > 0 is ``operator:i``); the channel shuffle's for the
+    ``Reshape`` and ``Transpose`` before its last ``Reshape``. ``None`` when the node
     was consumed: constants and what is computed from them only (weight casts, transposes),
     shape computations, and the pass-throughs (``Identity``, ``Dropout``, a ``Cast`` to the
     same type, a reshape that keeps each image's shape) whose output is their input.
@@ -735,6 +741,10 @@ class _GraphImporter:
         # read only by such Muls -> the first of them (they are part of its operator).
         self.fused: dict[int, tuple[str, str, int]] = {}
         self.absorbed: dict[int, int] = {}
+        # a channel shuffle under way: the ONNX tensor of its 5-D Reshape (and of the
+        # Transpose after it) -> (graph tensor shuffled, groups, transposed yet, nodes so far)
+        self.grouped: dict[str, tuple[str, int, bool, tuple[int, ...]]] = {}
+        self.shuffles: dict[int, tuple[int, ...]] = {}  # its last Reshape -> the nodes before
         self.index = 0
 
     def _unique_names(self) -> list[str]:
@@ -757,6 +767,17 @@ class _GraphImporter:
             fates.append(self._node(node, self.names[index]))
         for gate, mul in self.absorbed.items():
             fates[gate] = fates[mul]
+        for tensor in self.outputs:
+            if tensor in self.grouped:
+                raise self.fail(
+                    "a 5-D network output: a 5-D tensor is only supported inside a channel "
+                    "shuffle (Reshape to N×g×C/g×H×W, Transpose [0, 2, 1, 3, 4], Reshape back)",
+                    self.names[self.grouped[tensor][3][-1]],
+                    "outputs",
+                )
+        for shuffle, parts in self.shuffles.items():
+            for part in parts:
+                fates[part] = fates[shuffle]
         if not self.ops:
             raise self.fail("no operator: the graph computes nothing from its inputs")
         check_count(len(self.ops), self.path, field="graph")
@@ -856,7 +877,7 @@ class _GraphImporter:
         handler = _HANDLERS.get(op_type)
         if handler is None:
             raise self.fail(f"unsupported ONNX op {op_type!r}", name, op_type)
-        for extra in node.output[1:]:  # indices, masks, running statistics
+        for extra in node.output[1:] if op_type != "Split" else ():  # indices, masks, ...
             if extra and self.readers.get(extra):
                 raise self.fail(
                     f"output {extra!r} is read by another node: only the first output of "
@@ -874,6 +895,13 @@ class _GraphImporter:
             return self.tensor[t]
         if not t:
             raise self.fail("missing input", name, field)
+        if t in self.grouped:
+            raise self.fail(
+                f"input {t!r} is a 5-D tensor: one is only supported inside a channel shuffle "
+                f"(Reshape to N×g×C/g×H×W, Transpose [0, 2, 1, 3, 4], Reshape back)",
+                name,
+                field,
+            )
         what = "a constant" if t in self.const else "computed from tensor shapes"
         raise self.fail(f"input {t!r} is {what}, not an activation", name, field)
 
@@ -903,6 +931,22 @@ class _GraphImporter:
             name,
             field,
         )
+
+    def _indices(self, node: Any, i: int, name: str, field: str) -> Array | None:
+        """``_param``, also for a value computed from the shapes of activations (a Slice's
+        ends from a ``Shape``), evaluated at the import's batch."""
+        t = node.input[i] if i < len(node.input) else ""
+        if t and t in self.shape_only:
+            value = self._value(t)
+            if value is None:
+                raise self.fail(
+                    f"input {t!r} depends on a dimension shape inference left unknown "
+                    f"(export the model with a fixed input size)",
+                    name,
+                    field,
+                )
+            return value
+        return self._param(node, i, name, field)
 
     def _required(self, node: Any, i: int, name: str, field: str) -> Array:
         value = self._param(node, i, name, field)
@@ -1007,11 +1051,13 @@ class _GraphImporter:
         *,
         rank: int,
         weights: dict[str, Array] | None = None,
+        output: int = 0,
         **fields: Any,
     ) -> str:
         """Make the operator (its shape checked against ONNX's inferred one), define the
-        node's first output as its tensor."""
-        dims = self.dims.get(node.output[0])
+        node's output ``output`` (the first; a Split has several) as its tensor."""
+        tensor = node.output[output]
+        dims = self.dims.get(tensor)
         expected = _per_image(dims) if dims is not None and len(dims) == rank else None
         try:
             op = make_operator(name, kind, inputs, self.shapes, shape=expected, **fields)
@@ -1028,8 +1074,8 @@ class _GraphImporter:
         self.ops.append(op)
         self.by_name[name] = op
         self.shapes[name] = op.shape
-        self.tensor[node.output[0]] = name
-        self.rank[node.output[0]] = rank
+        self.tensor[tensor] = name
+        self.rank[tensor] = rank
         if weights:
             self.weights[name] = weights
         return name
@@ -1478,7 +1524,10 @@ class _GraphImporter:
 
     def reshape(self, node: Any, name: str) -> str | None:
         """Reshape, Squeeze, Unsqueeze: a flatten of each image to ``[N, C·H·W]``, or a view
-        that keeps each image's (h, w, c) (``[N, C]`` <-> ``[N, C, 1, 1]``)."""
+        that keeps each image's (h, w, c) (``[N, C]`` <-> ``[N, C, 1, 1]``); or the first or
+        last Reshape of a channel shuffle (``_shuffle_start``, ``_shuffle_end``)."""
+        if node.input[0] in self.grouped:
+            return self._shuffle_end(node, name)
         x = self._act(node, 0, name, "data")
         rank = self._rank(node)
         shape = self.shapes[x]
@@ -1496,6 +1545,14 @@ class _GraphImporter:
         if after is not None and len(after) in (2, 4) and _per_image(after) == shape:
             self._alias(node, node.input[0], rank=len(after))
             return None
+        if after is not None and len(after) == 5 and rank == 4 and node.op_type == "Reshape":
+            h, w, c = shape
+            if _known(after[1:]) and _ints(after[1:])[2:] == (h, w):
+                groups, size = _ints(after[1:3])
+                if groups * size == c:  # N×g×(C/g)×H×W: a channel shuffle starts
+                    self.grouped[node.output[0]] = (x, groups, False, (self.index,))
+                    self.rank[node.output[0]] = 5
+                    return None
         shown = "an unknown shape" if after is None else str(list(after))
         raise self.fail(
             f"{node.op_type} of a tensor of {rank} dimensions with (h, w, c) = {list(shape)} to "
@@ -1504,6 +1561,138 @@ class _GraphImporter:
             name,
             "shape" if node.op_type == "Reshape" else "axes",
         )
+
+    def transpose(self, node: Any, name: str) -> None:
+        """The Transpose of a channel shuffle: the two group axes of its 5-D Reshape swapped."""
+        source = self.grouped.get(node.input[0])
+        perm = list(_attributes(self.onnx, node).get("perm", []))
+        if source is None or source[2] or perm != [0, 2, 1, 3, 4]:
+            raise self.fail(
+                f"a Transpose (perm {perm}) is only supported inside a channel shuffle: "
+                f"Reshape to N×g×C/g×H×W, Transpose [0, 2, 1, 3, 4], Reshape back",
+                name,
+                "perm",
+            )
+        x, groups, _, parts = source
+        self.grouped[node.output[0]] = (x, groups, True, (*parts, self.index))
+        self.rank[node.output[0]] = 5
+        return None
+
+    def _shuffle_end(self, node: Any, name: str) -> str:
+        """The Reshape back to ``N×C×H×W`` that completes a channel shuffle."""
+        x, groups, transposed, parts = self.grouped[node.input[0]]
+        h, w, c = self.shapes[x]
+        after = self.dims.get(node.output[0])
+        if not transposed or after is None or len(after) != 4 or _per_image(after) != (h, w, c):
+            raise self.fail(
+                f"a Reshape of a 5-D tensor to {'an unknown shape' if after is None else after}: "
+                f"only a channel shuffle (Reshape to N×g×C/g×H×W, Transpose [0, 2, 1, 3, 4], "
+                f"Reshape back to N×C×H×W) is supported",
+                name,
+                "shape",
+            )
+        self.shuffles[self.index] = parts
+        return self._emit(node, name, "shuffle", [x], rank=4, groups=groups)
+
+    def slice(self, node: Any, name: str) -> str | None:
+        """Slice of a range of channels (axis 1, step 1) -> slice; of every element -> the
+        input itself. Other axes or steps are refused."""
+        x = self._act(node, 0, name, "data")
+        rank = self._need_rank(node, name, "data", (2, 4))
+        if self.opset >= 10:
+            starts, ends, axes, steps = (
+                self._indices(node, i, name, field)
+                for i, field in enumerate(("starts", "ends", "axes", "steps"), start=1)
+            )
+            if starts is None or ends is None:
+                raise self.fail("missing input", name, "starts" if starts is None else "ends")
+            starts, ends = starts.reshape(-1), ends.reshape(-1)
+        else:
+            attrs = _attributes(self.onnx, node)
+            starts = np.array(attrs.get("starts", []))
+            ends = np.array(attrs.get("ends", []))
+            axes = np.array(attrs["axes"]) if "axes" in attrs else None
+            steps = None
+        axes_list = list(range(len(starts))) if axes is None else [int(a) for a in axes.reshape(-1)]
+        steps_list = [1] * len(starts) if steps is None else [int(v) for v in steps.reshape(-1)]
+        if not len(starts) == len(ends) == len(axes_list) == len(steps_list):
+            raise self.fail("starts, ends, axes and steps differ in length", name, "starts")
+        h, w, c = self.shapes[x]
+        sizes = [self.batch, c, h, w] if rank == 4 else [self.batch, c]
+        channels = (0, c)
+        for axis, start, end, step in zip(axes_list, starts, ends, steps_list, strict=True):
+            if not -rank <= axis < rank:
+                raise self.fail(f"axis {axis} out of range for rank {rank}", name, "axes")
+            axis %= rank
+            size = sizes[axis]
+            first, stop = (
+                min(max(int(v) + size if v < 0 else int(v), 0), size) for v in (start, end)
+            )
+            if step == 1 and (first, stop) == (0, size):
+                continue  # every element along this axis
+            if axis != 1 or step != 1:
+                raise self.fail(
+                    f"a Slice along axis {axis} with step {step}: only a range of channels "
+                    f"(axis 1, step 1) is supported",
+                    name,
+                    "axes" if axis != 1 else "steps",
+                )
+            channels = (first, stop)
+        if channels == (0, c):
+            self._alias(node, node.input[0])
+            return None
+        return self._emit(node, name, "slice", [x], rank=rank, channels=channels)
+
+    def split(self, node: Any, name: str) -> str:
+        """Split along the channels (axis 1) -> one slice per output, named ``name:i`` after
+        the first (``name``)."""
+        x = self._act(node, 0, name, "input")
+        rank = self._need_rank(node, name, "input", (2, 4))
+        attrs = _attributes(self.onnx, node)
+        axis = int(attrs.get("axis", 0))
+        if not -rank <= axis < rank or axis % rank != 1:
+            raise self.fail(
+                f"a Split along axis {axis}: only along the channels (axis 1) is supported",
+                name,
+                "axis",
+            )
+        c = self.shapes[x][2]
+        count = len(node.output)
+        value = self._indices(node, 1, name, "split") if self.opset >= 13 else None
+        if value is not None:
+            sizes = [int(v) for v in value.reshape(-1)]
+        elif "split" in attrs:
+            sizes = [int(v) for v in attrs["split"]]
+        else:  # equal parts, the last smaller when they do not divide (opset 18)
+            part = -(-c // count)
+            sizes = [min(part, c - i * part) for i in range(count)]
+        if len(sizes) != count or min(sizes) < 1 or sum(sizes) != c:
+            raise self.fail(
+                f"split {sizes} into {count} outputs does not cover the {c} channels",
+                name,
+                "split",
+            )
+        taken = set(self.names) | {vi.name for vi in self.inputs}
+        first = ""
+        start = 0
+        for i, (tensor, size) in enumerate(zip(node.output, sizes, strict=True)):
+            part_name = name if i == 0 else f"{name}:{i}"
+            while i and part_name in taken:
+                part_name += "_"
+            taken.add(part_name)
+            if tensor:
+                out = self._emit(
+                    node,
+                    part_name,
+                    "slice",
+                    [x],
+                    rank=rank,
+                    output=i,
+                    channels=(start, start + size),
+                )
+                first = first or out
+            start += size
+        return first or name
 
     def _squeezed(self, node: Any, name: str, before: Dims) -> Dims | None:
         """The output dims of a Squeeze or Unsqueeze over ``before`` (where shape inference
@@ -1695,6 +1884,9 @@ _HANDLERS: dict[str, _Handler] = {
     "Squeeze": _GraphImporter.reshape,
     "Unsqueeze": _GraphImporter.reshape,
     "Concat": _GraphImporter.concat,
+    "Slice": _GraphImporter.slice,
+    "Split": _GraphImporter.split,
+    "Transpose": _GraphImporter.transpose,
     "Resize": _GraphImporter.resize,
     "Upsample": _GraphImporter.resize,
     "Identity": _GraphImporter.identity,

@@ -30,6 +30,8 @@ OpKind = Literal[
     "add",
     "mul",
     "concat",
+    "slice",
+    "shuffle",
     "upsample",
     "relu",
     "relu6",
@@ -82,13 +84,18 @@ class Operator:
     counterpart, used by the kinds that have them: ``out_channels``, ``kernel``, ``stride``,
     ``padding`` (zeros on each side, ``(h, w)``), ``dilation``, ``groups`` (conv);
     ``kernel``, ``stride``, ``padding``, ``ceil_mode``, ``count_include_pad`` (pools);
-    ``scale`` (upsample); ``alpha`` (leaky relu); ``low``/``high`` (clip; relu6 is 0..6);
+    ``scale`` (upsample); ``channels`` (slice: ``(start, stop)``); ``groups`` (shuffle);
+    ``alpha`` (leaky relu); ``low``/``high`` (clip; relu6 is 0..6);
     ``epsilon`` (batch norm, whose statistics are weights); ``bias`` (a conv or fc adds a
     per-channel bias). ``shape`` is the output, per image.
 
     ``add`` sums two or more inputs of one shape; ``mul`` multiplies its first input by its
     second, of the same shape (elementwise) or a gate ``(1, 1, c)`` that scales each channel
     of each image by the image's own factor (a squeeze-excitation block's last step).
+    ``slice`` keeps channels ``start … stop − 1`` (ONNX ``Slice``/``Split`` on the channels);
+    ``shuffle`` is ShuffleNet's channel shuffle of ``groups`` groups (ONNX: ``Reshape`` to
+    ``N×g×(C/g)×H×W``, ``Transpose`` of the two group axes, ``Reshape`` back): output channel
+    ``j`` is input channel ``(j mod g)·C/g + j div g``.
     """
 
     name: str
@@ -104,6 +111,7 @@ class Operator:
     ceil_mode: bool = False
     count_include_pad: bool = False
     scale: int = 1
+    channels: Pair = (0, 0)
     alpha: float = 0.01
     low: float = 0.0
     high: float = 6.0
@@ -163,6 +171,7 @@ def make_operator(
     ceil_mode: bool = False,
     count_include_pad: bool = False,
     scale: int | None = None,
+    channels: Iterable[int] | None = None,
     alpha: float = 0.01,
     low: float = 0.0,
     high: float = 6.0,
@@ -276,6 +285,30 @@ def make_operator(
         out = (h * scale, w * scale, c)
     elif kind == "flatten":
         out = (1, 1, h * w * c)
+    elif kind == "slice":
+        if channels is None:
+            raise GraphError(name, "channels", "required: [start, stop] of the kept channels")
+        bounds = [int(v) for v in channels]
+        if len(bounds) != 2:
+            raise GraphError(name, "channels", f"expected [start, stop], got {bounds}")
+        start, stop = bounds
+        if not 0 <= start < stop <= c:
+            raise GraphError(
+                name,
+                "channels",
+                f"[{start}, {stop}] is not a non-empty range within the input's {c} channels",
+                inputs[0],
+            )
+        out = (h, w, stop - start)
+    elif kind == "shuffle":
+        if groups < 2 or c % groups:
+            raise GraphError(
+                name,
+                "groups",
+                f"a shuffle needs 2 or more groups that divide its {c} channels, got {groups}",
+                inputs[0],
+            )
+        out = in_shape
     else:  # activations, batchnorm, softmax keep the shape
         out = in_shape
     if kind == "relu6":
@@ -303,6 +336,7 @@ def make_operator(
         ceil_mode=ceil_mode,
         count_include_pad=count_include_pad,
         scale=scale or 1,
+        channels=(0, 0) if channels is None or kind != "slice" else _pair(channels, (0, 0)),
         alpha=alpha,
         low=low,
         high=high,
@@ -407,10 +441,10 @@ class Graph:
 
 def tensor_ranks(graph: Graph) -> dict[str, int]:
     """Each tensor's rank as an array with the batch, as ONNX has it: 2 (``N×K``) for an fc's
-    or a flatten's output and for what an activation, softmax, batch norm, add, mul or concat
-    makes of such vectors alone; 4 (``N×C×H×W``) for the rest, the network inputs included."""
+    or a flatten's output and for what an activation, softmax, batch norm, add, mul, concat or
+    slice makes of such vectors alone; 4 (``N×C×H×W``) for the rest, the network inputs included."""
     ranks = {name: 4 for name in graph.input_names}
-    keeps = ACTIVATION_KINDS | {"softmax", "batchnorm", "add", "mul", "concat"}
+    keeps = ACTIVATION_KINDS | {"softmax", "batchnorm", "add", "mul", "concat", "slice"}
     for op in graph.ops:
         if op.kind in ("fc", "flatten"):
             ranks[op.name] = 2

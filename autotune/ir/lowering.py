@@ -12,7 +12,8 @@ with every operator (``Fate``):
   epilogue's order (bias, residual, activation; or bias, activation, residual when the add
   follows the activation). An add fuses into the producer of its later operand when the
   other operand is computed before that producer runs ("ready").
-- ``view``: ``flatten`` is the same bytes read with another shape (NCHW order).
+- ``view``: ``flatten`` is the same bytes read with another shape (NCHW order); a ``slice``
+  of channels is a channel range of its source's buffer (one contiguous block per image).
 - ``concat``: producers write into channel slices of the concat's buffer (channel-major
   layout: a slice of channels is one contiguous block per image), so no copy is made. An
   operand that cannot be written in place (a network input, a view, a tensor already placed
@@ -20,6 +21,9 @@ with every operator (``Fate``):
 - ``layer``: every other operator is a ``Step`` with its own ``Layer``: conv, fc, pools
   (global average pool: the ``avgpool`` whose kernel is the input), add, mul, activation,
   upsample, softmax, and a batch norm left standing (a depthwise 1×1 conv with a bias).
+  A channel ``shuffle`` of ``g`` groups is a copy (an ``upsample`` of scale 1) whose operands
+  are the ``g`` channel ranges of its input, read interleaved as an add's are: channel
+  ``j·g + i`` of what it reads is channel ``j`` of group ``i``, which is the shuffle.
   A mul by a channel gate ``(1, 1, c)`` (squeeze-excitation) is a depthwise 1×1 conv whose
   filter is the gate: the step's ``gate`` names the tensor its executor reads the filter of
   each image from, and the plan places it as the step's weights stream. (At a batch tile of
@@ -165,6 +169,7 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
     producer: dict[str, _Draft] = {}  # tensor -> the draft whose epilogue yields it
     order: dict[str, int] = {name: -1 for name in graph.input_names}  # tensor -> ready at
     views: dict[str, str] = {}  # flatten output -> its source tensor
+    slices: dict[str, tuple[str, int]] = {}  # slice output -> (its source, first channel)
     fates: dict[str, Fate] = {}
 
     def alone(tensor: str, reader: str) -> bool:
@@ -230,6 +235,10 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
             views[op.name] = src
             order[op.name] = order[src]
             fates[op.name] = Fate(op.name, "view", src)
+        elif op.kind == "slice":
+            slices[op.name] = (src, op.channels[0])
+            order[op.name] = order[src]
+            fates[op.name] = Fate(op.name, "view", src)
         elif op.kind == "concat":
             order[op.name] = max(order[t] for t in op.inputs)
             fates[op.name] = Fate(op.name, "concat", op.name)
@@ -243,7 +252,7 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
             continue
         # a copy has no operator of its own: it carries the graph's first, for its errors
         drafts.insert(after + 1, _Draft(graph.ops[0], "copy", (source,), target, after + 1))
-    refs = _refs(graph, views, placement, copy_specs)
+    refs = _refs(graph, views, slices, placement, copy_specs)
     buffers = _buffers(graph, drafts, placement, refs)
     steps: list[Step] = []
     taken = {op.name for op in graph.ops} | set(graph.input_names)
@@ -255,10 +264,12 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
             steps.append(Step(layer, (src_ref,), refs[draft.out_tensor]))
             continue
         operands = tuple(refs[t] for t in draft.operands)
+        if draft.kind == "shuffle":
+            operands = _groups(draft.op, operands[0])
         residual = refs[draft.residual] if draft.residual is not None else None
         steps.append(
             Step(
-                _layer(draft, draft.op.name, operands[0], len(operands)),
+                _layer(draft, draft.op.name, refs[draft.operands[0]], len(operands)),
                 operands,
                 refs[draft.out_tensor],
                 residual,
@@ -346,13 +357,28 @@ def _ready_index(graph: Graph, tensor: str, producer: dict[str, _Draft]) -> int:
     return max((_ready_index(graph, t, producer) for t in op.inputs), default=-1)
 
 
+def _groups(op: Operator, src: TensorRef) -> tuple[TensorRef, ...]:
+    """A shuffle's operands: the ``groups`` channel ranges of its input, in order."""
+    if src.view != src.stored:
+        raise GraphError(op.name, "inputs", "a shuffle of a flattened tensor is not supported")
+    h, w, c = src.stored
+    size = c // op.groups
+    shape = (h, w, size)
+    return tuple(
+        replace(src, offset=src.offset + g * size, stored=shape, view=shape)
+        for g in range(op.groups)
+    )
+
+
 def _refs(
     graph: Graph,
     views: dict[str, str],
+    slices: dict[str, tuple[str, int]],
     placement: dict[str, tuple[str, int]],
     specs: list[_CopySpec],
 ) -> dict[str, TensorRef]:
-    """Every tensor's ref: its own buffer, a slice of a concat's, or a view of another."""
+    """Every tensor's ref: its own buffer, a slice of a concat's, a view of another, or a
+    channel range of another's."""
     shapes = {name: shape for name, shape in graph.inputs}
     shapes.update({op.name: op.shape for op in graph.ops})
     for source, target, _, _ in specs:
@@ -370,6 +396,12 @@ def _refs(
         elif tensor in views:
             source = resolve(views[tensor])
             ref = replace(source, tensor=tensor, view=shape)
+        elif tensor in slices:
+            name, start = slices[tensor]
+            source = resolve(name)
+            if source.view != source.stored:
+                raise GraphError(tensor, "inputs", "a slice of a flattened tensor is not supported")
+            ref = TensorRef(tensor, source.buffer, source.offset + start, shape, shape)
         else:
             ref = TensorRef(tensor, tensor, 0, shape, shape)
         refs[tensor] = ref
@@ -479,6 +511,8 @@ def _layer(draft: _Draft, name: str, src: TensorRef, operands: int = 1) -> Layer
             )
         if kind == "copy":
             return Layer(name, "upsample", h, w, c, c, groups=c)
+        if kind == "shuffle":  # a copy of its channel groups read interleaved (docstring)
+            return Layer(name, "upsample", h, w, c, c, groups=c, epilogue=epilogue)
         if kind == "softmax":
             return Layer(name, "softmax", h, w, c, c, epilogue=epilogue)
     except LayerError as exc:

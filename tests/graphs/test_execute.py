@@ -16,7 +16,7 @@ from autotune.cli.app import app
 from autotune.graphs.execute import verify_network
 from autotune.graphs.weights import seeded_weights
 from autotune.io.network_yaml import load_network
-from tests.io.test_onnx_graph import Model, legacy_resnet, squeeze_excitation
+from tests.io.test_onnx_graph import Model, legacy_resnet, shufflenet, squeeze_excitation
 
 #: Every operator kind, with the fusions and placements the lowering makes.
 ALL_KINDS = """\
@@ -245,3 +245,29 @@ def test_cli_run_names_an_onnx_models_outputs_as_the_model_does(tmp_path):
     assert sorted(got.files) == sorted(want) == sorted([a, b])
     for name, array in want.items():
         np.testing.assert_allclose(got[name], array, rtol=1e-4, atol=1e-5)
+
+
+def test_shufflenet_units_match_onnxruntime_and_a_swapped_group_is_caught(tmp_path):
+    """Channel slices read in place and shuffles read as interleaved groups compute what
+    onnxruntime computes; the executed network is checked against the reference, and a
+    shuffle whose two groups are swapped fails that check."""
+    ort = pytest.importorskip("onnxruntime")
+    path = shufflenet(tmp_path, batch=2)
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    net = load_network(path)
+    x = np.random.default_rng(5).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    (value,) = run_network(result, net, {"x": x}).values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+    assert net.lowering is not None
+    steps = list(net.lowering.steps)
+    at = next(i for i, s in enumerate(steps) if s.name == "u2.shuffle")
+    steps[at] = dataclasses.replace(steps[at], inputs=steps[at].inputs[::-1])
+    forged = dataclasses.replace(
+        net, lowering=dataclasses.replace(net.lowering, steps=tuple(steps))
+    )
+    mappings = {r.layer.name: r.mapping for r in result.layers}
+    check = verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
+    assert not check.ok and any("u2.shuffle" in line for line in check.errors)

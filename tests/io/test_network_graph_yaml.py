@@ -146,3 +146,59 @@ layers:
     for layer, bounds in (("a", (-1.0, math.inf)), ("b", (-math.inf, 2.0))):
         act = net.layer(layer).epilogue.activation
         assert act is not None and (act.kind, act.low, act.high) == ("clip", *bounds)
+
+
+SHUFFLE_UNIT = """\
+network: shuffle_unit
+layers:
+  - {name: stem, kind: conv, in: [8, 8, 4], out_channels: 16, kernel: 3, padding: 1}
+  - {name: keep, kind: slice, inputs: [stem], channels: [0, 8]}
+  - {name: work, kind: slice, inputs: [stem], channels: [8, 16]}
+  - {name: pw, kind: conv, inputs: [work], out_channels: 8, kernel: 1}
+  - {name: cat, kind: concat, inputs: [keep, pw]}
+  - {name: shuf, kind: shuffle, groups: 4}
+"""
+
+
+def test_slices_are_views_and_a_shuffle_reads_its_groups(tmp_path):
+    net = load_network(write(tmp_path, SHUFFLE_UNIT))
+    assert net.graph is not None and net.lowering is not None
+    fates = {f.op: (f.kind, f.into) for f in net.lowering.fates}
+    assert fates["keep"] == fates["work"] == ("view", "stem")
+    pw = net.lowering.step("pw").inputs[0]
+    assert (pw.buffer, pw.offset, pw.stored) == ("stem", 8, (8, 8, 8))
+    shuf = net.lowering.step("shuf")
+    assert [(r.buffer, r.offset, r.stored[2]) for r in shuf.inputs] == [
+        ("cat", 0, 4),
+        ("cat", 4, 4),
+        ("cat", 8, 4),
+        ("cat", 12, 4),
+    ]
+    assert shuf.layer.kind == "upsample" and shuf.layer.c_in == shuf.layer.c_out == 16
+
+
+@pytest.mark.parametrize(
+    ("edit", "layer", "field", "words"),
+    [
+        (("channels: [8, 16]", "channels: [8, 17]"), "work", "channels", "within the input's 16"),
+        (("channels: [8, 16]", "channels: [8, 8]"), "work", "channels", "non-empty"),
+        (("channels: [8, 16]", "channels: [8]"), "work", "channels", "at least 2"),
+        (("inputs: [stem], channels: [0, 8]", "inputs: [stem]"), "keep", "channels", "required"),
+        (("groups: 4", "groups: 3"), "shuf", "groups", "divide its 16 channels"),
+        (("groups: 4", "groups: 1"), "shuf", "groups", "2 or more"),
+        (
+            ("kind: conv, inputs: [work],", "kind: conv, channels: [0, 1], inputs: [work],"),
+            "pw",
+            "channels",
+            "not allowed",
+        ),
+    ],
+)
+def test_slice_and_shuffle_errors(tmp_path, edit, layer, field, words):
+    old, new = edit
+    assert old in SHUFFLE_UNIT
+    with pytest.raises(InputError) as info:
+        load_network(write(tmp_path, SHUFFLE_UNIT.replace(old, new)))
+    err = info.value
+    assert (err.layer, err.field) == (layer, field), str(err)
+    assert words in str(err)

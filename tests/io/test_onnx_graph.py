@@ -187,6 +187,11 @@ def execute(model: OnnxGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
             y = np.concatenate([values[t] for t in op.inputs], axis=1)
         elif k == "upsample":
             y = x.repeat(op.scale, axis=2).repeat(op.scale, axis=3)
+        elif k == "slice":
+            y = x[:, op.channels[0] : op.channels[1]]
+        elif k == "shuffle":  # channel j·g + i is channel j of group i
+            n, c, h, w = x.shape
+            y = np.stack(np.split(x, op.groups, axis=1), axis=2).reshape(n, c, h, w)
         elif k == "relu":
             y = np.maximum(x, 0)
         elif k in ("relu6", "clip"):
@@ -286,7 +291,9 @@ def assert_accounted(path: str, model: OnnxGraph) -> None:
         (n.name, n.op_type) for n in model.nodes
     )
     names = {op.name for op in model.graph.ops}
-    assert {n.operator for n in model.nodes} - {None} == names
+    splits = [n.operator for n in model.nodes if n.op_type == "Split"]
+    later_parts = {name for name in names for s in splits if name.startswith(f"{s}:")}
+    assert {n.operator for n in model.nodes} - {None} == names - later_parts
     dims = inferred(path)
     by_name = {n.name: n for n in nodes}
     compared = 0
@@ -729,6 +736,75 @@ def squeeze_excitation(tmp_path, batch: int = 2) -> str:
     return m.save(tmp_path / "se.onnx", z)
 
 
+def shufflenet(tmp_path, batch: int = 2) -> str:
+    """Two ShuffleNet V2 units as torchvision exports them: a stride-2 unit (two branches,
+    Concat, channel shuffle: Reshape to N×2×C/2×H×W, Transpose [0, 2, 1, 3, 4], Reshape
+    back) and a stride-1 unit that halves its input with Slices whose bounds come from the
+    input's Shape, then one more unit that halves it with a Split."""
+    m = Model("shufflenet", opset=17)
+    x = m.op("Relu", [m.conv(m.input("x", [batch, 4, 8, 8]), "stem", 4, 8, 3, pad=1)], "stem.relu")
+
+    def shuffle(x: str, p: str, c: int, h: int) -> str:
+        five = m.const(f"{p}.g", np.array([batch, 2, c // 2, h, h], np.int64))
+        y = m.op(
+            "Transpose", [m.op("Reshape", [x, five], f"{p}.view")], f"{p}.t", perm=[0, 2, 1, 3, 4]
+        )
+        back = m.const(f"{p}.b", np.array([batch, c, h, h], np.int64))
+        return m.op("Reshape", [y, back], f"{p}.shuffle")
+
+    def branch(x: str, p: str, c: int, stride: int) -> str:
+        y = m.op("Relu", [m.conv(x, f"{p}.pw1", c, c, 1)], f"{p}.r1")
+        y = m.conv(y, f"{p}.dw", c, c, 3, stride=stride, pad=1, groups=c)
+        return m.op("Relu", [m.conv(y, f"{p}.pw2", c, c, 1)], f"{p}.r2")
+
+    left = m.conv(m.conv(x, "u1.b1.dw", 8, 8, 3, 2, 1, 8), "u1.b1.pw", 8, 8, 1)
+    left = m.op("Relu", [left], "u1.b1.relu")
+    x = shuffle(m.op("Concat", [left, branch(x, "u1.b2", 8, 2)], "u1.cat", axis=1), "u1", 16, 4)
+    size = m.op("Gather", [m.op("Shape", [x], "u2.shape"), m.const("one", np.array([1]))], "c")
+    half = m.op("Div", [size, m.const("two", np.array([2], np.int64))], "u2.half")
+    zero, axis = m.const("zero", np.array([0], np.int64)), m.const("axis", np.array([1]))
+    a = m.op("Slice", [x, zero, half, axis], "u2.keep")
+    b = m.op("Slice", [x, half, size, axis], "u2.work")
+    x = shuffle(m.op("Concat", [a, branch(b, "u2.b2", 8, 1)], "u2.cat", axis=1), "u2", 16, 4)
+    a, b = m.op("Split", [x, m.const("sizes", np.array([8, 8]))], "u3.split", outputs=2, axis=1)
+    x = shuffle(m.op("Concat", [a, branch(b, "u3.b2", 8, 1)], "u3.cat", axis=1), "u3", 16, 4)
+    return m.save(tmp_path / "shufflenet.onnx", x)
+
+
+def test_shufflenet_units(tmp_path):
+    path = shufflenet(tmp_path)
+    model = load_onnx_graph(path)
+    assert_accounted(path, model)
+    assert_runs_like_onnx(path, model)
+    graph = model.graph
+    assert [op.groups for op in graph.ops if op.kind == "shuffle"] == [2, 2, 2]
+    slices = {op.name: op.channels for op in graph.ops if op.kind == "slice"}
+    assert slices == {
+        "u2.keep": (0, 8),
+        "u2.work": (8, 16),
+        "u3.split": (0, 8),
+        "u3.split:1": (8, 16),
+    }
+    node_fates = fates(model)
+    assert node_fates["u1.view"] == node_fates["u1.t"] == "u1.shuffle"
+    lowering = lower(graph)
+    shuffle = lowering.step("u2.shuffle")
+    assert [(r.buffer, r.offset, r.stored[2]) for r in shuffle.inputs] == [
+        ("u2.cat", 0, 8),
+        ("u2.cat", 8, 8),
+    ]
+    work = lowering.step("u2.b2.pw1").inputs[0]
+    assert (work.buffer, work.offset, work.stored) == ("u1.shuffle", 8, (4, 4, 8))
+    # exported and read back: the same operators, computing the same
+    again_path = tmp_path / "again.onnx"
+    save_onnx(graph, model.weights, again_path, batch=2)
+    again = load_onnx_graph(again_path)
+    assert [(o.kind, o.shape, o.channels, o.groups) for o in again.graph.ops] == [
+        (o.kind, o.shape, o.channels, o.groups) for o in graph.ops
+    ]
+    assert_runs_like_onnx(str(again_path), again)
+
+
 def test_squeeze_excitation(tmp_path):
     path = squeeze_excitation(tmp_path)
     model = load_onnx_graph(path)
@@ -1045,6 +1121,30 @@ def case_transpose(m, x):
     return m.op("Transpose", [x], "nhwc", perm=[0, 2, 3, 1])
 
 
+def case_slice_rows(m, x):
+    starts, ends = m.const("s", np.array([1], np.int64)), m.const("e", np.array([4], np.int64))
+    return m.op("Slice", [x, starts, ends, m.const("a", np.array([2], np.int64))], "rows")
+
+
+def case_slice_every_other_channel(m, x):
+    bounds = [m.const(n, np.array([v], np.int64)) for n, v in (("s", 0), ("e", 4), ("a", 1))]
+    return m.op("Slice", [x, *bounds, m.const("step", np.array([2], np.int64))], "odd")
+
+
+def case_split_batch(m, x):
+    return m.op("Split", [x], "halves", outputs=2, axis=2)[0]
+
+
+def case_five_d_read(m, x):
+    grouped = m.op("Reshape", [x, m.const("g", np.array([1, 2, 2, 6, 6], np.int64))], "group")
+    return m.op("Relu", [grouped], "relu5d")
+
+
+def case_five_d_back_untransposed(m, x):
+    grouped = m.op("Reshape", [x, m.const("g", np.array([1, 2, 2, 6, 6], np.int64))], "group")
+    return m.op("Reshape", [grouped, m.const("b", np.array([1, 4, 6, 6], np.int64))], "back")
+
+
 def case_conv_weight_from_activation(m, x):
     return m.op("Conv", [x, m.op("Relu", [x], "relu")], "dynamic")
 
@@ -1081,7 +1181,12 @@ CASES = [
     (case_avgpool_asymmetric_count_pad, "avg", "pads", "count_include_pad=0"),
     (case_maxpool_asymmetric_top, "pool", "pads", "asymmetric padding [1, 1, 0, 0]"),
     (case_flatten_axis2, "flat", "axis", "axis 2"),
-    (case_transpose, "nhwc", "Transpose", "unsupported ONNX op 'Transpose'"),
+    (case_transpose, "nhwc", "perm", "only supported inside a channel shuffle"),
+    (case_slice_rows, "rows", "axes", "a Slice along axis 2 with step 1"),
+    (case_slice_every_other_channel, "odd", "steps", "axis 1 with step 2"),
+    (case_split_batch, "halves", "axis", "a Split along axis 2"),
+    (case_five_d_read, "relu5d", "X", "is a 5-D tensor"),
+    (case_five_d_back_untransposed, "back", "shape", "only a channel shuffle"),
     (case_conv_weight_from_activation, "dynamic", "W", "must be a constant"),
     (case_gemm_trans_a, "fc", "transA", "transposed"),
 ]
