@@ -23,7 +23,10 @@ table is ``_HANDLERS``; each handler says what it accepts):
   ``N×K`` A); an ``Add`` of a constant right after a Conv/Gemm/MatMul -> its bias;
 - ``Add``, ``Sum`` of activations -> add; ``Mul`` of two activations of one shape, or of a
   feature map and a channel gate ``N×C×1×1`` (squeeze-excitation) -> mul;
-  ``BatchNormalization`` -> batchnorm (unfolded, also with training_mode=1);
+  ``BatchNormalization`` -> batchnorm (unfolded, also with training_mode=1); ``Add``,
+  ``Sub``, ``Mul``, ``Div`` of an activation and a constant of one value per channel (or
+  one value) -> batchnorm of that scale and shift (statistics 0 and 1, epsilon 0), merged
+  into a batch norm it follows when it is that one's only reader (``affine``);
 - ``Relu``, ``Sigmoid``, ``HardSwish``, ``LeakyRelu`` -> relu, sigmoid, hardswish,
   leaky_relu; ``Clip`` (bounds as inputs or attributes) -> relu6 for [0, 6], relu for
   [0, inf), else clip; ``Mul(x, Sigmoid(x))`` -> silu, ``Mul(x, HardSigmoid(x))`` ->
@@ -745,6 +748,8 @@ class _GraphImporter:
         # Transpose after it) -> (graph tensor shuffled, groups, transposed yet, nodes so far)
         self.grouped: dict[str, tuple[str, int, bool, tuple[int, ...]]] = {}
         self.shuffles: dict[int, tuple[int, ...]] = {}  # its last Reshape -> the nodes before
+        # ONNX tensor -> the batch norm it is the output of (``affine`` merges into it)
+        self.affine_out: dict[str, str] = {}
         self.index = 0
 
     def _unique_names(self) -> list[str]:
@@ -1257,12 +1262,69 @@ class _GraphImporter:
                     self.weights[op.name]["bias"] = np.broadcast_to(value, target).reshape(n).copy()
                     self._alias(node, act)
                     return op.name
-        raise self.fail(
-            "an Add of a constant is supported only as the bias of the Conv, Gemm or MatMul "
-            "before it (the only reader of its output, without a bias of its own)",
-            name,
-            "B",
-        )
+        return self.affine(node, name)
+
+    def affine(self, node: Any, name: str) -> str:
+        """Add, Sub, Mul or Div of an activation ``x`` and a constant ``k`` of one value per
+        channel (or one value): ``x + k``, ``x − k``, ``k − x``, ``x·k``, ``x / k`` are a batch
+        norm with statistics 0 and 1 (epsilon 0) and that scale and shift, which the lowering
+        folds into a conv or fc before it. One that follows a batch norm read by it alone
+        (another such node, or a real one) is merged into it: an input normalisation
+        ``(x − mean) / std`` is one step, a ``Mul`` and ``Add`` after a conv (tf2onnx's batch
+        norm) fold into it."""
+        op_type = node.op_type
+        a, b = node.input[0], node.input[1]
+        act_first = a in self.tensor
+        act, const = (a, b) if act_first else (b, a)
+        if act not in self.tensor or const not in self.const:
+            if act not in self.tensor:
+                why = "needs an activation operand"
+            elif const in self.tensor:
+                why = "of two activations is not supported"
+            else:
+                why = f"by {const!r}, computed from tensor shapes, is not supported"
+            raise self.fail(f"a {op_type} {why}", name, "B")
+        if op_type == "Div" and not act_first:
+            raise self.fail("a Div of a constant by an activation is not supported", name, "A")
+        x = self.tensor[act]
+        rank = self.rank[act]
+        c = self.shapes[x][2]
+        value = self._required(node, list(node.input).index(const), name, "B" if act_first else "A")
+        target = (1, c) if rank == 2 else (1, c, 1, 1)
+        if _broadcast(value.shape, target) != target:
+            raise self.fail(
+                f"a {op_type} by a constant of shape {list(value.shape)}: only one value per "
+                f"channel ({list(target)}) or one value is supported",
+                name,
+                "B" if act_first else "A",
+            )
+        dtype = np.result_type(value.dtype, np.float32)
+        k = np.broadcast_to(value, target).reshape(c).astype(dtype)
+        ones, zeros = np.ones(c, dtype), np.zeros(c, dtype)
+        scale, shift = {
+            "Add": (ones, k),
+            "Sub": (ones, -k) if act_first else (-ones, k),
+            "Mul": (k, zeros),
+            "Div": (1 / k, zeros),
+        }[op_type]
+        before = self._merge_target(act)
+        if before is not None:  # y = x·gamma + beta, then y·scale + shift
+            params = self.weights[before.name]
+            params["scale"] = params["scale"] * scale
+            params["bias"] = params["bias"] * scale + shift
+            self._alias(node, act)
+            self.affine_out[node.output[0]] = before.name
+            return before.name
+        weights = {"scale": scale, "bias": shift, "mean": zeros, "var": ones}
+        self.affine_out[node.output[0]] = name
+        return self._emit(node, name, "batchnorm", [x], rank=rank, weights=weights, epsilon=0.0)
+
+    def _merge_target(self, act: str) -> Operator | None:
+        """The batch norm whose output ``act`` is (``self.affine_out``: its node's, or a node's
+        merged into it), when this node is the tensor's only reader."""
+        if act not in self.affine_out or self.readers[act] != [self.index] or act in self.outputs:
+            return None
+        return self.by_name[self.affine_out[act]]
 
     def _bias_target(self, act: str) -> Operator | None:
         """The Conv or fc whose output ``act`` is, when an Add of a constant may be its bias."""
@@ -1305,14 +1367,10 @@ class _GraphImporter:
 
     def _product(self, node: Any, name: str) -> str:
         """A Mul of two activations: of one shape, or a feature map by a channel gate
-        ``N×C×1×1`` (squeeze-excitation), which becomes the second operand."""
+        ``N×C×1×1`` (squeeze-excitation), which becomes the second operand; of an activation
+        and a constant: ``affine``."""
         if any(t not in self.tensor for t in node.input[:2]):
-            raise self.fail(
-                "a Mul of a constant is not supported (a Mul is x·Sigmoid(x), "
-                "x·HardSigmoid(x), a product of two activations or a channel gate)",
-                name,
-                "B",
-            )
+            return self.affine(node, name)
         tensors, rank = self._operands(node, name, 2)
         a, b = (math.prod(self.shapes[t]) for t in tensors)
         if a < b:
@@ -1400,6 +1458,7 @@ class _GraphImporter:
                 raise self.fail(f"shape {list(value.shape)} is not [{c}]", name, field_name)
             weights[key] = value
         epsilon = float(attrs.get("epsilon", 1e-5))
+        self.affine_out[node.output[0]] = name
         return self._emit(node, name, "batchnorm", [x], rank=rank, weights=weights, epsilon=epsilon)
 
     def pool(self, node: Any, name: str) -> str:
@@ -1867,6 +1926,8 @@ _HANDLERS: dict[str, _Handler] = {
     "Add": _GraphImporter.add,
     "Sum": _GraphImporter._sum,
     "Mul": _GraphImporter.mul,
+    "Sub": _GraphImporter.affine,
+    "Div": _GraphImporter.affine,
     "Relu": _GraphImporter.activation,
     "Sigmoid": _GraphImporter.activation,
     "HardSwish": _GraphImporter.activation,

@@ -16,7 +16,13 @@ from autotune.cli.app import app
 from autotune.graphs.execute import verify_network
 from autotune.graphs.weights import seeded_weights
 from autotune.io.network_yaml import load_network
-from tests.io.test_onnx_graph import Model, legacy_resnet, shufflenet, squeeze_excitation
+from tests.io.test_onnx_graph import (
+    Model,
+    constant_affines,
+    legacy_resnet,
+    shufflenet,
+    squeeze_excitation,
+)
 
 #: Every operator kind, with the fusions and placements the lowering makes.
 ALL_KINDS = """\
@@ -271,3 +277,17 @@ def test_shufflenet_units_match_onnxruntime_and_a_swapped_group_is_caught(tmp_pa
     mappings = {r.layer.name: r.mapping for r in result.layers}
     check = verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
     assert not check.ok and any("u2.shuffle" in line for line in check.errors)
+
+
+def test_constant_arithmetic_matches_onnxruntime(tmp_path):
+    """Input normalisation, a batch norm written as Mul and Add, scalar arithmetic: as batch
+    norms merged and folded, tuned and run, they compute what onnxruntime computes."""
+    ort = pytest.importorskip("onnxruntime")
+    path = constant_affines(tmp_path, batch=2)
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    x = np.random.default_rng(6).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    (value,) = run_network(result, load_network(path), {"x": x}).values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)

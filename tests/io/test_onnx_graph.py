@@ -805,6 +805,41 @@ def test_shufflenet_units(tmp_path):
     assert_runs_like_onnx(str(again_path), again)
 
 
+def constant_affines(tmp_path, batch: int = 2) -> str:
+    """Elementwise arithmetic with constants as exporters write it: an input normalised by
+    ``(x − mean) / std`` per channel, tf2onnx's batch norm as ``Mul`` and ``Add`` of vectors
+    after a Conv without a bias, a scalar ``Mul``, ``1 − x`` and an ``Add`` of a scalar."""
+    m = Model("affine", opset=17)
+    x = m.input("x", [batch, 3, 8, 8])
+    x = m.op("Sub", [x, m.const("mean", (1, 3, 1, 1))], "norm.sub")
+    x = m.op("Div", [x, m.const("std", (1, 3, 1, 1), positive=True)], "norm.div")
+    x = m.conv(x, "conv", 3, 8, 3, pad=1)
+    x = m.op("Mul", [x, m.const("bn.scale", (8, 1, 1))], "bn.mul")
+    x = m.op("Add", [m.const("bn.shift", (8, 1, 1)), x], "bn.add")
+    x = m.op("Relu", [x], "relu")
+    x = m.op("Mul", [x, m.const("half", np.array(0.5, np.float32))], "half")
+    side = m.op("Sub", [m.const("one", np.array([1.0], np.float32)), x], "one_minus")
+    y = m.op(
+        "Add", [x, m.op("Add", [side, m.const("two", np.array(2.0, np.float32))], "plus2")], "sum"
+    )
+    return m.save(tmp_path / "affine.onnx", y)
+
+
+def test_constant_affines_are_batch_norms_merged_and_folded(tmp_path):
+    path = constant_affines(tmp_path)
+    model = load_onnx_graph(path)
+    assert_accounted(path, model)
+    assert_runs_like_onnx(path, model)
+    node_fates = fates(model)
+    assert node_fates["norm.div"] == node_fates["norm.sub"] == "norm.sub"  # one step
+    assert node_fates["bn.add"] == node_fates["bn.mul"] == "bn.mul"
+    assert node_fates["plus2"] == node_fates["one_minus"] == "one_minus"
+    bns = [op.name for op in model.graph.ops if op.kind == "batchnorm"]
+    assert bns == ["norm.sub", "bn.mul", "half", "one_minus"]
+    lowered = {f.op: f.kind for f in lower(model.graph).fates}
+    assert lowered["bn.mul"] == "folded" and lowered["norm.sub"] == "layer"
+
+
 def test_squeeze_excitation(tmp_path):
     path = squeeze_excitation(tmp_path)
     model = load_onnx_graph(path)
@@ -1022,7 +1057,15 @@ def case_custom_domain(m, x):
 
 
 def case_mul_of_a_constant(m, x):
-    return m.op("Mul", [x, m.const("s", (1, 4, 1, 1))], "scale")
+    return m.op("Mul", [x, m.const("s", (1, 4, 6, 6))], "scale")
+
+
+def case_sub_of_activations(m, x):
+    return m.op("Sub", [x, m.op("Relu", [x], "relu")], "diff")
+
+
+def case_div_by_an_activation(m, x):
+    return m.op("Div", [m.const("one", np.ones((1, 4, 1, 1), np.float32)), x], "inverse")
 
 
 def case_mul_spatial_gate(m, x):
@@ -1085,7 +1128,7 @@ def case_reshape_rank3(m, x):
 
 
 def case_add_constant(m, x):
-    return m.op("Add", [m.op("Relu", [x], "relu"), m.const("c", (1, 4, 1, 1))], "shift")
+    return m.op("Add", [m.op("Relu", [x], "relu"), m.const("c", (1, 1, 6, 1))], "shift")
 
 
 def case_cast_to_half(m, x):
@@ -1157,7 +1200,9 @@ def case_gemm_trans_a(m, x):
 CASES = [
     (case_einsum, "einsum", "Einsum", "unsupported ONNX op 'Einsum'"),
     (case_custom_domain, "fused", "FusedConv", "unsupported ONNX op 'com.microsoft.FusedConv'"),
-    (case_mul_of_a_constant, "scale", "B", "a Mul of a constant"),
+    (case_mul_of_a_constant, "scale", "B", "a Mul by a constant of shape [1, 4, 6, 6]"),
+    (case_sub_of_activations, "diff", "B", "a Sub of two activations"),
+    (case_div_by_an_activation, "inverse", "A", "a Div of a constant by an activation"),
     (case_mul_spatial_gate, "mean", "axes", "axes [1]"),
     (case_hard_sigmoid_other_slope, "hs", "alpha", "alpha 0.2"),
     (case_matmul_rank4, "rowwise", "A", "rank-4"),
@@ -1175,7 +1220,7 @@ CASES = [
     (case_reduce_mean_channels, "mean", "axes", "axes [1]"),
     (case_concat_height, "cat", "axis", "axis 2"),
     (case_reshape_rank3, "view", "shape", "to [1, 4, 36]"),
-    (case_add_constant, "shift", "B", "bias of the Conv, Gemm or MatMul"),
+    (case_add_constant, "shift", "B", "only one value per channel ([1, 4, 1, 1])"),
     (case_cast_to_half, "cast", "to", "from FLOAT to FLOAT16"),
     (case_maxpool_indices, "pool", "outputs", "only the first output of MaxPool"),
     (case_avgpool_asymmetric_count_pad, "avg", "pads", "count_include_pad=0"),
