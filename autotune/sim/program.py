@@ -87,8 +87,10 @@ Shortcuts, and why they hold:
 * When a run would have more than ``ITEM_BUDGET`` agent items, the middle tasks of each agent
   are merged into chunks (its first and last task stay exact: they carry the start-up burst
   and the load imbalance of the last wave). A chunk moves the exact bytes in the exact
-  uncontended time of its tasks; what it approximates is the demand profile inside it (the
-  fluid model averages it, as it does inside every stream).
+  uncontended time of its tasks (each task at least as long as each of its background
+  transfers: the next task's first tiles and the store run one task ahead, no more); what it
+  approximates is the demand profile inside it (the fluid model averages it, as it does
+  inside every stream).
 
 Spatial tiles load their halo rows from HBM (``tiling`` gives every tile its input band);
 no halo is exchanged between clusters.
@@ -385,9 +387,21 @@ def _chunks(
     if multicast:
         sums["received"] = over([total(_received(tasks.arrays[p])) for p in parts])
     blocking = [p for p in parts if p not in tasks.background]
-    own = over([total(tasks.arrays[p].own) for p in blocking])
+    behind = [p for p in parts if p in tasks.background]
+
+    def paced(field: str) -> np.ndarray:
+        """Per task, its blocking parts' time, or a background transfer's when that is longer:
+        a task waits for the first tiles the task before loaded beside it ("next", "prefetch"),
+        and a store for the store before it, so in a run of tasks each takes at least the
+        time of each of its background transfers (their round trips included)."""
+        own = over([getattr(tasks.arrays[p], field) for p in blocking])
+        for p in behind:
+            own = np.maximum(own, getattr(tasks.arrays[p], field))
+        return own
+
+    own = total(paced("own"))
     # The agent's own time: each item's lockstep duration once (shared by its members).
-    item_own = over([tasks.arrays[p].own_agent for p in blocking]) / item_members
+    item_own = paced("own_agent") / item_members
     ukey, ainv = np.unique(agent[ids] * n_ch + chunk[ids], return_inverse=True)
     agent_own = np.bincount(ainv, weights=item_own[ids], minlength=len(ukey))
     n_items = np.bincount(ainv, weights=1.0 / item_members[ids], minlength=len(ukey))
@@ -460,7 +474,7 @@ def stack_runs(
     plan: L1Plan,
     net: Interconnect,
     mem: Memories,
-    budget: int = ITEM_BUDGET,
+    budget: int | None = None,
 ) -> tuple[int, list[RunSpec]]:
     """(agent block size, the one run) of an output-stack mapping whose streams live in
     ``mem``."""
@@ -651,7 +665,7 @@ def stack_runs(
     n_agents = c_total // g
     agent = cluster // g  # the engine's agent ``a`` is clusters a*g ... a*g + g - 1
     rank = group // n_agents
-    merged, chunk = _plan_items(agent, rank, n_agents, budget)
+    merged, chunk = _plan_items(agent, rank, n_agents, ITEM_BUDGET if budget is None else budget)
     chunks = _chunks(tasks, agent, chunk, merged, n_members.astype(float), tuple(parts))
     seqs = _sequences(agent, rank, member, merged, chunk, chunks, n_agents)
 
@@ -740,7 +754,7 @@ def fc_runs(
     precision: str,
     word_bytes: int,
     mem: Memories,
-    budget: int = ITEM_BUDGET,
+    budget: int | None = None,
 ) -> tuple[int, list[RunSpec]]:
     """(1, one run per phase) of an input-parallel mapping whose streams live in ``mem``."""
     m: Machine = net.machine
@@ -857,7 +871,9 @@ def fc_runs(
                 stack * images * epilogue.ops / rate,
                 1.0 / float(dma_efficiency(m, run)) if epilogue.residual else None,
             )
-            seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total, budget)
+            seqs = _phase_items(
+                tasks, ids, k[ids] // c_total, c_total, ITEM_BUDGET if budget is None else budget
+            )
             built[key] = RunSpec(
                 key, partial(_fc_programs, tasks, seqs, reduce), participates, barrier
             )
