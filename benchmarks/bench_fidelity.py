@@ -730,8 +730,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def network_named(name: str) -> Network:
     """An example network by name, or any network file (YAML or ONNX) by path: held-out
-    networks are measured as the examples are."""
-    return load_network(EXAMPLES / f"{name}.yaml" if name in NETWORKS else name)
+    networks are measured as the examples are, named by their file (an exporter's graph
+    name, PyTorch's ``main_graph``, would not tell them apart)."""
+    if name in NETWORKS:
+        return load_network(EXAMPLES / f"{name}.yaml")
+    return replace(load_network(name), name=Path(name).stem)
 
 
 def plan(args: argparse.Namespace) -> list[tuple[Network, str, str, int]]:

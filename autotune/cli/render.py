@@ -129,8 +129,8 @@ def absorbed_text(lowering: Lowering | None) -> dict[str, str]:
     texts = {}
     for step in lowering.steps:
         text = " ".join(step.absorbed) if step.op else f"copy into {step.output.buffer}"
-        if step.op and len(step.inputs) > 1 and step.layer.kind == "upsample":
-            text = " ".join((f"channel shuffle of {len(step.inputs)} groups", *step.absorbed))
+        if step.shuffle_groups:
+            text = " ".join((f"channel shuffle of {step.shuffle_groups} groups", *step.absorbed))
         texts[step.name] = text
     return texts
 

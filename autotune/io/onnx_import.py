@@ -1583,8 +1583,9 @@ class _GraphImporter:
 
     def reshape(self, node: Any, name: str) -> str | None:
         """Reshape, Squeeze, Unsqueeze: a flatten of each image to ``[N, C·H·W]``, or a view
-        that keeps each image's (h, w, c) (``[N, C]`` <-> ``[N, C, 1, 1]``); or the first or
-        last Reshape of a channel shuffle (``_shuffle_start``, ``_shuffle_end``)."""
+        that keeps each image's (h, w, c) (``[N, C]`` <-> ``[N, C, 1, 1]``); or the first
+        Reshape of a channel shuffle (to ``N×g×C/g×H×W``, recorded in ``grouped``) or its last
+        (``_shuffle_end``)."""
         if node.input[0] in self.grouped:
             return self._shuffle_end(node, name)
         x = self._act(node, 0, name, "data")
@@ -1731,7 +1732,7 @@ class _GraphImporter:
                 name,
                 "split",
             )
-        taken = set(self.names) | {vi.name for vi in self.inputs}
+        taken = set(self.names) | set(self.by_name) | {vi.name for vi in self.inputs}
         first = ""
         start = 0
         for i, (tensor, size) in enumerate(zip(node.output, sizes, strict=True)):

@@ -84,6 +84,14 @@ class Step:
     def name(self) -> str:
         return self.layer.name
 
+    @property
+    def shuffle_groups(self) -> int:
+        """The channel groups a shuffle's copy reads interleaved (its operands); 0 for
+        every other step (an add's operands are whole tensors)."""
+        if self.op and self.layer.kind == "upsample" and len(self.inputs) > 1:
+            return len(self.inputs)
+        return 0
+
 
 @dataclass(frozen=True)
 class Fate:

@@ -175,6 +175,7 @@ def test_slices_are_views_and_a_shuffle_reads_its_groups(tmp_path):
         ("cat", 12, 4),
     ]
     assert shuf.layer.kind == "upsample" and shuf.layer.c_in == shuf.layer.c_out == 16
+    assert shuf.shuffle_groups == 4 and net.lowering.step("pw").shuffle_groups == 0
 
 
 @pytest.mark.parametrize(
