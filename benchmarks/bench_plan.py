@@ -47,9 +47,13 @@ from autotune.ir.network import Network  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
 from autotune.ir.plan import NetworkPlan  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
-from autotune.plans import greedy_plan, network_problem, per_layer_plan  # noqa: E402
-from autotune.plans.network_model import solve_plan  # noqa: E402
-from autotune.plans.problem import PlanProblem, assemble  # noqa: E402
+from autotune.plans import (  # noqa: E402
+    greedy_plan,
+    network_problem,
+    per_layer_plan,
+    solve_network_plan,
+)
+from autotune.plans.problem import PlanProblem  # noqa: E402
 from autotune.plans.simulation import simulate_plan  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
@@ -172,16 +176,15 @@ def run(
     base = per_layer_plan(problem)
     greedy = greedy_plan(problem)
     t0 = time.perf_counter()
-    choice, report = solve_plan(problem, time_limit, 1, 0, hint=None)
+    plan = solve_network_plan(problem, time_limit, 1, 0)  # as ``tune`` solves it
     t_solve = time.perf_counter() - t0
-    plan = assemble(problem, choice, "network", report.status, report.bound, report.wall_s)
     bound = network_bound(network, machine, precision, batch)
     compulsory = compulsory_bytes(network, precision, batch)
     sims = {p.status: simulated(problem, p, network, machine, opts) for p in (base, greedy, plan)}
     s_base, s_greedy, s_plan = sims["PER_LAYER"], sims["GREEDY"], sims[plan.status]
     print(
         f"  {precision}; options: {n_options} ({len(problem.steps)} steps) in "
-        f"{t_options:.1f} s; CP-SAT {report.status} in {t_solve:.1f} s, gap {plan.gap:.2%}"
+        f"{t_options:.1f} s; CP-SAT {plan.status} in {t_solve:.1f} s, gap {plan.gap:.2%}"
     )
     for label, p, s in (
         ("per-layer", base, s_base),

@@ -8,11 +8,13 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import autotune.plans as plans
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import Placement, placements
 from autotune.ir.plan import L2_ALIGN, check_plan, l2_peak, weights_tensor
+from autotune.plans import solve_network_plan
 from autotune.plans.greedy import first_fit, greedy_choice
-from autotune.plans.network_model import solve_plan
+from autotune.plans.network_model import SolveReport, solve_plan
 from autotune.plans.options import StepOption
 from autotune.plans.problem import (
     Choice,
@@ -209,3 +211,27 @@ def test_report_is_the_plans_latency_when_cpsat_reports_it_a_hair_short() -> Non
     plan = assemble(problem, choice, "network", report.status, report.bound)
     assert report.status == "OPTIMAL"
     assert plan.cycles == report.cycles == report.bound == exhaustive_latency(problem) == 500
+
+
+@settings(max_examples=20, deadline=None)
+@given(problems)
+def test_a_time_limit_never_returns_a_plan_behind_its_greedy_start(problem: PlanProblem) -> None:
+    """When the CP-SAT's best at the time limit is behind the greedy plan it started from
+    (a stand-in solver that returns the per-layer choice), the greedy plan is returned."""
+    per_layer = per_layer_choice(problem)
+    real = plans.solve_plan
+    plans.solve_plan = lambda *args, **kwargs: (per_layer, SolveReport("FEASIBLE", 0, 0, 0.0))
+    try:
+        plan = solve_network_plan(problem, time_limit=1)
+    finally:
+        plans.solve_plan = real
+    greedy = assemble(problem, greedy_choice(problem), "network", "GREEDY")
+    slow = assemble(problem, per_layer, "network", "FEASIBLE")
+    ranked = (greedy.cycles, greedy.hbm_bytes, greedy.l2_peak_bytes)
+    expected = greedy if ranked < (slow.cycles, slow.hbm_bytes, slow.l2_peak_bytes) else slow
+    assert (plan.cycles, plan.hbm_bytes, plan.l2_peak_bytes) == (
+        expected.cycles,
+        expected.hbm_bytes,
+        expected.l2_peak_bytes,
+    )
+    assert plan.status == "FEASIBLE" and check_plan(plan) == []
