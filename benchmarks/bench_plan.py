@@ -33,6 +33,7 @@ set of live activations against the L2, and throughput per batch.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import replace
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT))  # benchmark this tree, not an installed copy
 
 from autotune import Machine, load_network  # noqa: E402
 from autotune.chiplets import simulate, solve_by_placement  # noqa: E402
+from autotune.ir.lowering import TensorRef  # noqa: E402
 from autotune.ir.network import Network  # noqa: E402
 from autotune.ir.options import TuneOptions  # noqa: E402
 from autotune.ir.plan import NetworkPlan  # noqa: E402
@@ -99,23 +101,31 @@ def unfused_bound(
     problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
 ) -> int:
     """The least cycles of any layer-by-layer plan (module docstring): per step the most of
-    its MACs at peak, its compulsory reads and its compulsory writes through the tree."""
+    its MACs at peak, its compulsory reads and its compulsory writes through the tree. What a
+    step reads and writes are its refs (a DenseNet layer reads a slice of its block's concat
+    buffer and writes another, not the whole buffer), and its weights."""
+    assert network.lowering is not None
     peak = machine.peak_macs_per_cycle(precision)
     tree = tree_bytes_per_cycle(machine)
+    wb = word_bytes(precision)
+
+    def volume(ref: TensorRef | None) -> float:
+        return 0.0 if ref is None else batch * math.prod(ref.stored) * wb
+
     total = 0.0
-    for i, layer in enumerate(network.layers):
+    for i, (layer, step) in enumerate(zip(network.layers, network.lowering.steps, strict=True)):
         # a stride above the kernel skips input pixels: only the touched share is compulsory
         touched = min(1.0, layer.kernel_h / layer.stride_h) * min(
             1.0, layer.kernel_w / layer.stride_w
         )
-        inputs = problem.streams[i].inputs
-        reads = sum(
-            t.bytes * (touched if t.name in inputs else 1.0)
-            for t in problem.tensors
-            if i in t.readers
+        weights = sum(t.bytes for t in problem.tensors if t.role == "weights" and i in t.readers)
+        reads = (
+            weights
+            + touched * sum(volume(ref) for ref in step.inputs)
+            + volume(step.residual)
+            + volume(step.gate)
         )
-        writes = sum(t.bytes for t in problem.tensors if i in t.writers)
-        total += max(batch * layer.macs / peak, reads / tree, writes / tree)
+        total += max(batch * layer.macs / peak, reads / tree, volume(step.output) / tree)
     return int(total)
 
 

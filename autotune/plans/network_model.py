@@ -181,12 +181,13 @@ def solve_plan(
         _hint_choice(model, hint)
     report: SolveReport | None = None
     best: Choice | None = None
-    for stage, share in enumerate(STAGE_SHARES):
+    for stage in range(len(STAGE_SHARES)):
         objective = (model.latency, model.hbm_bytes, model.peak)[stage]
         model.m.minimize(objective)
         solver = cp_model.CpSolver()
         left = time_limit - (time.perf_counter() - start)
-        budget = left if stage == len(STAGE_SHARES) - 1 else max(1.0, time_limit * share)
+        # its share and what the stages before left, keeping the later stages' shares
+        budget = max(1.0, left - time_limit * sum(STAGE_SHARES[stage + 1 :]))
         solver.parameters.max_time_in_seconds = max(0.5, min(budget, left))
         solver.parameters.num_search_workers = workers
         solver.parameters.random_seed = seed
