@@ -80,17 +80,25 @@ def test_a_misplaced_slice_is_caught(tuned):
     """The check is sensitive: two concat operands written to each other's slices fail."""
     path, result = tuned
     net = load_network(path)
-    assert net.lowering is not None
-    steps = list(net.lowering.steps)
-    up = next(i for i, s in enumerate(steps) if s.name == "up")
-    moved = dataclasses.replace(steps[up].output, offset=steps[up].output.offset + 4)
-    steps[up] = dataclasses.replace(steps[up], output=moved)
-    forged = dataclasses.replace(
-        net, lowering=dataclasses.replace(net.lowering, steps=tuple(steps))
+    check = verify_forged(
+        net,
+        result,
+        "up",
+        lambda step: dataclasses.replace(
+            step, output=dataclasses.replace(step.output, offset=step.output.offset + 4)
+        ),
     )
-    mappings = {r.layer.name: r.mapping for r in result.layers}
-    check = verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
     assert not check.ok and any("cat" in line for line in check.errors)
+
+
+def verify_forged(net, result, name: str, forge):
+    """The network executed and checked with step ``name`` replaced by ``forge(step)``."""
+    assert net.lowering is not None
+    steps = tuple(forge(s) if s.name == name else s for s in net.lowering.steps)
+    assert steps != net.lowering.steps
+    forged = dataclasses.replace(net, lowering=dataclasses.replace(net.lowering, steps=steps))
+    mappings = {r.layer.name: r.mapping for r in result.layers}
+    return verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
 
 
 def test_an_onnx_model_matches_onnxruntime(tmp_path):
@@ -267,16 +275,13 @@ def test_shufflenet_units_match_onnxruntime_and_a_swapped_group_is_caught(tmp_pa
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x": x})
     np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
-    assert net.lowering is not None
-    steps = list(net.lowering.steps)
-    at = next(i for i, s in enumerate(steps) if s.name == "u2.shuffle")
-    steps[at] = dataclasses.replace(steps[at], inputs=steps[at].inputs[::-1])
-    forged = dataclasses.replace(
-        net, lowering=dataclasses.replace(net.lowering, steps=tuple(steps))
+    swapped = verify_forged(
+        net,
+        result,
+        "u2.shuffle",
+        lambda step: dataclasses.replace(step, inputs=step.inputs[::-1]),
     )
-    mappings = {r.layer.name: r.mapping for r in result.layers}
-    check = verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
-    assert not check.ok and any("u2.shuffle" in line for line in check.errors)
+    assert not swapped.ok and any("u2.shuffle" in line for line in swapped.errors)
 
 
 def test_constant_arithmetic_matches_onnxruntime(tmp_path):

@@ -101,10 +101,15 @@ layers:
     ],
 )
 def test_graph_errors_name_both_layers(tmp_path, edit, layer, field, words):
+    assert_edit_refused(tmp_path, BLOCK, edit, layer, field, words)
+
+
+def assert_edit_refused(tmp_path, text: str, edit, layer: str, field: str, words: str) -> None:
+    """``text`` with ``edit`` (old, new) applied is refused naming ``layer`` and ``field``."""
     old, new = edit
-    assert old in BLOCK
+    assert old in text
     with pytest.raises(InputError) as info:
-        load_network(write(tmp_path, BLOCK.replace(old, new)))
+        load_network(write(tmp_path, text.replace(old, new)))
     err = info.value
     assert (err.layer, err.field) == (layer, field), str(err)
     assert words in str(err)
@@ -196,10 +201,4 @@ def test_slices_are_views_and_a_shuffle_reads_its_groups(tmp_path):
     ],
 )
 def test_slice_and_shuffle_errors(tmp_path, edit, layer, field, words):
-    old, new = edit
-    assert old in SHUFFLE_UNIT
-    with pytest.raises(InputError) as info:
-        load_network(write(tmp_path, SHUFFLE_UNIT.replace(old, new)))
-    err = info.value
-    assert (err.layer, err.field) == (layer, field), str(err)
-    assert words in str(err)
+    assert_edit_refused(tmp_path, SHUFFLE_UNIT, edit, layer, field, words)
