@@ -262,12 +262,8 @@ def _check_volume(shape: Shape, path: str, layer: str, field: str) -> None:
         raise InputError(path, exc.reason, layer=layer, field=field) from None
 
 
-#: ``GraphError`` fields -> the network file's (YAML) names for them.
-_YAML_FIELDS = {"kernel_h": "kernel", "kernel_w": "kernel", "pad_h": "padding", "pad_w": "padding"}
-
-
 def _input_error(
-    path: str, exc: GraphError, fields: Mapping[str, str] = _YAML_FIELDS
+    path: str, exc: GraphError, fields: Mapping[str, str] = _FIELD_NAMES
 ) -> InputError:
     """``exc`` as the file's error, its field by the name the file gives it (``fields``)."""
     reason = exc.reason
@@ -320,7 +316,7 @@ def network_of(
     path: str,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     output_names: Mapping[str, str] | None = None,
-    fields: Mapping[str, str] = _YAML_FIELDS,
+    fields: Mapping[str, str] = _FIELD_NAMES,
 ) -> Network:
     """The network of a graph read from ``path``: lowered, every layer within the limits
     (``InputError`` naming the layer and field, by the file's name for it: ``fields``,

@@ -1301,12 +1301,14 @@ class _GraphImporter:
         dtype = np.result_type(value.dtype, np.float32)
         k = np.broadcast_to(value, target).reshape(c).astype(dtype)
         ones, zeros = np.ones(c, dtype), np.zeros(c, dtype)
-        scale, shift = {
-            "Add": (ones, k),
-            "Sub": (ones, -k) if act_first else (-ones, k),
-            "Mul": (k, zeros),
-            "Div": (1 / k, zeros),
-        }[op_type]
+        if op_type == "Div" and not np.all(k):
+            raise self.fail("a Div by a constant with a zero", name, "B")
+        if op_type == "Add":
+            scale, shift = ones, k
+        elif op_type == "Sub":
+            scale, shift = (ones, -k) if act_first else (-ones, k)
+        else:  # Mul, Div
+            scale, shift = (k if op_type == "Mul" else 1 / k), zeros
         before = self._merge_target(act)
         if before is not None:  # y = x·gamma + beta, then y·scale + shift
             params = self.weights[before.name]

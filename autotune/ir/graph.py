@@ -222,6 +222,7 @@ def make_operator(
         )
 
     out: Shape
+    kept: Pair = (0, 0)  # a slice's channels
     if kind in ("conv", "fc") and (out_channels is None or out_channels < 1):
         raise GraphError(name, "out_channels", "required: a positive integer")
     if kind in ("conv", "maxpool", "avgpool") and kernel is None:
@@ -300,6 +301,7 @@ def make_operator(
                 inputs[0],
             )
         out = (h, w, stop - start)
+        kept = (start, stop)
     elif kind == "shuffle":
         if groups < 2 or c % groups:
             raise GraphError(
@@ -336,7 +338,7 @@ def make_operator(
         ceil_mode=ceil_mode,
         count_include_pad=count_include_pad,
         scale=scale or 1,
-        channels=(0, 0) if channels is None or kind != "slice" else _pair(channels, (0, 0)),
+        channels=kept,
         alpha=alpha,
         low=low,
         high=high,

@@ -365,17 +365,19 @@ def _ready_index(graph: Graph, tensor: str, producer: dict[str, _Draft]) -> int:
     return max((_ready_index(graph, t, producer) for t in op.inputs), default=-1)
 
 
+def _channels(src: TensorRef, start: int, count: int, tensor: str, op: str) -> TensorRef:
+    """Channels ``start … start + count − 1`` of ``src``, named ``tensor``: a range of its
+    buffer (channel-major, one block per image), which a flatten's view is not."""
+    if src.view != src.stored:
+        raise GraphError(op, "inputs", "channels of a flattened tensor are not a range of it")
+    shape = (src.stored[0], src.stored[1], count)
+    return TensorRef(tensor, src.buffer, src.offset + start, shape, shape)
+
+
 def _groups(op: Operator, src: TensorRef) -> tuple[TensorRef, ...]:
     """A shuffle's operands: the ``groups`` channel ranges of its input, in order."""
-    if src.view != src.stored:
-        raise GraphError(op.name, "inputs", "a shuffle of a flattened tensor is not supported")
-    h, w, c = src.stored
-    size = c // op.groups
-    shape = (h, w, size)
-    return tuple(
-        replace(src, offset=src.offset + g * size, stored=shape, view=shape)
-        for g in range(op.groups)
-    )
+    size = src.stored[2] // op.groups
+    return tuple(_channels(src, g * size, size, src.tensor, op.name) for g in range(op.groups))
 
 
 def _refs(
@@ -406,10 +408,7 @@ def _refs(
             ref = replace(source, tensor=tensor, view=shape)
         elif tensor in slices:
             name, start = slices[tensor]
-            source = resolve(name)
-            if source.view != source.stored:
-                raise GraphError(tensor, "inputs", "a slice of a flattened tensor is not supported")
-            ref = TensorRef(tensor, source.buffer, source.offset + start, shape, shape)
+            ref = _channels(resolve(name), start, shape[2], tensor, tensor)
         else:
             ref = TensorRef(tensor, tensor, 0, shape, shape)
         refs[tensor] = ref

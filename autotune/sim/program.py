@@ -344,13 +344,14 @@ class _Chunk:
 
 
 def _plan_items(
-    agent: np.ndarray, rank: np.ndarray, n_agents: int, budget: int
+    agent: np.ndarray, rank: np.ndarray, n_agents: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per task: whether it is merged into a chunk, and the chunk's rank within its agent."""
+    """Per task: whether it is merged into a chunk, and the chunk's rank within its agent
+    (``ITEM_BUDGET`` read at each call, so a test can lift it)."""
     items = np.zeros(n_agents, dtype=np.int64)
     np.maximum.at(items, agent, rank + 1)
     busy = max(1, int(np.count_nonzero(items)))
-    limit = max(3, budget // busy)
+    limit = max(3, ITEM_BUDGET // busy)
     size = np.where(items > limit, -(-(items - 2) // max(limit - 2, 1)), 1)[agent]
     merged = (size > 1) & (rank >= 1) & (rank <= items[agent] - 2)
     chunk = np.where(merged, (rank - 1) // size, -1)
@@ -474,7 +475,6 @@ def stack_runs(
     plan: L1Plan,
     net: Interconnect,
     mem: Memories,
-    budget: int | None = None,
 ) -> tuple[int, list[RunSpec]]:
     """(agent block size, the one run) of an output-stack mapping whose streams live in
     ``mem``."""
@@ -665,7 +665,7 @@ def stack_runs(
     n_agents = c_total // g
     agent = cluster // g  # the engine's agent ``a`` is clusters a*g ... a*g + g - 1
     rank = group // n_agents
-    merged, chunk = _plan_items(agent, rank, n_agents, ITEM_BUDGET if budget is None else budget)
+    merged, chunk = _plan_items(agent, rank, n_agents)
     chunks = _chunks(tasks, agent, chunk, merged, n_members.astype(float), tuple(parts))
     seqs = _sequences(agent, rank, member, merged, chunk, chunks, n_agents)
 
@@ -754,7 +754,6 @@ def fc_runs(
     precision: str,
     word_bytes: int,
     mem: Memories,
-    budget: int | None = None,
 ) -> tuple[int, list[RunSpec]]:
     """(1, one run per phase) of an input-parallel mapping whose streams live in ``mem``."""
     m: Machine = net.machine
@@ -871,9 +870,7 @@ def fc_runs(
                 stack * images * epilogue.ops / rate,
                 1.0 / float(dma_efficiency(m, run)) if epilogue.residual else None,
             )
-            seqs = _phase_items(
-                tasks, ids, k[ids] // c_total, c_total, ITEM_BUDGET if budget is None else budget
-            )
+            seqs = _phase_items(tasks, ids, k[ids] // c_total, c_total)
             built[key] = RunSpec(
                 key, partial(_fc_programs, tasks, seqs, reduce), participates, barrier
             )
@@ -882,12 +879,12 @@ def fc_runs(
 
 
 def _phase_items(
-    tasks: _Tasks, ids: np.ndarray, rank: np.ndarray, c_total: int, budget: int
+    tasks: _Tasks, ids: np.ndarray, rank: np.ndarray, c_total: int
 ) -> list[list[list[int] | _Chunk]]:
     """Each cluster's items in one phase (task ``ids[i]`` runs on cluster ``i mod C``)."""
     local = np.arange(len(ids))
     agent = local % c_total
-    merged, chunk = _plan_items(agent, rank, c_total, budget)
+    merged, chunk = _plan_items(agent, rank, c_total)
     chunks = _chunks(
         _Slice(tasks, ids), agent, chunk, merged, np.ones(len(ids)), ("load", "prefetch", "stream")
     )

@@ -1064,6 +1064,11 @@ def case_sub_of_activations(m, x):
     return m.op("Sub", [x, m.op("Relu", [x], "relu")], "diff")
 
 
+def case_div_by_zero(m, x):
+    zero = np.array([1, 0, 2, 3], np.float32).reshape(1, 4, 1, 1)
+    return m.op("Div", [x, m.const("z", zero)], "d")
+
+
 def case_div_by_an_activation(m, x):
     return m.op("Div", [m.const("one", np.ones((1, 4, 1, 1), np.float32)), x], "inverse")
 
@@ -1203,6 +1208,7 @@ CASES = [
     (case_mul_of_a_constant, "scale", "B", "a Mul by a constant of shape [1, 4, 6, 6]"),
     (case_sub_of_activations, "diff", "B", "a Sub of two activations"),
     (case_div_by_an_activation, "inverse", "A", "a Div of a constant by an activation"),
+    (case_div_by_zero, "d", "B", "a Div by a constant with a zero"),
     (case_mul_spatial_gate, "mean", "axes", "axes [1]"),
     (case_hard_sigmoid_other_slope, "hs", "alpha", "alpha 0.2"),
     (case_matmul_rank4, "rowwise", "A", "rank-4"),
