@@ -194,6 +194,15 @@ def simulated_value(result: SimResult, machine: Machine, precision: str, objecti
     )
 
 
+def _write(trial: optuna.Trial, **attrs: object) -> None:
+    """Set the trial's user attributes, Ctrl-C held back until they are written: an interrupt
+    landing in a storage transaction could leave it holding the database's write lock, and
+    every later write (failing this trial among them) waiting the busy timeout."""
+    with interrupts.deferred():
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+
+
 @dataclass(frozen=True)
 class StudyTarget:
     """What a study refines: one layer at one batch on one chiplet, and how it measures."""
@@ -218,20 +227,21 @@ class StudyTarget:
         )
 
     def evaluate(self, trial: optuna.Trial, space: SearchSpace, simulate: Simulator) -> float:
-        """One trial: prune what does not apply or fit (no simulation), else simulate."""
-        mapping = _suggest(trial, space)
+        """One trial: prune what does not apply or fit (no simulation), else simulate. What it
+        draws and notes is written to the storage out of Ctrl-C's reach (``_write``)."""
+        with interrupts.deferred():
+            mapping = _suggest(trial, space)
         try:
             grid = task_grid(self.layer, mapping, self.batch, self.machine)
         except MappingError as exc:
-            trial.set_user_attr("pruned", str(exc))
+            _write(trial, pruned=str(exc))
             raise optuna.TrialPruned() from None
         fp = footprint(grid, self.machine, word_bytes(self.precision), self.precision)
         if not fp.fits:
-            trial.set_user_attr("pruned", fp.reason)
+            _write(trial, pruned=fp.reason)
             raise optuna.TrialPruned()
         result = self.simulate(simulate, mapping)
-        trial.set_user_attr("simulated", True)
-        trial.set_user_attr("cycles", result.cycles)
+        _write(trial, simulated=True, cycles=result.cycles)
         return simulated_value(result, self.machine, self.precision, self.objective)
 
 
@@ -385,9 +395,9 @@ def run_trials(
         counted = (*FINISHED, optuna.trial.TrialState.RUNNING)
         seen, since = None, 0.0
         while deadline is None or time.monotonic() < deadline:
-            interrupts.check()
-            fail_stale_trials(study)
-            trials = study.get_trials(deepcopy=False, states=counted)
+            with interrupts.deferred():  # storage transactions, as in ``_write``
+                fail_stale_trials(study)
+                trials = study.get_trials(deepcopy=False, states=counted)
             finished = sum(t.state in FINISHED for t in trials)
             if finished >= budget:
                 return
