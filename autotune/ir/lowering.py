@@ -17,7 +17,9 @@ with every operator (``Fate``):
 - ``concat``: producers write into channel slices of the concat's buffer (channel-major
   layout: a slice of channels is one contiguous block per image), so no copy is made. An
   operand that cannot be written in place (a network input, a view, a tensor already placed
-  in another concat) is copied by a ``copy`` step: an ``upsample`` layer of scale 1.
+  in another concat) is copied by a ``copy`` step: an ``upsample`` layer of scale 1. A
+  concat whose operands are a run of another concat's (DenseNet's, before each layer of a
+  block) is a ``view``: that range of the other's buffer.
 - ``layer``: every other operator is a ``Step`` with its own ``Layer``: conv, fc, pools
   (global average pool: the ``avgpool`` whose kernel is the input), add, mul, activation,
   upsample, softmax, and a batch norm left standing (a depthwise 1×1 conv with a bias).
@@ -253,7 +255,11 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
         else:
             new_step(op, op.kind, op.inputs)
 
-    copy_specs = _place_concats(graph, producer, views, consumers, in_place=fuse)
+    hosted = _concat_hosts(graph) if fuse else {}
+    for concat, (host, offset) in hosted.items():
+        slices[concat] = (host, offset)
+        fates[concat] = Fate(concat, "view", host)
+    copy_specs = _place_concats(graph, producer, consumers, hosted, in_place=fuse)
     placement = {target: slot for _, target, slot, _ in copy_specs}
     for source, target, _, after in sorted(copy_specs, key=lambda c: c[3], reverse=True):
         if target == source:
@@ -327,23 +333,26 @@ _CopySpec = tuple[str, str, tuple[str, int], int]
 def _place_concats(
     graph: Graph,
     producer: dict[str, _Draft],
-    views: dict[str, str],
     consumers: dict[str, tuple[str, ...]],
+    hosted: dict[str, tuple[str, int]],
     in_place: bool = True,
 ) -> list[_CopySpec]:
     """Where each concat operand lives: written in place into a channel slice of the
     concat's buffer when its producer can (a step's final output, or a concat, read by this
-    concat only among concats and not yet placed), else copied there after it is ready."""
+    concat only among concats and not yet placed), else copied there after it is ready.
+    A ``hosted`` concat is a range of its host's buffer (``_concat_hosts``): it places
+    nothing, and reading an operand does not count against it; as an operand it is a view,
+    copied."""
     specs: list[_CopySpec] = []
     placed: set[str] = set()
-    concats = [op for op in graph.ops if op.kind == "concat"]
+    concats = [op for op in graph.ops if op.kind == "concat" and op.name not in hosted]
+    names = {c.name for c in concats}
     for op in reversed(concats):  # outer concats first: a nested one becomes a slice
         offset = 0
         for tensor in op.inputs:
             draft = producer.get(tensor)
-            is_concat = tensor in {c.name for c in concats}
-            writer_ok = (draft is not None and draft.out_tensor == tensor) or is_concat
-            concat_readers = [c for c in consumers.get(tensor, ()) if graph.op(c).kind == "concat"]
+            writer_ok = (draft is not None and draft.out_tensor == tensor) or tensor in names
+            concat_readers = [c for c in consumers.get(tensor, ()) if c in names]
             slot = (op.name, offset)
             if in_place and writer_ok and tensor not in placed and len(concat_readers) == 1:
                 specs.append((tensor, tensor, slot, -1))
@@ -353,6 +362,47 @@ def _place_concats(
                 specs.append((tensor, f"{tensor}@{op.name}", slot, after))
             offset += graph.shape(tensor)[2]
     return specs
+
+
+def _concat_hosts(graph: Graph) -> dict[str, tuple[str, int]]:
+    """Concats that are a channel range of another's buffer: each concat whose operands are
+    a run of another concat's operands, in order, with its first channel there. DenseNet
+    concatenates a block's input and every layer's output before each layer, and again,
+    with one more, before the next: each of those concats is the first channels of the
+    block's last one. Its operands are written once, into the host, and the concat is read
+    in place (a view), not copied for every later layer.
+
+    The host is the containing concat with the most operands (the first in the graph on a
+    tie), and a host is never itself hosted: one that contained it would contain the concat
+    and have more operands, or as many and come first."""
+    concats = [op for op in graph.ops if op.kind == "concat"]
+    rank = {op.name: (len(op.inputs), -i) for i, op in enumerate(concats)}
+    hosts: dict[str, tuple[str, int]] = {}
+    for op in concats:
+        best: tuple[str, int] | None = None
+        for host in concats:
+            if rank[host.name] <= rank[op.name] or (
+                best is not None and rank[host.name] <= rank[best[0]]
+            ):
+                continue
+            offset = _run_offset(graph, op.inputs, host.inputs)
+            if offset is not None:
+                best = (host.name, offset)
+        if best is not None:
+            hosts[op.name] = best
+    return hosts
+
+
+def _run_offset(graph: Graph, run: tuple[str, ...], inputs: tuple[str, ...]) -> int | None:
+    """First channel of ``run`` in the concat of ``inputs`` where they hold it as a
+    contiguous run, in order (the first such); None if they do not."""
+    n = len(run)
+    offset = 0
+    for start in range(len(inputs) - n + 1):
+        if inputs[start : start + n] == run:
+            return offset
+        offset += graph.shape(inputs[start])[2]
+    return None
 
 
 def _ready_index(graph: Graph, tensor: str, producer: dict[str, _Draft]) -> int:

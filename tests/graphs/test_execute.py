@@ -296,3 +296,39 @@ def test_constant_arithmetic_matches_onnxruntime(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x": x})
     np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+
+
+DENSE_BLOCK = """\
+network: dense_block
+layers:
+  - {name: x0, kind: conv, in: [8, 8, 4], out_channels: 4, kernel: 1}
+  - {name: bn1, kind: batchnorm}
+  - {name: relu1, kind: relu}
+  - {name: f1, kind: conv, out_channels: 2, kernel: 3, padding: 1}
+  - {name: cat2, kind: concat, inputs: [x0, f1]}
+  - {name: bn2, kind: batchnorm}
+  - {name: relu2, kind: relu}
+  - {name: f2, kind: conv, out_channels: 2, kernel: 3, padding: 1}
+  - {name: out, kind: concat, inputs: [x0, f1, f2]}
+  - {name: gap, kind: global_avgpool}
+"""
+
+
+def test_dense_block_reads_its_concats_in_place_and_a_misplaced_output_is_caught(tmp_path):
+    """DenseNet's concats before each layer are ranges of the block's last one: executed,
+    the network matches the reference; a layer writing over another's channels fails it."""
+    path = tmp_path / "dense.yaml"
+    path.write_text(DENSE_BLOCK)
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    net = load_network(path)
+    assert net.lowering is not None and all(step.op for step in net.lowering.steps)
+    forged = verify_forged(
+        net,
+        result,
+        "f1",
+        lambda step: dataclasses.replace(
+            step, output=dataclasses.replace(step.output, offset=step.output.offset + 2)
+        ),
+    )
+    assert not forged.ok
