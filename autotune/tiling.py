@@ -71,7 +71,8 @@ class SpatialAxis:
 def spatial_axis(
     n_out: int, tile: int | None, n_in: int, kernel: int, stride: int, pad: int, upscale: int = 1
 ) -> SpatialAxis:
-    """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo.
+    """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo
+    (``kernel``: the rows one window spans, a dilated one's included).
 
     ``upscale``: an upsample's factor (kernel 1, stride 1, no padding): output ``i`` reads
     input ``i // upscale``."""
@@ -93,7 +94,7 @@ def row_axis(layer: Layer, tile: int | None) -> SpatialAxis:
         layer.h_out,
         tile,
         layer.h_in,
-        layer.kernel_h,
+        layer.span_h,
         layer.stride_h,
         layer.pad_h,
         layer.upscale,
@@ -106,16 +107,19 @@ def col_axis(layer: Layer, tile: int | None) -> SpatialAxis:
         layer.w_out,
         tile,
         layer.w_in,
-        layer.kernel_w,
+        layer.span_w,
         layer.stride_w,
         layer.pad_w,
         layer.upscale,
     )
 
 
-def used_extent(n_out: int, n_in: int, kernel: int, stride: int, pad: int) -> int:
+def used_extent(
+    n_out: int, n_in: int, kernel: int, stride: int, pad: int, dilation: int = 1
+) -> int:
     """Input rows (or columns) some output actually reads: the compulsory extent."""
-    taps = (np.arange(n_out)[:, None] * stride - pad + np.arange(kernel)[None, :]).ravel()
+    offsets = np.arange(kernel)[None, :] * dilation
+    taps = (np.arange(n_out)[:, None] * stride - pad + offsets).ravel()
     taps = taps[(taps >= 0) & (taps < n_in)]
     return int(np.unique(taps).size)
 
@@ -125,8 +129,12 @@ def used_input(layer: Layer) -> tuple[int, int]:
     if layer.upscale != 1:
         return layer.h_in, layer.w_in
     return (
-        used_extent(layer.h_out, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h),
-        used_extent(layer.w_out, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w),
+        used_extent(
+            layer.h_out, layer.h_in, layer.kernel_h, layer.stride_h, layer.pad_h, layer.dilation_h
+        ),
+        used_extent(
+            layer.w_out, layer.w_in, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dilation_w
+        ),
     )
 
 

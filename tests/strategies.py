@@ -28,9 +28,12 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
         c_in = groups * draw(st.integers(1, max_c // groups))
         c_out = groups * draw(st.integers(1, max_c // groups))
     kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
-    h = draw(st.integers(max(1, kh - 2 * ph), max_hw))
-    w = draw(st.integers(max(1, kw - 2 * pw), max_hw))
+    # dilated taps (DeepLab's, FCN's), mostly not
+    dh, dw = (draw(st.sampled_from([1, 1, 1, 2, 3])) for _ in range(2))
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    ph, pw = draw(st.integers(0, span_h - 1)), draw(st.integers(0, span_w - 1))
+    h = draw(st.integers(max(1, span_h - 2 * ph), max(max_hw, span_h)))
+    w = draw(st.integers(max(1, span_w - 2 * pw), max(max_hw, span_w)))
     return Layer(
         "conv",
         "conv",
@@ -45,6 +48,8 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
         ph,
         pw,
         groups,
+        dilation_h=dh,
+        dilation_w=dw,
     )
 
 

@@ -186,7 +186,7 @@ def split_parts(
         raise MappingError(f"layer {layer.name!r}: no spatial split: {refused}")
     # spatial: bands of output rows, the padding rows explicit in each band's input
     bands = balanced(layer.h_out, chiplets)
-    s, k, p = layer.stride_h, layer.kernel_h, layer.pad_h
+    s, k, p = layer.stride_h, layer.span_h, layer.pad_h
     starts = [0] + [min(r0 * s, layer.h_in) for r0, _ in bands[1:]]
     held_rows = [(a, b) for a, b in zip(starts, [*starts[1:], layer.h_in], strict=True)]
     per_row = batch * layer.w_in * layer.c_in * word_bytes

@@ -166,6 +166,8 @@ _LAYER_BOUNDS = {
     "stride_h": ("vertical stride", MAX_SPATIAL, "MAX_SPATIAL"),
     "stride_w": ("horizontal stride", MAX_SPATIAL, "MAX_SPATIAL"),
     "upscale": ("upsample scale", MAX_SPATIAL, "MAX_SPATIAL"),
+    "dilation_h": ("vertical dilation", MAX_SPATIAL, "MAX_SPATIAL"),
+    "dilation_w": ("horizontal dilation", MAX_SPATIAL, "MAX_SPATIAL"),
 }
 
 

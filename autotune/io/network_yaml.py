@@ -134,6 +134,8 @@ _FIELD_NAMES = {
     "pad_w": "padding",
     "stride_h": "stride",
     "stride_w": "stride",
+    "dilation_h": "dilation",
+    "dilation_w": "dilation",
     "c_in": "in",
     "c_out": "out_channels",
     "h_in": "in",

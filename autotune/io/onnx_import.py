@@ -5,7 +5,7 @@ layers; ``load_onnx_graph`` keeps the whole graph as ``autotune.ir.graph`` opera
 
 - ``Conv`` (2-D, NCHW) becomes a conv layer: kernel from the weight's shape, ``group``,
   ``strides``, ``pads`` (``[top, left, bottom, right]``, equal on both sides of each axis) or
-  ``auto_pad``; ``dilations`` other than 1 are refused.
+  ``auto_pad``, ``dilations``.
 - ``Gemm`` and ``MatMul`` whose weight is constant (an initializer, a ``Constant`` node or
   computed from them only) become fc layers. An fc fed through ``Flatten``/``Reshape`` from an
   ``N×C×H×W`` volume gets ``in = [H, W, C]`` (VGG fc6: ``[7, 7, 512]``), else ``[1, 1, K]``.
@@ -114,6 +114,8 @@ _CONV_FIELDS = {
     "pad_w": "pads",
     "stride_h": "strides",
     "stride_w": "strides",
+    "dilation_h": "dilations",
+    "dilation_w": "dilations",
     "groups": "group",
     "c_in": "X",
     "h_in": "X",
@@ -343,8 +345,9 @@ class _GraphReader:
                 "kernel_shape",
             )
         dilations = list(attrs.get("dilations", [1, 1]))
-        if dilations != [1, 1]:
-            raise self.fail(f"dilated convolution {dilations} is not supported", name, "dilations")
+        if len(dilations) != 2:
+            raise self.fail(f"expected [h, w], got {dilations}", name, "dilations")
+        dh, dw = dilations
         if c != w[1] * groups:
             raise self.fail(
                 f"weight shape {list(w)} with group {groups} does not fit {c} input channels",
@@ -355,7 +358,8 @@ class _GraphReader:
         if len(strides) != 2:
             raise self.fail(f"expected [h, w], got {strides}", name, "strides")
         sh, sw = strides
-        ph, pw = self._conv_pads(attrs, name, (h, wd), (kh, kw), (sh, sw))
+        span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+        ph, pw = self._conv_pads(attrs, name, (h, wd), span, (sh, sw))
         try:
             layer = Layer(
                 name,
@@ -371,6 +375,8 @@ class _GraphReader:
                 pad_h=ph,
                 pad_w=pw,
                 groups=groups,
+                dilation_h=dh,
+                dilation_w=dw,
             )
             check_layer(layer)
             return layer

@@ -8,8 +8,9 @@ bytes and an interrupted run never leaves a truncated file.
 A layer of any kind (``autotune.ir.layer``) is one record. Its ``shape`` holds the fields of
 a conv/fc layer, plus, only where they differ from their defaults (so a file of conv and fc
 layers without epilogues is what it always was, and schema version 1 covers both):
-``upscale``, ``ceil_mode``, ``count_include_pad``, ``epilogue`` (``{bias, residual,
-activation: {kind, alpha, low, high} | null}``) and ``digest``. The digest is a checksum of
+``upscale``, ``ceil_mode``, ``count_include_pad``, ``dilation_h``, ``dilation_w``,
+``epilogue`` (``{bias, residual, activation: {kind, alpha, low, high} | null}``) and
+``digest``. The digest is a checksum of
 the kind and the shape, written for every layer that is not a plain conv or fc: an edit of a
 field that changes no figure of the file (an activation's parameters, ``count_include_pad``,
 a ``ceil_mode`` that rounds to the same size) would otherwise read as a valid schedule of
@@ -97,6 +98,8 @@ SHAPE_DEFAULTS: dict[str, Any] = {
     "upscale": 1,
     "ceil_mode": False,
     "count_include_pad": False,
+    "dilation_h": 1,
+    "dilation_w": 1,
     "epilogue": None,
     "digest": None,
 }
@@ -124,6 +127,8 @@ class ShapeRecord(_Model):
     count_include_pad: bool = Field(
         default=False, description="avgpool: the padding counts in the divisor"
     )
+    dilation_h: int = Field(default=1, description="conv: rows between two kernel taps")
+    dilation_w: int = Field(default=1, description="conv: columns between two kernel taps")
     epilogue: EpilogueRecord | None = Field(
         default=None, description="what the output store applies; absent: nothing"
     )
@@ -388,6 +393,8 @@ def layer_from_record(record: LayerRecord) -> Layer:
         ceil_mode=s.ceil_mode,
         count_include_pad=s.count_include_pad,
         epilogue=epilogue,
+        dilation_h=s.dilation_h,
+        dilation_w=s.dilation_w,
     )
 
 

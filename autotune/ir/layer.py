@@ -4,6 +4,10 @@ Notation follows the report (seed 000, Table 1) generalised to non-square volume
 ``h_in × w_in × c_in`` is the input volume (W_I × W_I × D_I in the report), ``c_out`` is D_O,
 ``kernel_h × kernel_w`` is F × F, ``stride_*`` is S and ``pad_*`` is P. A fully-connected layer is
 the convolution whose kernel covers the whole input (report Sec. 1.1: F = W_I, S = 1, P = 0).
+A conv may be dilated (``dilation_h``, ``dilation_w``: its taps that many pixels apart, as
+DeepLab's and FCN's are): its window then spans ``(F − 1)·d + 1`` pixels (``span_h``,
+``span_w``), which is what its output size and every tile's input halo follow; its MACs are
+still F × F per output and input channel.
 
 The other operators a network keeps after folding and fusion (``autotune.ir.lowering``) are
 layers of the same shape language, so that one tiling, one cost model, one simulator and one
@@ -166,6 +170,8 @@ class Layer:
     ceil_mode: bool = False
     count_include_pad: bool = False
     epilogue: Epilogue = field(default_factory=Epilogue)
+    dilation_h: int = 1
+    dilation_w: int = 1
 
     def __post_init__(self) -> None:
         for name in (
@@ -179,6 +185,8 @@ class Layer:
             "stride_w",
             "groups",
             "upscale",
+            "dilation_h",
+            "dilation_w",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -223,21 +231,21 @@ class Layer:
                 "groups",
                 f"out channels {self.c_out} not divisible by groups {self.groups}",
             )
-        if self.kernel_h > self.h_in + 2 * self.pad_h:
+        if self.span_h > self.h_in + 2 * self.pad_h:
             raise LayerError(
                 self.name,
                 "kernel",
-                f"kernel height {self.kernel_h} exceeds padded input height "
+                f"kernel height {self.span_h} exceeds padded input height "
                 f"{self.h_in + 2 * self.pad_h}",
             )
-        if self.kernel_w > self.w_in + 2 * self.pad_w:
+        if self.span_w > self.w_in + 2 * self.pad_w:
             raise LayerError(
                 self.name,
                 "kernel",
-                f"kernel width {self.kernel_w} exceeds padded input width "
+                f"kernel width {self.span_w} exceeds padded input width "
                 f"{self.w_in + 2 * self.pad_w}",
             )
-        if self.pad_h >= self.kernel_h or self.pad_w >= self.kernel_w:
+        if self.pad_h >= self.span_h or self.pad_w >= self.span_w:
             # A padding at least as wide as the kernel yields output pixels that see only zeros.
             raise LayerError(self.name, "padding", "padding must be smaller than the kernel")
 
@@ -248,6 +256,8 @@ class Layer:
             raise LayerError(self.name, "upscale", "only an upsample layer has a scale")
         if kind not in ("maxpool", "avgpool") and self.ceil_mode:
             raise LayerError(self.name, "ceil_mode", "only a pooling layer has a ceil mode")
+        if kind != "conv" and (self.dilation_h, self.dilation_w) != (1, 1):
+            raise LayerError(self.name, "dilation", "only a conv layer is dilated")
         if kind in WEIGHTED_KINDS:
             return
         if kind in DEPTHWISE_KINDS and self.groups != self.c_out:
@@ -284,16 +294,27 @@ class Layer:
 
     # -- derived shape -------------------------------------------------------------------
     @property
+    def span_h(self) -> int:
+        """Input rows one output's window covers: ``(F - 1)·d + 1`` for a kernel of height F
+        dilated by d (its taps ``d`` rows apart), F undilated."""
+        return (self.kernel_h - 1) * self.dilation_h + 1
+
+    @property
+    def span_w(self) -> int:
+        """As ``span_h``, for columns."""
+        return (self.kernel_w - 1) * self.dilation_w + 1
+
+    @property
     def h_out(self) -> int:
-        """Output height, W_O = (W_I + 2P - F)/S + 1 (report Sec. 1.1)."""
+        """Output height, W_O = (W_I + 2P - F)/S + 1 (report Sec. 1.1), F the window's span."""
         return out_size(
-            self.h_in, self.kernel_h, self.stride_h, self.pad_h, self.ceil_mode, self.upscale
+            self.h_in, self.span_h, self.stride_h, self.pad_h, self.ceil_mode, self.upscale
         )
 
     @property
     def w_out(self) -> int:
         return out_size(
-            self.w_in, self.kernel_w, self.stride_w, self.pad_w, self.ceil_mode, self.upscale
+            self.w_in, self.span_w, self.stride_w, self.pad_w, self.ceil_mode, self.upscale
         )
 
     @property

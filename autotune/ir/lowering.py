@@ -167,7 +167,7 @@ class _Draft:
 
 def lower(graph: Graph, fuse: bool = True) -> Lowering:
     """Fold, fuse and place the graph's operators (module docstring). Raises
-    ``GraphError`` for an operator the tuner cannot map (a dilated convolution).
+    ``GraphError`` for an operator the tuner cannot map.
 
     ``fuse=False`` is the baseline without any of it: every operator its own layer (a batch
     norm a depthwise 1×1 conv, an add an add layer) and every concat operand copied, as a
@@ -204,8 +204,6 @@ def lower(graph: Graph, fuse: bool = True) -> Lowering:
         head = producer.get(src)
         if head is not None and head.out_tensor != src:
             head = None
-        if op.kind == "conv" and op.dilation != (1, 1):
-            raise GraphError(op.name, "dilation", "dilated convolutions are not supported yet")
         if op.kind == "batchnorm":
             if (
                 head is not None
@@ -526,6 +524,8 @@ def _layer(draft: _Draft, name: str, src: TensorRef, operands: int = 1) -> Layer
                 pad_w=op.padding[1],
                 groups=op.groups,
                 epilogue=epilogue,
+                dilation_h=op.dilation[0],
+                dilation_w=op.dilation[1],
             )
         if kind == "fc":
             # the kernel covers the stored volume: behind a flatten, the NCHW order of the

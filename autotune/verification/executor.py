@@ -368,7 +368,8 @@ def _held(
 def extent(
     out: tuple[int, int], stride: int, pad: int, kernel: int, n_in: int, upscale: int = 1
 ) -> tuple[int, int, int, int]:
-    """Input rows (or columns) ``[lo, hi)`` that outputs ``out`` read, clipped to the input,
+    """Input rows (or columns) ``[lo, hi)`` that outputs ``out`` read (``kernel``: the rows a
+    window spans, a dilated one's included), clipped to the input,
     and the rows before and after that lie outside it (the padding, and in ceil mode the
     overhang past the padded input). An upsample's output ``i`` reads input ``i // upscale``
     (kernel 1, stride 1, no padding)."""
@@ -418,8 +419,8 @@ def _block(m: _Machine, op: Conv | Apply) -> _Block:
     p_images, p_ch, p_rows, p_cols = patch.region.box
     (i0, i1), (o0, o1), groups = op.in_channels, op.out_channels, op.groups
     sh, sw = op.stride
-    rows = extent(out_rows, sh, layer.pad_h, layer.kernel_h, layer.h_in, layer.upscale)
-    cols = extent(out_cols, sw, layer.pad_w, layer.kernel_w, layer.w_in, layer.upscale)
+    rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in, layer.upscale)
+    cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in, layer.upscale)
     if p_rows != rows[:2] or p_cols != cols[:2] or p_images != images:
         raise ScheduleError(
             f"output tile {acc.region} with stride {op.stride} needs input images "
@@ -474,7 +475,9 @@ def _conv(m: _Machine, op: Conv) -> None:
     w = filt.view
     if m.acc_dtype != m.dtype:  # FP16.32: fp16 products are exact in fp32, summed in fp32
         x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
-    result = conv_block(x, w, op.groups, op.stride, (rows[2], rows[3], cols[2], cols[3]))
+    pads = (rows[2], rows[3], cols[2], cols[3])
+    dilation = (layer.dilation_h, layer.dilation_w)
+    result = conv_block(x, w, op.groups, op.stride, pads, dilation)
     y = acc.view[:, o0 - out_ch[0] : o1 - out_ch[0]]
     if result.shape != y.shape:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")

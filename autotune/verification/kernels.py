@@ -20,6 +20,7 @@ def conv_block(
     groups: int,
     stride: tuple[int, int],
     pads: tuple[int, int, int, int],
+    dilation: tuple[int, int] = (1, 1),
 ) -> np.ndarray:
     """Convolve a patch with a block of filters.
 
@@ -30,6 +31,7 @@ def conv_block(
         stride: ``(sh, sw)``.
         pads: zeros to put around the patch, ``(top, bottom, left, right)``: the part of
             the tile's receptive field that lies in the layer's padding.
+        dilation: ``(dh, dw)``, the distance between two taps of the kernel.
 
     Returns:
         ``(images, groups * cout, oh, ow)`` partial sums over the block's input channels.
@@ -43,17 +45,19 @@ def conv_block(
     images, channels, h, wd = x.shape
     out_c, cin, kh, kw = w.shape
     sh, sw = stride
-    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    dh, dw = dilation
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    oh, ow = (h - span_h) // sh + 1, (wd - span_w) // sw + 1
     if kh == kw == 1:
         cols = x[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
     elif oh == ow == 1:  # one window (an fc layer's tile): the patch's top-left corner
-        cols = x[:, :, :kh, :kw]
+        cols = x[:, :, :span_h:dh, :span_w:dw]
     else:
         s0, s1, s2, s3 = x.strides
         cols = as_strided(
             x,
             (images, channels, kh, kw, oh, ow),
-            (s0, s1, s2, s3, s2 * sh, s3 * sw),
+            (s0, s1, s2 * dh, s3 * dw, s2 * sh, s3 * sw),
             writeable=False,
         )
     k, p = cin * kh * kw, oh * ow

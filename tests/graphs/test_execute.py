@@ -19,6 +19,7 @@ from autotune.io.network_yaml import load_network
 from tests.io.test_onnx_graph import (
     Model,
     constant_affines,
+    dilated_head,
     legacy_resnet,
     shufflenet,
     squeeze_excitation,
@@ -332,3 +333,25 @@ def test_dense_block_reads_its_concats_in_place_and_a_misplaced_output_is_caught
         ),
     )
     assert not forged.ok
+
+
+def test_dilated_convs_match_onnxruntime(tmp_path):
+    """Dilated convs (a dense one, a depthwise one, an ASPP-like head): tuned, verified tile
+    by tile and run, they compute what onnxruntime computes."""
+    ort = pytest.importorskip("onnxruntime")
+    path = dilated_head(tmp_path, batch=2)
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    assert all(v.ok for v in (r.verified for r in result.layers) if v is not None)
+    net = load_network(path)
+    assert {(la.name, la.dilation_h) for la in net.layers if la.dilation_h > 1} == {
+        ("d2", 2),
+        ("dw3", 3),
+        ("aspp2", 2),
+        ("aspp4", 4),
+    }
+    x = np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    (value,) = run_network(result, net, {"x": x}).values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)

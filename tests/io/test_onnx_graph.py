@@ -307,7 +307,7 @@ def assert_accounted(path: str, model: OnnxGraph) -> None:
     try:
         lowering = lower(model.graph)
     except GraphError:
-        return  # not a network autotune maps (e.g. a dilated convolution): no schedule
+        return  # not a network autotune maps: no schedule
     record = graph_record(model.graph, lowering)
     assert graph_from_record(record, path, model.graph.name) == model.graph
 
@@ -708,6 +708,21 @@ def pooling_and_activations(tmp_path) -> str:
     t = m.op("Softmax", [s], "softmax4d", axis=1)
     v = m.op("Softmax", [m.op("Flatten", [s], "flat")], "softmax2d", axis=-1)
     return m.save(tmp_path / "misc.onnx", t, v)
+
+
+def dilated_head(tmp_path, batch: int = 2) -> str:
+    """FCN's and DeepLab's dilated convs: a backbone conv dilated 2, a depthwise one dilated
+    3 with a bias, and an ASPP-like head (1×1 and 3×3 dilated 2 and 4, concatenated, 1×1)."""
+    m = Model("dilated", opset=17)
+    x = m.input("x", [batch, 3, 16, 16])
+    x = m.op("Relu", [m.conv(x, "stem", 3, 8, 3, stride=2, pad=1)], "stem.relu")
+    x = m.op("Relu", [m.conv(x, "d2", 8, 8, 3, pad=2, dilations=[2, 2])], "d2.relu")
+    x = m.conv(x, "dw3", 8, 8, 3, pad=3, groups=8, bias=True, dilations=[3, 3])
+    branches = [m.conv(x, "aspp0", 8, 4, 1)] + [
+        m.conv(x, f"aspp{d}", 8, 4, 3, pad=d, dilations=[d, d]) for d in (2, 4)
+    ]
+    x = m.op("Concat", branches, "aspp.cat", axis=1)
+    return m.save(tmp_path / "dilated.onnx", m.conv(x, "project", 12, 5, 1, bias=True))
 
 
 def squeeze_excitation(tmp_path, batch: int = 2) -> str:
@@ -1366,12 +1381,13 @@ def test_a_clip_with_one_bound_is_tuned_saved_and_verified(tmp_path):
 
 
 def test_a_refusal_after_import_names_the_onnx_attribute(tmp_path):
-    """The lowering refuses what the tuner cannot map (a dilated convolution); for an ONNX
-    model its one line names the node's attribute (``dilations``), not the graph's term."""
-    m = Model("dilated")
+    """A layer the tuner cannot map (padding as wide as the kernel: outputs that see only
+    zeros); for an ONNX model its one line names the node's attribute (``pads``), not the
+    graph's term."""
+    m = Model("padded")
     x = m.input("x", [1, 3, 12, 12])
-    path = m.save(tmp_path / "dilated.onnx", m.conv(x, "d", 3, 4, 3, pad=2, dilations=[2, 2]))
+    path = m.save(tmp_path / "padded.onnx", m.conv(x, "d", 3, 4, 3, pad=3))
     with pytest.raises(InputError) as info:
         load_network(path)
-    assert (info.value.layer, info.value.field) == ("d", "dilations")
-    assert "dilated" in str(info.value) and "\n" not in str(info.value)
+    assert (info.value.layer, info.value.field) == ("d", "pads")
+    assert "padding" in str(info.value) and "\n" not in str(info.value)

@@ -208,6 +208,11 @@ def test_double_input_symbolic_batch_and_duplicate_names(tmp_path):
     assert [la.name for la in net.layers] == ["c", "c_2"]
 
 
+def test_dilations(tmp_path):
+    layer = load_network(conv_net(tmp_path, pad=2, dilations=[2, 2])).layers[0]
+    assert (layer.dilation_h, layer.dilation_w, layer.h_out) == (2, 2, 16)
+
+
 @pytest.mark.parametrize(("auto_pad", "pad"), [("SAME_UPPER", 1), ("SAME_LOWER", 1), ("VALID", 0)])
 def test_auto_pad(tmp_path, auto_pad, pad):
     layer = load_network(conv_net(tmp_path, auto_pad=auto_pad)).layers[0]
@@ -217,7 +222,6 @@ def test_auto_pad(tmp_path, auto_pad, pad):
 @pytest.mark.parametrize(
     ("attrs", "field", "text"),
     [
-        (dict(pad=1, dilations=[2, 2]), "dilations", "dilated"),
         (dict(pads=[0, 0, 1, 1]), "pads", "asymmetric padding [0, 0, 1, 1]"),
         (dict(auto_pad="SAME_UPPER", stride=2), "auto_pad", "unequal"),
     ],
@@ -288,11 +292,11 @@ def test_cli_check_onnx(tmp_path):
     assert result.exit_code == 0, result.output
     for text in ("small_cnn: 7 layers, batch 2", "gconv", "fc2", "8×8×64"):
         assert text in result.output
-    bad = conv_net(tmp_path, "bad.onnx", pad=1, dilations=[2, 2])
+    bad = conv_net(tmp_path, "bad.onnx", pads=[0, 0, 1, 1])
     result = runner.invoke(app, ["check", bad])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and bad in lines[0] and "'dilation" in lines[0]
+    assert len(lines) == 1 and bad in lines[0] and "'pads'" in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -252,11 +252,11 @@ def test_network_macs_match_the_graph_count():
     assert net.macs == g.macs == 2 * 16 * 16 * 8 * 8 * 9
 
 
-def test_dilated_conv_is_refused_by_name():
+def test_a_dilated_conv_is_a_layer_whose_window_spans_its_taps():
     g = build([("c", "conv", ["input"], dict(out_channels=4, kernel=3, dilation=2, padding=2))])
-    with pytest.raises(GraphError, match="dilat") as info:
-        lower(g)
-    assert info.value.op == "c"
+    layer = lower(g).step("c").layer
+    assert (layer.dilation_h, layer.dilation_w, layer.span_h) == (2, 2, 5)
+    assert (layer.h_out, layer.w_out) == (16, 16) == g.shape("c")[:2]
 
 
 def test_a_shortcut_after_the_activation_fuses_with_activation_first():

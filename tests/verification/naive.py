@@ -27,8 +27,8 @@ def naive_conv(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
                     for c in range(cin):
                         for ky in range(layer.kernel_h):
                             for kx in range(layer.kernel_w):
-                                iy = oy * layer.stride_h - layer.pad_h + ky
-                                ix = ox * layer.stride_w - layer.pad_w + kx
+                                iy = oy * layer.stride_h - layer.pad_h + ky * layer.dilation_h
+                                ix = ox * layer.stride_w - layer.pad_w + kx * layer.dilation_w
                                 if 0 <= iy < layer.h_in and 0 <= ix < layer.w_in:
                                     total += float(x[b, group * cin + c, iy, ix]) * float(
                                         w[o, c, ky, kx]

@@ -24,6 +24,12 @@ TINY = {
     "depthwise": Layer("e", "conv", 6, 6, 3, 3, 3, 3, 2, 2, 1, 1, groups=3),
     "1x1 stride 2": Layer("f", "conv", 6, 5, 4, 3, 1, 1, 2, 2),
     "fc over a volume": Layer.fc("g", 2, 3, 4, 5),
+    "dilated 2x3, stride 2": Layer(
+        "h", "conv", 9, 8, 2, 3, 3, 3, 2, 1, 2, 3, dilation_h=2, dilation_w=3
+    ),
+    "dilated depthwise": Layer(
+        "i", "conv", 7, 7, 3, 3, 3, 3, pad_h=2, pad_w=2, groups=3, dilation_h=2, dilation_w=2
+    ),
 }
 
 
