@@ -39,6 +39,7 @@ import numpy.typing as npt
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
+from autotune.ir.resample import source_range
 
 #: Integer arrays (one entry per chunk, per task or per candidate), int64.
 IntArray = npt.NDArray[np.int64]
@@ -69,20 +70,29 @@ class SpatialAxis:
 
 
 def spatial_axis(
-    n_out: int, tile: int | None, n_in: int, kernel: int, stride: int, pad: int, upscale: int = 1
+    n_out: int,
+    tile: int | None,
+    n_in: int,
+    kernel: int,
+    stride: int,
+    pad: int,
+    upscale: int = 1,
+    mode: str = "nearest",
 ) -> SpatialAxis:
     """Split ``n_out`` outputs into tiles of ``tile`` (last one ragged) with their input halo
     (``kernel``: the rows one window spans, a dilated one's included).
 
-    ``upscale``: an upsample's factor (kernel 1, stride 1, no padding): output ``i`` reads
-    input ``i // upscale``."""
+    ``upscale``: an upsample's factor (kernel 1, stride 1, no padding): its outputs read the
+    inputs ``autotune.ir.resample`` gives for its ``mode`` (nearest: output ``i`` reads
+    input ``i // upscale``; bilinear: the two around its source point)."""
     size = n_out if tile is None else min(tile, n_out)
     starts = np.arange(0, n_out, size, dtype=np.int64)
     sizes = np.minimum(size, n_out - starts)
-    lo = starts * stride - pad
-    hi = lo + (sizes - 1) * stride + kernel
-    if upscale != 1:
-        lo, hi = lo // upscale, (hi - 1) // upscale + 1
+    if upscale != 1 or mode != "nearest":
+        lo, hi = source_range(mode, n_in, upscale, starts, starts + sizes)
+    else:
+        lo = starts * stride - pad
+        hi = lo + (sizes - 1) * stride + kernel
     lo_c = np.clip(lo, 0, n_in)
     hi_c = np.clip(hi, 0, n_in)
     return SpatialAxis(starts, sizes, lo_c, hi_c - lo_c)
@@ -98,6 +108,7 @@ def row_axis(layer: Layer, tile: int | None) -> SpatialAxis:
         layer.stride_h,
         layer.pad_h,
         layer.upscale,
+        layer.upsample_mode,
     )
 
 
@@ -111,6 +122,7 @@ def col_axis(layer: Layer, tile: int | None) -> SpatialAxis:
         layer.stride_w,
         layer.pad_w,
         layer.upscale,
+        layer.upsample_mode,
     )
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from autotune import Buffers, Layer, Mapping, Tile
 from autotune.ir.layer import ACTIVATION_OPS, LAYER_KINDS, Activation, Epilogue
+from autotune.ir.resample import UPSAMPLE_MODES
 from autotune.search.space import algorithms_for, delta_o_values
 
 
@@ -120,7 +121,19 @@ def kind_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
     if kind == "upsample":
         scale = draw(st.integers(2, 3))
         h, w = -(-h // scale), -(-w // scale)
-        return Layer("up", kind, h, w, c, c, groups=c, upscale=scale, epilogue=epilogue)
+        mode = draw(st.sampled_from(UPSAMPLE_MODES))
+        return Layer(
+            "up",
+            kind,
+            h,
+            w,
+            c,
+            c,
+            groups=c,
+            upscale=scale,
+            epilogue=epilogue,
+            upsample_mode=mode,
+        )
     if kind == "softmax":
         return Layer("softmax", kind, h, w, c, c, epilogue=epilogue)
     return Layer("act", kind, h, w, c, c, groups=c, epilogue=epilogue)

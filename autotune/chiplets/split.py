@@ -179,6 +179,11 @@ def split_parts(
                 )
             )
         return tuple(parts)
+    if layer.upsample_mode != "nearest":
+        raise MappingError(
+            f"layer {layer.name!r}: no spatial split: a bilinear upsample's bands would read "
+            f"their neighbours' rows"
+        )
     if layer.upscale != 1:
         return _upsample_bands(layer, whole, chiplets)
     refused = _padding_not_zero(layer)

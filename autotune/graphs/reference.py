@@ -17,6 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from autotune.graphs.weights import Array, Weights
 from autotune.ir.graph import Graph, Operator
+from autotune.verification.reference import upsample
 
 
 def run_reference(graph: Graph, inputs: Mapping[str, Array], weights: Weights) -> dict[str, Array]:
@@ -70,7 +71,7 @@ def _evaluate(op: Operator, args: list[Array], params: Mapping[str, Array]) -> A
         grouped = x.reshape(n, op.groups, c // op.groups, h, w)
         return grouped.transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
     if kind == "upsample":
-        return np.repeat(np.repeat(x, op.scale, axis=2), op.scale, axis=3)
+        return upsample(x, op.scale, op.mode)
     if kind == "flatten":
         return x.reshape(x.shape[0], -1, 1, 1)
     if kind == "softmax":

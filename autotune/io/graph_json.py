@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -43,6 +43,7 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "ceil_mode": False,
     "count_include_pad": False,
     "scale": 1,
+    "mode": "nearest",
     "channels": (0, 0),
     "alpha": 0.01,
     "low": 0.0,
@@ -100,6 +101,9 @@ class OperatorRecord(_Record):
     ceil_mode: bool | None = None
     count_include_pad: bool | None = None
     scale: int | None = None
+    mode: Literal["nearest", "bilinear", "bilinear_corners"] | None = Field(
+        default=None, description="an upsample's interpolation (absent: nearest)"
+    )
     channels: list[int] | None = Field(
         default=None, description="a slice's [start, stop] of the channels kept"
     )

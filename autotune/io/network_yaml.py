@@ -95,6 +95,11 @@ class LayerSpec(BaseModel):
     ceil_mode: StrictBool | None = None
     count_include_pad: StrictBool | None = None
     scale: PositiveInt | None = Field(default=None, description="upsample factor")
+    mode: Literal["nearest", "bilinear", "bilinear_corners"] | None = Field(
+        default=None,
+        description="upsample interpolation: nearest (default); bilinear (PyTorch's "
+        "align_corners=False); bilinear_corners (align_corners=True)",
+    )
     channels: list[NonNegativeInt] | None = Field(
         default=None,
         min_length=2,
@@ -149,7 +154,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "fc": frozenset({"out_channels", "bias"}),
     "maxpool": frozenset({"kernel", "stride", "padding", "ceil_mode"}),
     "avgpool": frozenset({"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}),
-    "upsample": frozenset({"scale"}),
+    "upsample": frozenset({"scale", "mode"}),
     "slice": frozenset({"channels"}),
     "shuffle": frozenset({"groups"}),
     "leaky_relu": frozenset({"alpha"}),
@@ -234,6 +239,7 @@ def _graph(spec: NetworkSpec, path: str) -> Graph:
                 ceil_mode=bool(layer.ceil_mode),
                 count_include_pad=bool(layer.count_include_pad),
                 scale=layer.scale,
+                mode=layer.mode or "nearest",
                 channels=layer.channels,
                 alpha=0.01 if layer.alpha is None else layer.alpha,
                 **_clip_bounds(layer),

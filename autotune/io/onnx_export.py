@@ -153,7 +153,18 @@ def _emit(
         node("Concat", args, name, name, axis=1)
     elif kind == "upsample":
         scales = const(f"{name}.scales", np.array([1, 1, op.scale, op.scale], np.float32))
-        node("Resize", [args[0], "", scales], name, name, mode="nearest")
+        if op.mode == "nearest":
+            node("Resize", [args[0], "", scales], name, name, mode="nearest")
+        else:
+            coords = "half_pixel" if op.mode == "bilinear" else "align_corners"
+            node(
+                "Resize",
+                [args[0], "", scales],
+                name,
+                name,
+                mode="linear",
+                coordinate_transformation_mode=coords,
+            )
     elif kind == "slice":
         bounds = [np.array([v], np.int64) for v in (*op.channels, 1)]
         starts, ends, axes = (const(f"{name}.{r}", v) for r, v in zip(_SLICE, bounds, strict=True))

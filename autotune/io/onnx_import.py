@@ -40,8 +40,9 @@ table is ``_HANDLERS``; each handler says what it accepts):
   be computed from ``Shape``) and each output of a ``Split`` on axis 1 -> slice; the channel
   shuffle ``Reshape`` to ``N×g×C/g×H×W``, ``Transpose`` ``[0, 2, 1, 3, 4]``, ``Reshape`` back
   -> shuffle (a 5-D tensor anywhere else, or another ``Transpose``, is refused);
-  ``Resize``/``Upsample`` nearest by an integer factor ->
-  upsample; ``Softmax`` over the channels -> softmax;
+  ``Resize``/``Upsample`` nearest by an integer factor, or ``Resize`` bilinear (``linear``
+  with half-pixel or aligned-corner coordinates) -> upsample; ``Softmax`` over the
+  channels -> softmax;
 - consumed: ``Identity``, ``Dropout``, ``Cast`` to the same type (pass-throughs);
   ``Constant`` and nodes on constants only (evaluated where an operator needs the value);
   ``Shape``, ``Size`` and nodes on them (shape computations);
@@ -510,6 +511,12 @@ ONNX_FIELDS = {
     "out": "shape",
 }
 #: The ONNX input an operator's output size comes from, for a refusal over the input limits.
+#: Resize's ``coordinate_transformation_mode`` -> the bilinear upsample it is (linear mode).
+_LINEAR_COORDINATES = {
+    "half_pixel": "bilinear",
+    "pytorch_half_pixel": "bilinear",  # the same where the output has more than one pixel
+    "align_corners": "bilinear_corners",
+}
 _OUT_FIELDS = {"conv": "W", "fc": "B", "upsample": "scales", "concat": "inputs"}
 #: BatchNormalization's parameter inputs: (weights key, ONNX input name), from input 1 on.
 _BN_PARAMS = (("scale", "scale"), ("bias", "B"), ("mean", "input_mean"), ("var", "input_var"))
@@ -567,7 +574,7 @@ def load_onnx_graph(path: str | Path) -> OnnxGraph:
     constant weight (+ an ``Add`` of its bias), ``BatchNormalization``, ``Relu``, ``Clip``,
     ``LeakyRelu``, ``Sigmoid``, ``HardSwish``, x·Sigmoid(x), x·HardSigmoid(x), ``MaxPool``,
     ``AveragePool``, ``GlobalAveragePool``, ``ReduceMean`` over H and W, ``Add``, ``Sum``,
-    ``Concat`` over channels, ``Resize``/``Upsample`` nearest by an integer factor,
+    ``Concat`` over channels, ``Resize``/``Upsample`` nearest or bilinear by an integer factor,
     ``Flatten``/``Reshape``/``Squeeze``/``Unsqueeze`` to ``[N, K]``, ``Softmax`` over channels.
 
     Unlike ``load_onnx`` the file's node order need not be topological (the nodes are sorted
@@ -1799,24 +1806,38 @@ class _GraphImporter:
         return self._emit(node, name, "concat", tensors, rank=rank)
 
     def resize(self, node: Any, name: str) -> str | None:
-        """Resize and Upsample: nearest-neighbour by one integer factor for height and width
-        (from ``scales``, ``sizes`` or the inferred output shape), with a coordinate mode
-        that repeats each pixel (``_EXACT_NEAREST``)."""
+        """Resize and Upsample by one integer factor for height and width (from ``scales``,
+        ``sizes`` or the inferred output shape): nearest-neighbour with a coordinate mode that
+        repeats each pixel (``_EXACT_NEAREST``), or (Resize-11 and later) ``linear`` with
+        ``half_pixel`` or ``pytorch_half_pixel`` coordinates (PyTorch's bilinear,
+        ``align_corners=False``) or ``align_corners`` (``autotune.ir.resample``)."""
         x = self._act(node, 0, name, "X")
         self._need_rank(node, name, "X", (4,))
         attrs = _attributes(self.onnx, node)
         mode = attrs.get("mode", "nearest")
-        if mode != "nearest":
+        modern = node.op_type == "Resize" and self.opset >= 11
+        coords = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
+        if mode == "linear" and modern:
+            interpolation = _LINEAR_COORDINATES.get(coords)
+            if interpolation is None:
+                raise self.fail(
+                    f"linear with {coords} coordinates is not supported (half_pixel, "
+                    f"pytorch_half_pixel, align_corners are)",
+                    name,
+                    "coordinate_transformation_mode",
+                )
+        elif mode != "nearest":
             raise self.fail(
-                f"mode {mode!r}: only nearest-neighbour upsampling by an integer factor is "
-                f"supported",
+                f"mode {mode!r}: only nearest-neighbour upsampling and bilinear (Resize-11 and "
+                f"later) by an integer factor are supported",
                 name,
                 "mode",
             )
-        if node.op_type == "Resize" and self.opset >= 11:
-            coords = attrs.get("coordinate_transformation_mode", "half_pixel")
+        else:
+            interpolation = "nearest"
+        if modern:
             rounding = attrs.get("nearest_mode", "round_prefer_floor")
-            if (coords, rounding) not in _EXACT_NEAREST:
+            if mode == "nearest" and (coords, rounding) not in _EXACT_NEAREST:
                 raise self.fail(
                     f"{coords} with nearest_mode {rounding} does not repeat each pixel: not an "
                     f"upsample",
@@ -1830,7 +1851,7 @@ class _GraphImporter:
         if scale == 1:
             self._alias(node, node.input[0])
             return None
-        return self._emit(node, name, "upsample", [x], rank=4, scale=scale)
+        return self._emit(node, name, "upsample", [x], rank=4, scale=scale, mode=interpolation)
 
     def _resize_factor(
         self, node: Any, name: str, attrs: dict[str, Any], scales_at: int, sizes_at: int

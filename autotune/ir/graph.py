@@ -20,6 +20,7 @@ from typing import Literal, get_args
 
 from autotune.ir.errors import ArgumentsError
 from autotune.ir.layer import out_size
+from autotune.ir.resample import UPSAMPLE_MODES
 
 OpKind = Literal[
     "conv",
@@ -84,7 +85,8 @@ class Operator:
     counterpart, used by the kinds that have them: ``out_channels``, ``kernel``, ``stride``,
     ``padding`` (zeros on each side, ``(h, w)``), ``dilation``, ``groups`` (conv);
     ``kernel``, ``stride``, ``padding``, ``ceil_mode``, ``count_include_pad`` (pools);
-    ``scale`` (upsample); ``channels`` (slice: ``(start, stop)``); ``groups`` (shuffle);
+    ``scale`` and ``mode`` (upsample: ``autotune.ir.resample``); ``channels`` (slice:
+    ``(start, stop)``); ``groups`` (shuffle);
     ``alpha`` (leaky relu); ``low``/``high`` (clip; relu6 is 0..6);
     ``epsilon`` (batch norm, whose statistics are weights); ``bias`` (a conv or fc adds a
     per-channel bias). ``shape`` is the output, per image.
@@ -111,6 +113,7 @@ class Operator:
     ceil_mode: bool = False
     count_include_pad: bool = False
     scale: int = 1
+    mode: str = "nearest"
     channels: Pair = (0, 0)
     alpha: float = 0.01
     low: float = 0.0
@@ -171,6 +174,7 @@ def make_operator(
     ceil_mode: bool = False,
     count_include_pad: bool = False,
     scale: int | None = None,
+    mode: str = "nearest",
     channels: Iterable[int] | None = None,
     alpha: float = 0.01,
     low: float = 0.0,
@@ -283,6 +287,10 @@ def make_operator(
     elif kind == "upsample":
         if scale is None or scale < 1:
             raise GraphError(name, "scale", "required: a positive integer factor")
+        if mode not in UPSAMPLE_MODES:
+            raise GraphError(
+                name, "mode", f"must be one of {', '.join(UPSAMPLE_MODES)}, got {mode!r}"
+            )
         out = (h * scale, w * scale, c)
     elif kind == "flatten":
         out = (1, 1, h * w * c)
@@ -338,6 +346,7 @@ def make_operator(
         ceil_mode=ceil_mode,
         count_include_pad=count_include_pad,
         scale=scale or 1,
+        mode=mode if kind == "upsample" else "nearest",
         channels=kept,
         alpha=alpha,
         low=low,

@@ -25,8 +25,10 @@ executor serve them all:
 - ``mul``: the elementwise product of ``n`` tensors, laid out as ``add``'s operands.
 - ``activation``: an elementwise function alone (its ``epilogue.activation``), a depthwise
   1×1 layer without weights.
-- ``upsample``: nearest-neighbour by the integer ``upscale`` (each input pixel becomes an
-  ``upscale × upscale`` block), depthwise, without weights.
+- ``upsample``: by the integer ``upscale``, nearest-neighbour (each input pixel becomes an
+  ``upscale × upscale`` block) or bilinear (``upsample_mode``, ``autotune.ir.resample``:
+  each output a weighted sum of the 2 × 2 inputs around its source point), depthwise,
+  without weights.
 - ``softmax``: over the channels of each pixel; every output channel reads every input
   channel of its pixel (``groups = 1``), so a mapping keeps all channels in one stack.
 
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from autotune.ir.errors import ArgumentsError
+from autotune.ir.resample import UPSAMPLE_MODES
 
 LayerKind = Literal[
     "conv", "fc", "maxpool", "avgpool", "add", "mul", "activation", "upsample", "softmax"
@@ -172,6 +175,7 @@ class Layer:
     epilogue: Epilogue = field(default_factory=Epilogue)
     dilation_h: int = 1
     dilation_w: int = 1
+    upsample_mode: str = "nearest"
 
     def __post_init__(self) -> None:
         for name in (
@@ -254,6 +258,14 @@ class Layer:
         kind = self.kind
         if kind != "upsample" and self.upscale != 1:
             raise LayerError(self.name, "upscale", "only an upsample layer has a scale")
+        if self.upsample_mode not in UPSAMPLE_MODES:
+            raise LayerError(
+                self.name,
+                "upsample_mode",
+                f"must be one of {', '.join(UPSAMPLE_MODES)}, got {self.upsample_mode!r}",
+            )
+        if kind != "upsample" and self.upsample_mode != "nearest":
+            raise LayerError(self.name, "upsample_mode", "only an upsample layer interpolates")
         if kind not in ("maxpool", "avgpool") and self.ceil_mode:
             raise LayerError(self.name, "ceil_mode", "only a pooling layer has a ceil mode")
         if kind != "conv" and (self.dilation_h, self.dilation_w) != (1, 1):
@@ -341,8 +353,8 @@ class Layer:
         """FPU operations per output word: the MACs of a conv or fc (every output sums over
         its group's inputs and the kernel), one compare or add per tap of a pool, ``n - 1``
         adds of an add or multiplies of a mul (at least one), the elementwise function, a
-        move per upsampled word, the softmax's exp, sum and scale; plus the epilogue's
-        operations."""
+        move per upsampled word (a multiply-add per tap of a bilinear one's 2 × 2), the
+        softmax's exp, sum and scale; plus the epilogue's operations."""
         kind = self.kind
         if kind in WEIGHTED_KINDS:
             body = self.cin_per_group * self.kernel_h * self.kernel_w
@@ -352,6 +364,8 @@ class Layer:
             body = self.operands - 1
         elif kind == "softmax":
             body = SOFTMAX_OPS
+        elif kind == "upsample" and self.upsample_mode != "nearest":
+            body = 4
         else:  # activation (its function is the epilogue's), upsample (a move)
             body = 0 if kind == "activation" else 1
         return body + self.epilogue.ops
@@ -407,7 +421,12 @@ class Layer:
 
     def shape_key(self) -> tuple[object, ...]:
         """Everything but the name, as plain values: layers with equal keys have equal
-        mappings and costs."""
+        mappings and costs. (A dilation and an interpolation are appended only where they
+        are not the default, so the keys of other layers, and the names of the refinement
+        studies made from them, are what they were.)"""
+        extra: tuple[object, ...] = ()
+        if (self.dilation_h, self.dilation_w, self.upsample_mode) != (1, 1, "nearest"):
+            extra = (self.dilation_h, self.dilation_w, self.upsample_mode)
         return (
             self.h_in,
             self.w_in,
@@ -426,6 +445,7 @@ class Layer:
             self.ceil_mode,
             self.count_include_pad,
             *self.epilogue.key(),
+            *extra,
         )
 
 

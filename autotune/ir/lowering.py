@@ -564,7 +564,16 @@ def _layer(draft: _Draft, name: str, src: TensorRef, operands: int = 1) -> Layer
             return Layer(name, "activation", h, w, c, c, groups=c, epilogue=epilogue)
         if kind == "upsample":
             return Layer(
-                name, "upsample", h, w, c, c, groups=c, upscale=op.scale, epilogue=epilogue
+                name,
+                "upsample",
+                h,
+                w,
+                c,
+                c,
+                groups=c,
+                upscale=op.scale,
+                epilogue=epilogue,
+                upsample_mode=op.mode,
             )
         if kind == "copy":
             return Layer(name, "upsample", h, w, c, c, groups=c)

@@ -181,7 +181,9 @@ def reduction_length(layer: Layer) -> int:
         k = layer.operands
     elif kind == "softmax":
         k = 2 * layer.c_in + SOFTMAX_OPS
-    else:  # maxpool, activation, upsample: exact
+    elif kind == "upsample" and layer.upsample_mode != "nearest":
+        k = 4  # the 2 × 2 taps weighed and summed
+    else:  # maxpool, activation, nearest upsample: exact
         k = 0
     return k + layer.epilogue.ops
 

@@ -37,9 +37,11 @@ from typing import Any
 import numpy as np
 
 from autotune.ir.layer import OPERAND_KINDS, WEIGHTED_KINDS, Layer
+from autotune.ir.resample import source_range, source_taps
 from autotune.verification.kernels import (
     activate,
     average_block,
+    bilinear,
     combine_operands,
     conv_block,
     max_block,
@@ -366,15 +368,22 @@ def _held(
 
 @lru_cache(maxsize=4096)
 def extent(
-    out: tuple[int, int], stride: int, pad: int, kernel: int, n_in: int, upscale: int = 1
+    out: tuple[int, int],
+    stride: int,
+    pad: int,
+    kernel: int,
+    n_in: int,
+    upscale: int = 1,
+    mode: str = "nearest",
 ) -> tuple[int, int, int, int]:
     """Input rows (or columns) ``[lo, hi)`` that outputs ``out`` read (``kernel``: the rows a
-    window spans, a dilated one's included), clipped to the input,
-    and the rows before and after that lie outside it (the padding, and in ceil mode the
-    overhang past the padded input). An upsample's output ``i`` reads input ``i // upscale``
-    (kernel 1, stride 1, no padding)."""
-    if upscale != 1:
-        return out[0] // upscale, (out[1] - 1) // upscale + 1, 0, 0
+    window spans, a dilated one's included), clipped to the input, and the rows before and
+    after that lie outside it (the padding, and in ceil mode the overhang past the padded
+    input). An upsample's outputs read the inputs ``autotune.ir.resample`` gives for its
+    ``mode`` (kernel 1, stride 1, no padding)."""
+    if upscale != 1 or mode != "nearest":
+        lo_a, hi_a = source_range(mode, n_in, upscale, np.asarray(out[0]), np.asarray(out[1]))
+        return int(lo_a), int(hi_a), 0, 0
     lo = out[0] * stride - pad
     hi = (out[1] - 1) * stride - pad + kernel
     lo_c, hi_c = min(max(lo, 0), n_in), min(max(hi, 0), n_in)
@@ -419,8 +428,9 @@ def _block(m: _Machine, op: Conv | Apply) -> _Block:
     p_images, p_ch, p_rows, p_cols = patch.region.box
     (i0, i1), (o0, o1), groups = op.in_channels, op.out_channels, op.groups
     sh, sw = op.stride
-    rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in, layer.upscale)
-    cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in, layer.upscale)
+    mode = layer.upsample_mode
+    rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in, layer.upscale, mode)
+    cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in, layer.upscale, mode)
     if p_rows != rows[:2] or p_cols != cols[:2] or p_images != images:
         raise ScheduleError(
             f"output tile {acc.region} with stride {op.stride} needs input images "
@@ -526,9 +536,7 @@ def _apply(m: _Machine, op: Apply) -> None:
     elif kind in OPERAND_KINDS:
         result = combine_operands(x, op.out_channels[1] - op.out_channels[0], fold)
     elif kind == "upsample":
-        s = layer.upscale
-        (r0, r1), (c0, c1) = acc.region.box[2], acc.region.box[3]
-        result = nearest(x, np.arange(r0, r1) // s - rows[0], np.arange(c0, c1) // s - cols[0])
+        result = _upsample(layer, x, acc.region, rows[0], cols[0])
     else:  # activation: the body is the input itself, the store applies the function
         result = x
     y = tile[:, o0 - out_ch[0] : o1 - out_ch[0]]
@@ -536,6 +544,18 @@ def _apply(m: _Machine, op: Apply) -> None:
         raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
     fold(y, result, out=y)
     acc.pairs += (o1 - o0) * block.in_n
+
+
+def _upsample(layer: Layer, x: np.ndarray, tile: Region, row0: int, col0: int) -> np.ndarray:
+    """An upsample block: the tile's outputs from the patch ``x``, whose first row and column
+    are input ``row0`` and ``col0`` (``autotune.ir.resample``)."""
+    s, mode = layer.upscale, layer.upsample_mode
+    (r0, r1), (c0, c1) = tile.box[2], tile.box[3]
+    ys = source_taps(mode, layer.h_in, s, np.arange(r0, r1))
+    xs = source_taps(mode, layer.w_in, s, np.arange(c0, c1))
+    if mode == "nearest":
+        return nearest(x, ys[0] - row0, xs[0] - col0)
+    return bilinear(x, (ys[0] - row0, ys[1] - row0, ys[2]), (xs[0] - col0, xs[1] - col0, xs[2]))
 
 
 def _divisor(layer: Layer, tile: Region, stride: tuple[int, int]) -> np.ndarray:

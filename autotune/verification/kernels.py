@@ -141,6 +141,24 @@ def nearest(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return np.asarray(x[:, :, rows][:, :, :, cols])
 
 
+def bilinear(
+    x: np.ndarray,
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cols: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Bilinear upsampling of a patch: ``rows`` and ``cols`` are, per output row (column),
+    the two patch rows it reads and the second one's weight; the columns are blended first,
+    then the rows."""
+    r0, r1, fy = rows
+    c0, c1, fx = cols
+    fx = fx.astype(x.dtype)
+    fy = fy.astype(x.dtype)[:, None]
+    top, bottom = x[:, :, r0], x[:, :, r1]
+    top = top[..., c0] * (1 - fx) + top[..., c1] * fx
+    bottom = bottom[..., c0] * (1 - fx) + bottom[..., c1] * fx
+    return np.asarray(top * (1 - fy) + bottom * fy)
+
+
 def softmax_step(
     acc: np.ndarray,
     peak: np.ndarray,

@@ -24,6 +24,8 @@ softmax against ONNX's reference evaluator.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -98,12 +100,44 @@ def body(layer: Layer, x: np.ndarray, w: np.ndarray | None = None) -> np.ndarray
         n = layer.operands
         return np.asarray(np.prod([x[:, i::n] for i in range(n)], axis=0))
     if kind == "upsample":
-        s = layer.upscale
-        return np.repeat(np.repeat(x, s, axis=2), s, axis=3)
+        return upsample(x, layer.upscale, layer.upsample_mode)
     if kind == "softmax":
         e = np.exp(x - x.max(axis=1, keepdims=True))
         return np.asarray(e / e.sum(axis=1, keepdims=True))
     return np.array(x)  # activation: its function is the epilogue's
+
+
+def interpolation_matrix(mode: str, n_in: int, scale: int) -> np.ndarray:
+    """``(n_in · scale, n_in)``: row ``i`` weighs the inputs output ``i`` reads, from the
+    definitions in floating point (``autotune.ir.resample`` computes the same taps in
+    integers, for the tiles): nearest one input; bilinear ``1 − f`` and ``f`` on the inputs
+    around the source point ``x`` (half-pixel, or corners aligned), clamped to the input."""
+    n_out = n_in * scale
+    matrix = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        if mode == "nearest":
+            matrix[i, i // scale] = 1.0
+            continue
+        if mode == "bilinear":
+            x = (i + 0.5) / scale - 0.5
+        else:  # bilinear_corners
+            x = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        x = min(max(x, 0.0), n_in - 1.0)
+        left = math.floor(x)
+        right = min(left + 1, n_in - 1)
+        matrix[i, left] += 1.0 - (x - left)
+        matrix[i, right] += x - left
+    return matrix
+
+
+def upsample(x: np.ndarray, scale: int, mode: str) -> np.ndarray:
+    """``(n, c, h · scale, w · scale)``: ``x`` interpolated along both axes (nearest: each
+    value repeated, exactly)."""
+    if mode == "nearest":
+        return np.repeat(np.repeat(x, scale, axis=2), scale, axis=3)
+    rows = interpolation_matrix(mode, x.shape[2], scale)
+    cols = interpolation_matrix(mode, x.shape[3], scale)
+    return np.asarray(np.einsum("yh,nchw,xw->ncyx", rows, x, cols).astype(x.dtype))
 
 
 def convolution(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from tests.io.test_onnx_graph import (
     constant_affines,
     dilated_head,
     legacy_resnet,
+    segmentation_head,
     shufflenet,
     squeeze_excitation,
 )
@@ -355,3 +356,25 @@ def test_dilated_convs_match_onnxruntime(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x": x})
     np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+
+
+def test_bilinear_upsampling_matches_onnxruntime(tmp_path):
+    """Bilinear Resize (half-pixel by scales, pytorch_half_pixel by sizes, align_corners):
+    tuned, verified tile by tile and run, as onnxruntime computes it."""
+    ort = pytest.importorskip("onnxruntime")
+    path = segmentation_head(tmp_path, batch=2)
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    net = load_network(path)
+    modes = {la.name: (la.upsample_mode, la.upscale) for la in net.layers if la.kind == "upsample"}
+    assert modes == {
+        "up": ("bilinear", 2),
+        "out": ("bilinear", 2),
+        "corners": ("bilinear_corners", 2),
+    }
+    x = np.random.default_rng(8).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    got = run_network(result, net, {"x": x})
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})
+    for value, expected in zip(got.values(), want, strict=True):  # fp32, to the largest value
+        np.testing.assert_allclose(value, expected, rtol=0, atol=1e-6 * np.abs(expected).max())

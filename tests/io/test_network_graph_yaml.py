@@ -89,6 +89,13 @@ layers:
             "'side'",
         ),
         (("kind: upsample, scale: 2,", "kind: upsample,"), "up", "scale", "required"),
+        (
+            ("kind: upsample, scale: 2,", "kind: upsample, scale: 2, mode: cubic,"),
+            "up",
+            "mode",
+            "bilinear",
+        ),
+        (("kind: relu6}", "kind: relu6, mode: bilinear}"), "relu2", "mode", "not allowed"),
         (("alpha: 0.1,", "alpha: 0.1, kernel: 3,"), "side", "kernel", "not allowed"),
         (("out: [16, 16, 8]", "out: [16, 16, 9]"), "up", "out", "declared"),
         (("{name: relu1, kind: relu}", "{name: input, kind: relu}"), "input", "name", "network"),
@@ -202,3 +209,11 @@ def test_slices_are_views_and_a_shuffle_reads_its_groups(tmp_path):
 )
 def test_slice_and_shuffle_errors(tmp_path, edit, layer, field, words):
     assert_edit_refused(tmp_path, SHUFFLE_UNIT, edit, layer, field, words)
+
+
+def test_bilinear_upsample(tmp_path):
+    text = BLOCK.replace("kind: upsample, scale: 2,", "kind: upsample, scale: 2, mode: bilinear,")
+    net = load_network(write(tmp_path, text))
+    assert net.graph is not None and net.graph.op("up").mode == "bilinear"
+    layer = net.layer("up")
+    assert (layer.upsample_mode, layer.upscale, layer.ops_per_output) == ("bilinear", 2, 4)

@@ -725,6 +725,38 @@ def dilated_head(tmp_path, batch: int = 2) -> str:
     return m.save(tmp_path / "dilated.onnx", m.conv(x, "project", 12, 5, 1, bias=True))
 
 
+def segmentation_head(tmp_path, batch: int = 2) -> str:
+    """FCN's and LR-ASPP's way back to the input's size: bilinear Resize-11 (PyTorch's
+    ``align_corners=False``, half-pixel coordinates) by constant scales, and by ``sizes``;
+    one with ``align_corners``."""
+    m = Model("seg", opset=17)
+    x = m.input("x", [batch, 3, 16, 16])
+    x = m.op("Relu", [m.conv(x, "stem", 3, 8, 3, stride=2, pad=1)], "stem.relu")
+    low = m.op("Relu", [m.conv(x, "d2", 8, 8, 3, pad=2, dilations=[2, 2])], "d2.relu")
+    high = m.conv(m.conv(low, "down", 8, 8, 3, stride=2, pad=1), "high", 8, 4, 1, bias=True)
+    scales = m.const("up.scales", np.array([1, 1, 2, 2], np.float32))
+    up = m.op("Resize", [high, "", scales], "up", mode="linear")  # half_pixel by default
+    x = m.op("Concat", [up, m.conv(low, "low", 8, 4, 1)], "cat", axis=1)
+    x = m.conv(x, "classifier", 8, 3, 1, bias=True)
+    sizes = m.const("out.sizes", np.array([batch, 3, 16, 16], np.int64))
+    a = m.op(
+        "Resize",
+        [x, "", "", sizes],
+        "out",
+        mode="linear",
+        coordinate_transformation_mode="pytorch_half_pixel",
+    )
+    corners = m.const("corners.scales", np.array([1, 1, 2, 2], np.float32))
+    b = m.op(
+        "Resize",
+        [x, "", corners],
+        "corners",
+        mode="linear",
+        coordinate_transformation_mode="align_corners",
+    )
+    return m.save(tmp_path / "seg.onnx", a, b)
+
+
 def squeeze_excitation(tmp_path, batch: int = 2) -> str:
     """Squeeze-excitation as torchvision exports it: MobileNetV3's (GlobalAveragePool, 1×1
     Convs, Relu, HardSigmoid, Mul(gate, x)) and EfficientNet's (ReduceMean, Flatten, Gemm,
@@ -1109,9 +1141,16 @@ def case_conv_same_odd(m, x):
     return m.conv(x, "conv", 4, 4, 2, auto_pad="SAME_UPPER")
 
 
-def case_resize_linear(m, x):
+def case_resize_cubic(m, x):
     return m.op(
-        "Resize", [x, "", m.const("s", np.array([1, 1, 2, 2], np.float32))], "up", mode="linear"
+        "Resize", [x, "", m.const("s", np.array([1, 1, 2, 2], np.float32))], "up", mode="cubic"
+    )
+
+
+def case_resize_linear_asymmetric(m, x):
+    s = m.const("s", np.array([1, 1, 2, 2], np.float32))
+    return m.op(
+        "Resize", [x, "", s], "up", mode="linear", coordinate_transformation_mode="asymmetric"
     )
 
 
@@ -1229,7 +1268,8 @@ CASES = [
     (case_matmul_rank4, "rowwise", "A", "rank-4"),
     (case_conv_asymmetric, "conv", "pads", "asymmetric padding [0, 0, 1, 1]"),
     (case_conv_same_odd, "conv", "auto_pad", "asymmetric padding [0, 0, 1, 1]"),
-    (case_resize_linear, "up", "mode", "'linear'"),
+    (case_resize_cubic, "up", "mode", "'cubic'"),
+    (case_resize_linear_asymmetric, "up", "coordinate_transformation_mode", "asymmetric"),
     (
         case_resize_half_pixel_floor,
         "up",
@@ -1391,3 +1431,23 @@ def test_a_refusal_after_import_names_the_onnx_attribute(tmp_path):
         load_network(path)
     assert (info.value.layer, info.value.field) == ("d", "pads")
     assert "padding" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bilinear_and_dilated_operators_survive_the_schedule_record_and_onnx_export(tmp_path):
+    """A segmentation head's bilinear Resizes and dilated convs: the graph record a schedule
+    stores and an exported ONNX file both give them back as they were."""
+    model = load_onnx_graph(segmentation_head(tmp_path))
+    graph = model.graph
+    assert {o.name: o.mode for o in graph.ops if o.kind == "upsample"} == {
+        "up": "bilinear",
+        "out": "bilinear",
+        "corners": "bilinear_corners",
+    }
+    record = graph_record(graph, lower(graph))
+    assert graph_from_record(record, "seg.json", graph.name) == graph
+    path = tmp_path / "again.onnx"
+    save_onnx(graph, model.weights, path, batch=2)
+    again = load_onnx_graph(path).graph
+    assert [(o.kind, o.shape, o.mode, o.dilation) for o in again.ops] == [
+        (o.kind, o.shape, o.mode, o.dilation) for o in graph.ops
+    ]

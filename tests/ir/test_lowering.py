@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.ir.graph import Graph, GraphError, make_operator
+from autotune.ir.layer import Layer
 from autotune.ir.lowering import lower
 from autotune.ir.network import Network
 
@@ -274,3 +275,15 @@ def test_a_shortcut_after_the_activation_fuses_with_activation_first():
     epilogue = low.step("c2").layer.epilogue
     assert epilogue.residual and epilogue.activation_first
     assert epilogue.activation is not None and epilogue.activation.alpha == 0.1
+
+
+def test_shape_keys_tell_a_dilation_and_an_interpolation_apart():
+    """Layers of equal keys share one solve, refinement and verification: a dilated conv is
+    not its undilated twin, nor a bilinear upsample a nearest one; other keys are as before
+    (the refinement studies are named from them)."""
+    conv = Layer("c", "conv", 8, 8, 4, 4, 3, 3, pad_h=2, pad_w=2)
+    dilated = Layer("d", "conv", 8, 8, 4, 4, 3, 3, pad_h=2, pad_w=2, dilation_h=2, dilation_w=2)
+    up = Layer("u", "upsample", 4, 4, 4, 4, groups=4, upscale=2)
+    corners = Layer("v", "upsample", 4, 4, 4, 4, groups=4, upscale=2, upsample_mode="bilinear")
+    assert conv.shape_key() != dilated.shape_key() and up.shape_key() != corners.shape_key()
+    assert len(conv.shape_key()) == len(up.shape_key()) == 23

@@ -97,12 +97,31 @@ def _naive_word(layer: Layer, x: np.ndarray, o: int, oy: int, ox: int) -> float:
         n = layer.c_in // layer.c_out
         return math.prod(float(x[o * n + i, oy, ox]) for i in range(n))
     if kind == "upsample":
-        return float(x[o, oy // layer.upscale, ox // layer.upscale])
+        if layer.upsample_mode == "nearest":
+            return float(x[o, oy // layer.upscale, ox // layer.upscale])
+        (y0, y1, fy), (x0, x1, fx) = (
+            _naive_source(layer, i, n) for i, n in ((oy, layer.h_in), (ox, layer.w_in))
+        )
+        top = (1 - fx) * float(x[o, y0, x0]) + fx * float(x[o, y0, x1])
+        bottom = (1 - fx) * float(x[o, y1, x0]) + fx * float(x[o, y1, x1])
+        return (1 - fy) * top + fy * bottom
     if kind == "softmax":
         column = [float(v) for v in x[:, oy, ox]]
         top = max(column)
         return math.exp(column[o] - top) / sum(math.exp(v - top) for v in column)
     return float(x[o, oy, ox])  # activation: the epilogue applies the function
+
+
+def _naive_source(layer: Layer, i: int, n_in: int) -> tuple[int, int, float]:
+    """The two inputs a bilinear output ``i`` reads along one axis and the second's weight,
+    as PyTorch's ``upsample_bilinear2d`` computes them."""
+    s = layer.upscale
+    if layer.upsample_mode == "bilinear":
+        x = max((i + 0.5) / s - 0.5, 0.0)
+    else:
+        x = i * (n_in - 1) / (n_in * s - 1) if n_in * s > 1 else 0.0
+    first = min(int(math.floor(x)), n_in - 1)
+    return first, min(first + 1, n_in - 1), x - first
 
 
 def naive_layer(

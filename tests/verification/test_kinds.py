@@ -79,6 +79,12 @@ TINY = {
     ),
     "upsample x2": Layer("l", "upsample", 3, 2, 2, 2, groups=2, upscale=2),
     "upsample x1 is a copy": Layer("m", "upsample", 3, 3, 2, 2, groups=2),
+    "bilinear x2": Layer(
+        "t", "upsample", 3, 4, 2, 2, groups=2, upscale=2, upsample_mode="bilinear"
+    ),
+    "bilinear x3, corners": Layer(
+        "u", "upsample", 4, 3, 2, 2, groups=2, upscale=3, upsample_mode="bilinear_corners"
+    ),
     "softmax": Layer("n", "softmax", 2, 3, 5, 5),
     "softmax + residual + clip": Layer(
         "o", "softmax", 2, 2, 4, 4,
@@ -232,6 +238,16 @@ def test_softmax_upsample_and_activations_equal_onnx():
         nearest_mode="floor",
     )
     np.testing.assert_array_equal(reference(up, x), nearest)
+    for mode, coords in (("bilinear", "half_pixel"), ("bilinear_corners", "align_corners")):
+        linear = _onnx_run(
+            "Resize",
+            x,
+            {"roi": np.array([], dtype=np.float32), **scales},
+            mode="linear",
+            coordinate_transformation_mode=coords,
+        )
+        got = reference(dataclasses.replace(up, upsample_mode=mode), x)
+        np.testing.assert_allclose(got, linear, rtol=0, atol=1e-12)
     for act, op, attrs in [
         (Activation("relu"), "Relu", {}),
         (Activation("leaky_relu", alpha=0.3), "LeakyRelu", {"alpha": 0.3}),
