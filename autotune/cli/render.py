@@ -21,6 +21,7 @@ from autotune.api import Progress as ProgressCallback
 from autotune.batching import BatchChoice, SweepResult
 from autotune.graphs.execute import NetworkVerification
 from autotune.io.machine_yaml import resolve_machine
+from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
@@ -92,6 +93,18 @@ def size(value: float) -> str:
 def ms(seconds: float) -> str:
     milli = seconds * 1e3
     return f"{milli:,.3f}" if milli >= 1 else f"{milli:#.4g}"
+
+
+def kernel_text(layer: Layer) -> str:
+    """``3×3``, a dilated one's ``3×3 d2`` (``d2×4`` when the axes differ), a bilinear
+    upsample's ``bilinear``."""
+    text = f"{layer.kernel_h}×{layer.kernel_w}"
+    dh, dw = layer.dilation_h, layer.dilation_w
+    if (dh, dw) != (1, 1):
+        text += f" d{dh}" if dh == dw else f" d{dh}×{dw}"
+    if layer.upsample_mode != "nearest":
+        text = layer.upsample_mode.replace("_", " ")
+    return text
 
 
 def tile_text(mapping: Mapping) -> str:
@@ -184,7 +197,7 @@ def print_network(net: Network, machine: Machine, precision: str) -> None:
             layer.kind,
             f"{layer.h_in}×{layer.w_in}×{layer.c_in}",
             f"{layer.h_out}×{layer.w_out}×{layer.c_out}",
-            f"{layer.kernel_h}×{layer.kernel_w}",
+            kernel_text(layer),
             f"{layer.stride_h}×{layer.stride_w}",
             f"{layer.pad_h}×{layer.pad_w}",
             str(layer.groups),

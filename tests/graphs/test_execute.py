@@ -378,3 +378,9 @@ def test_bilinear_upsampling_matches_onnxruntime(tmp_path):
     want = session.run(None, {"x": x})
     for value, expected in zip(got.values(), want, strict=True):  # fp32, to the largest value
         np.testing.assert_allclose(value, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+
+
+def test_check_shows_dilations_and_interpolations(tmp_path):
+    result = CliRunner().invoke(app, ["check", segmentation_head(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "3×3 d2" in result.output and "bilinear corners" in result.output
