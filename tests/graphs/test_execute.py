@@ -82,15 +82,18 @@ def test_a_misplaced_slice_is_caught(tuned):
     """The check is sensitive: two concat operands written to each other's slices fail."""
     path, result = tuned
     net = load_network(path)
-    check = verify_forged(
-        net,
-        result,
-        "up",
-        lambda step: dataclasses.replace(
-            step, output=dataclasses.replace(step.output, offset=step.output.offset + 4)
-        ),
-    )
+    check = verify_forged(net, result, "up", output_moved(4))
     assert not check.ok and any("cat" in line for line in check.errors)
+
+
+def output_moved(channels: int):
+    """A forgery: the step writes its output ``channels`` further into its buffer."""
+
+    def forge(step):
+        output = dataclasses.replace(step.output, offset=step.output.offset + channels)
+        return dataclasses.replace(step, output=output)
+
+    return forge
 
 
 def verify_forged(net, result, name: str, forge):
@@ -325,14 +328,7 @@ def test_dense_block_reads_its_concats_in_place_and_a_misplaced_output_is_caught
     assert result.network_verified is not None and result.network_verified.ok
     net = load_network(path)
     assert net.lowering is not None and all(step.op for step in net.lowering.steps)
-    forged = verify_forged(
-        net,
-        result,
-        "f1",
-        lambda step: dataclasses.replace(
-            step, output=dataclasses.replace(step.output, offset=step.output.offset + 2)
-        ),
-    )
+    forged = verify_forged(net, result, "f1", output_moved(2))
     assert not forged.ok
 
 
