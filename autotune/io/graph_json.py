@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -31,6 +31,7 @@ from pydantic import (
 from autotune.io.errors import InputError
 from autotune.ir.graph import OP_KINDS, Graph, GraphError, Operator, make_operator
 from autotune.ir.lowering import FateKind, Lowering, TensorRef
+from autotune.ir.resample import UpsampleMode
 
 #: Operator fields written when they differ from their default (the rest is implied).
 _OPTIONAL_FIELDS: dict[str, object] = {
@@ -101,7 +102,7 @@ class OperatorRecord(_Record):
     ceil_mode: bool | None = None
     count_include_pad: bool | None = None
     scale: int | None = None
-    mode: Literal["nearest", "bilinear", "bilinear_corners"] | None = Field(
+    mode: UpsampleMode | None = Field(
         default=None, description="an upsample's interpolation (absent: nearest)"
     )
     channels: list[int] | None = Field(

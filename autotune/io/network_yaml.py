@@ -38,6 +38,7 @@ from autotune.io.onnx_import import ONNX_FIELDS, load_onnx_graph
 from autotune.ir.graph import OP_KINDS, Graph, GraphError, Operator, Shape, make_operator
 from autotune.ir.layer import LayerError
 from autotune.ir.network import Network
+from autotune.ir.resample import UpsampleMode
 
 #: The name of the network input tensor in ``inputs``.
 INPUT = "input"
@@ -95,7 +96,7 @@ class LayerSpec(BaseModel):
     ceil_mode: StrictBool | None = None
     count_include_pad: StrictBool | None = None
     scale: PositiveInt | None = Field(default=None, description="upsample factor")
-    mode: Literal["nearest", "bilinear", "bilinear_corners"] | None = Field(
+    mode: UpsampleMode | None = Field(
         default=None,
         description="upsample interpolation: nearest (default); bilinear (PyTorch's "
         "align_corners=False); bilinear_corners (align_corners=True)",

@@ -54,6 +54,7 @@ from autotune.ir.layer import (
 from autotune.ir.mapping import Buffers, Mapping, Tile
 from autotune.ir.network import Network
 from autotune.ir.precision import word_bytes
+from autotune.ir.resample import UpsampleMode
 
 SCHEMA_VERSION = 1
 ChipletSplitName = Literal["none", "output_channels", "spatial", "images"]
@@ -130,7 +131,7 @@ class ShapeRecord(_Model):
     )
     dilation_h: int = Field(default=1, description="conv: rows between two kernel taps")
     dilation_w: int = Field(default=1, description="conv: columns between two kernel taps")
-    upsample_mode: Literal["nearest", "bilinear", "bilinear_corners"] = Field(
+    upsample_mode: UpsampleMode = Field(
         default="nearest", description="upsample: the interpolation (autotune.ir.resample)"
     )
     epilogue: EpilogueRecord | None = Field(
