@@ -108,16 +108,13 @@ def body(layer: Layer, x: np.ndarray, w: np.ndarray | None = None) -> np.ndarray
 
 
 def interpolation_matrix(mode: str, n_in: int, scale: int) -> np.ndarray:
-    """``(n_in · scale, n_in)``: row ``i`` weighs the inputs output ``i`` reads, from the
-    definitions in floating point (``autotune.ir.resample`` computes the same taps in
-    integers, for the tiles): nearest one input; bilinear ``1 − f`` and ``f`` on the inputs
-    around the source point ``x`` (half-pixel, or corners aligned), clamped to the input."""
+    """``(n_in · scale, n_in)`` of a bilinear ``mode``: row ``i`` weighs the inputs output
+    ``i`` reads, from the definitions in floating point (``autotune.ir.resample`` computes
+    the same taps in integers, for the tiles): ``1 − f`` and ``f`` on the inputs around the
+    source point ``x`` (half-pixel, or corners aligned), clamped to the input."""
     n_out = n_in * scale
     matrix = np.zeros((n_out, n_in))
     for i in range(n_out):
-        if mode == "nearest":
-            matrix[i, i // scale] = 1.0
-            continue
         if mode == "bilinear":
             x = (i + 0.5) / scale - 0.5
         else:  # bilinear_corners
