@@ -215,7 +215,8 @@ def any_activation() -> st.SearchStrategy[Activation]:
     """Any epilogue activation, with the parameters its definition allows."""
     return st.one_of(
         st.builds(
-            Activation, st.sampled_from(["relu", "sigmoid", "silu", "hardswish", "hardsigmoid"])
+            Activation,
+            st.sampled_from(["relu", "sigmoid", "silu", "hardswish", "hardsigmoid", "tanh"]),
         ),
         st.builds(Activation, st.just("leaky_relu"), alpha=st.sampled_from([0.01, 0.1, 0.2, 1.5])),
         # a bound left out is infinite (ONNX's Clip; a schedule file writes "Infinity")

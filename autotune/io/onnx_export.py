@@ -8,7 +8,7 @@ batchnorm ``BatchNormalization``; pools ``MaxPool`` / ``AveragePool`` (``ceil_mo
 ``Concat`` (axis 1); slice ``Slice`` (axis 1); shuffle ``Reshape`` to N×g×C/g×H×W,
 ``Transpose`` [0, 2, 1, 3, 4], ``Reshape`` back (as PyTorch exports ShuffleNet's); upsample
 ``Resize`` (nearest, integer scales); flatten ``Flatten``;
-softmax ``Softmax`` (axis 1); relu, leaky relu, sigmoid, hardswish, hardsigmoid as
+softmax ``Softmax`` (axis 1); relu, leaky relu, sigmoid, hardswish, hardsigmoid, tanh as
 themselves; relu6/clip ``Clip``; silu ``x · Sigmoid(x)``. ``load_onnx_graph`` reads such a
 file back to the same graph.
 """
@@ -193,5 +193,8 @@ def _emit(
         node("Mul", [args[0], gate], name, name)
     else:
         node(
-            {"relu": "Relu", "sigmoid": "Sigmoid", "hardswish": "HardSwish"}[kind], args, name, name
+            {"relu": "Relu", "sigmoid": "Sigmoid", "hardswish": "HardSwish", "tanh": "Tanh"}[kind],
+            args,
+            name,
+            name,
         )

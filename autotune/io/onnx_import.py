@@ -27,9 +27,10 @@ table is ``_HANDLERS``; each handler says what it accepts):
   ``Sub``, ``Mul``, ``Div`` of an activation and a constant of one value per channel (or
   one value) -> batchnorm of that scale and shift (statistics 0 and 1, epsilon 0), merged
   into a batch norm it follows when it is that one's only reader (``affine``);
-- ``Relu``, ``Sigmoid``, ``HardSwish``, ``LeakyRelu`` -> relu, sigmoid, hardswish,
-  leaky_relu; ``Clip`` (bounds as inputs or attributes) -> relu6 for [0, 6], relu for
-  [0, inf), else clip; ``Mul(x, Sigmoid(x))`` -> silu, ``Mul(x, HardSigmoid(x))`` ->
+- ``Relu``, ``Sigmoid``, ``HardSwish``, ``Tanh``, ``LeakyRelu`` -> relu, sigmoid, hardswish,
+  tanh, leaky_relu; ``PRelu`` with one slope (or all equal) -> leaky_relu of that slope;
+  ``Clip`` (bounds as inputs or attributes) -> relu6 for [0, 6], relu for [0, inf), else
+  clip; ``Mul(x, Sigmoid(x))`` -> silu, ``Mul(x, HardSigmoid(x))`` ->
   hardswish (the gate is part of that operator); ``HardSigmoid`` (alpha 1/6, beta 1/2, as
   PyTorch's) alone -> hardsigmoid;
 - ``MaxPool``, ``AveragePool`` -> maxpool, avgpool; ``GlobalAveragePool``, ``ReduceMean``
@@ -48,8 +49,10 @@ table is ``_HANDLERS``; each handler says what it accepts):
   ``Shape``, ``Size`` and nodes on them (shape computations);
 - anything else is refused: ``unsupported ONNX op 'Einsum'``.
 
-Asymmetric padding is refused except for pooling, where extra padding at the bottom or right
-that only adds the windows ceil mode adds is taken as ceil mode (``_pool_padding``). Shapes
+A ``Pad`` of zeros on the height and width is consumed into the padding of the ``Conv`` that
+reads it (another reader is refused). Asymmetric padding is refused except for pooling,
+where extra padding at the bottom or right that only adds the windows ceil mode adds is
+taken as ceil mode (``_pool_padding``). Shapes
 are per image as ``Graph`` has them; each operator's is checked against ONNX's inferred
 shape. Symbolic batch: shape computations are evaluated at the import's batch (1).
 
@@ -760,6 +763,9 @@ class _GraphImporter:
         # a channel shuffle under way: the ONNX tensor of its 5-D Reshape (and of the
         # Transpose after it) -> (graph tensor shuffled, groups, transposed yet, nodes so far)
         self.grouped: dict[str, tuple[str, int, bool, tuple[int, ...]]] = {}
+        #: a zero ``Pad``'s output -> (its graph input, [top, left, bottom, right]): only a
+        #: Conv may read it, which takes the padding as its own (``pad``)
+        self.padded: dict[str, tuple[str, tuple[int, int, int, int]]] = {}
         self.shuffles: dict[int, tuple[int, ...]] = {}  # its last Reshape -> the nodes before
         # ONNX tensor -> the batch norm it is the output of (``affine`` merges into it)
         self.affine_out: dict[str, str] = {}
@@ -791,6 +797,14 @@ class _GraphImporter:
                     "a 5-D network output: a 5-D tensor is only supported inside a channel "
                     "shuffle (Reshape to N×g×C/g×H×W, Transpose [0, 2, 1, 3, 4], Reshape back)",
                     self.names[self.grouped[tensor][3][-1]],
+                    "outputs",
+                )
+        for tensor in self.outputs:
+            if tensor in self.padded:
+                raise self.fail(
+                    "a Pad's output is a network output: a Pad is only supported as the zero "
+                    "padding of the Conv that reads it",
+                    self.names[next(i for i, n in enumerate(self.nodes) if tensor in n.output)],
                     "outputs",
                 )
         for shuffle, parts in self.shuffles.items():
@@ -913,6 +927,13 @@ class _GraphImporter:
             return self.tensor[t]
         if not t:
             raise self.fail("missing input", name, field)
+        if t in self.padded:
+            raise self.fail(
+                f"input {t!r} is a Pad's output: a Pad is only supported as the zero padding "
+                f"of the Conv that reads it",
+                name,
+                field,
+            )
         if t in self.grouped:
             raise self.fail(
                 f"input {t!r} is a 5-D tensor: one is only supported inside a channel shuffle "
@@ -1148,7 +1169,8 @@ class _GraphImporter:
 
     # -- node handlers (``_HANDLERS``) ------------------------------------------------------
     def conv(self, node: Any, name: str) -> str:
-        x = self._act(node, 0, name, "X")
+        before = self.padded.get(node.input[0])
+        x = self._act(node, 0, name, "X") if before is None else before[0]
         self._need_rank(node, name, "X", (4,))
         w = self._required(node, 1, name, "W")
         if w.ndim != 4:
@@ -1172,9 +1194,18 @@ class _GraphImporter:
         stride = self._pair(attrs, "strides", name)
         dilation = self._pair(attrs, "dilations", name)
         extent = ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1)
+        if before is not None and attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            raise self.fail(
+                f"auto_pad {attrs['auto_pad']} after a Pad: give the padding as pads",
+                name,
+                "auto_pad",
+            )
         pads = self._pads(attrs, name, (h, wd), extent, stride)
+        if before is not None:  # a zero Pad before the conv is more of its padding
+            top, left, bottom, right = before[1]
+            pads = (pads[0] + top, pads[1] + left, pads[2] + bottom, pads[3] + right)
         if pads[0] != pads[2] or pads[1] != pads[3]:
-            where = "auto_pad" if "auto_pad" in attrs else "pads"
+            where = "pads" if before is not None or "auto_pad" not in attrs else "auto_pad"
             raise self.fail(
                 f"asymmetric padding {list(pads)} ([top, left, bottom, right]) is not "
                 f"supported: each axis must be padded equally on both sides",
@@ -1411,8 +1442,67 @@ class _GraphImporter:
         return self._emit(node, name, "hardsigmoid", [x], rank=self._rank(node))
 
     def activation(self, node: Any, name: str) -> str:
-        kind = {"Relu": "relu", "Sigmoid": "sigmoid", "HardSwish": "hardswish"}[node.op_type]
+        kind = {"Relu": "relu", "Sigmoid": "sigmoid", "HardSwish": "hardswish", "Tanh": "tanh"}[
+            node.op_type
+        ]
         return self._emit(node, name, kind, [self._act(node, 0, name, "X")], rank=self._rank(node))
+
+    def prelu(self, node: Any, name: str) -> str:
+        """A PReLU with one slope (PyTorch's ``nn.PReLU()``, or one per channel all equal)
+        is a leaky ReLU of that slope; different slopes per channel are refused."""
+        x = self._act(node, 0, name, "X")
+        slope = self._required(node, 1, name, "slope").astype(np.float64).reshape(-1)
+        if slope.size == 0 or not np.all(slope == slope[0]):
+            raise self.fail(
+                f"a PRelu with {slope.size} different slopes (one per channel) is not "
+                f"supported: only one slope for all channels (a leaky ReLU)",
+                name,
+                "slope",
+            )
+        alpha = float(slope[0])
+        return self._emit(node, name, "leaky_relu", [x], rank=self._rank(node), alpha=alpha)
+
+    def pad(self, node: Any, name: str) -> None:
+        """A ``Pad`` with zeros on the height and width only: the padding of the Conv that
+        reads it (``conv``); any other reader is refused there (``_act``)."""
+        x = self._act(node, 0, name, "data")
+        self._need_rank(node, name, "data", (4,))
+        attrs = _attributes(self.onnx, node)
+        mode = attrs.get("mode", "constant")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        if mode != "constant":
+            raise self.fail(
+                f"a Pad in mode {mode!r} is not supported: only zeros (constant)", name, "mode"
+            )
+        if self.opset < 11:
+            pads = [int(p) for p in attrs.get("pads", [])]
+            value = float(attrs.get("value", 0.0))
+        else:
+            given = self._required(node, 1, name, "pads")
+            pads = [int(p) for p in given.reshape(-1)]
+            constant = self._param(node, 2, name, "constant_value")
+            value = (
+                0.0 if constant is None or constant.size == 0 else float(constant.reshape(-1)[0])
+            )
+            axes = self._param(node, 3, name, "axes")
+            if axes is not None:
+                full = [0] * 8
+                for k, axis in enumerate(int(a) % 4 for a in axes.reshape(-1)):
+                    full[axis], full[axis + 4] = pads[k], pads[k + len(axes.reshape(-1))]
+                pads = full
+        if value != 0.0:
+            raise self.fail(
+                f"padding with {value}: only zeros are supported", name, "constant_value"
+            )
+        if len(pads) != 8 or min(pads) < 0 or any(pads[i] for i in (0, 1, 4, 5)):
+            raise self.fail(
+                f"pads {pads}: only non-negative padding of the height and width is supported",
+                name,
+                "pads",
+            )
+        self.padded[node.output[0]] = (x, (pads[2], pads[3], pads[6], pads[7]))
+        self.rank[node.output[0]] = 4
+        return None
 
     def leaky_relu(self, node: Any, name: str) -> str:
         alpha = float(_attributes(self.onnx, node).get("alpha", 0.01))
@@ -1961,8 +2051,11 @@ _HANDLERS: dict[str, _Handler] = {
     "Relu": _GraphImporter.activation,
     "Sigmoid": _GraphImporter.activation,
     "HardSwish": _GraphImporter.activation,
+    "Tanh": _GraphImporter.activation,
     "HardSigmoid": _GraphImporter.hard_sigmoid,
     "LeakyRelu": _GraphImporter.leaky_relu,
+    "PRelu": _GraphImporter.prelu,
+    "Pad": _GraphImporter.pad,
     "Clip": _GraphImporter.clip,
     "Softmax": _GraphImporter.softmax,
     "BatchNormalization": _GraphImporter.batchnorm,

@@ -42,6 +42,7 @@ OpKind = Literal[
     "silu",
     "hardswish",
     "hardsigmoid",
+    "tanh",
     "batchnorm",
     "flatten",
     "softmax",
@@ -50,7 +51,17 @@ OpKind = Literal[
 OP_KINDS: tuple[str, ...] = get_args(OpKind)
 #: Elementwise functions of one operand (they may fuse into their producer's epilogue).
 ACTIVATION_KINDS = frozenset(
-    {"relu", "relu6", "clip", "leaky_relu", "sigmoid", "silu", "hardswish", "hardsigmoid"}
+    {
+        "relu",
+        "relu6",
+        "clip",
+        "leaky_relu",
+        "sigmoid",
+        "silu",
+        "hardswish",
+        "hardsigmoid",
+        "tanh",
+    }
 )
 #: Kinds that read exactly one input tensor.
 UNARY_KINDS = frozenset(OP_KINDS) - {"add", "mul", "concat"}

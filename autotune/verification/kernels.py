@@ -205,4 +205,6 @@ def activate(z: np.ndarray, kind: str, alpha: float, low: float, high: float) ->
         return np.where(z <= -3, 0, np.where(z >= 3, z, z * (z + 3) / 6)).astype(z.dtype)
     if kind == "hardsigmoid":
         return (np.minimum(np.maximum(z + 3, 0), 6) / 6).astype(z.dtype)
+    if kind == "tanh":
+        return np.tanh(z).astype(z.dtype)
     raise ValueError(f"unknown activation {kind!r}")

@@ -213,4 +213,6 @@ def activation(act: Activation, z: np.ndarray) -> np.ndarray:
         return z * sigmoid
     if kind == "hardsigmoid":
         return np.clip(z + 3.0, 0.0, 6.0) / 6.0
+    if kind == "tanh":
+        return np.tanh(z)
     return z * np.clip(z + 3.0, 0.0, 6.0) / 6.0  # hardswish

@@ -20,6 +20,7 @@ from tests.io.test_onnx_graph import (
     Model,
     constant_affines,
     dilated_head,
+    padded_prelu_tanh,
     legacy_resnet,
     segmentation_head,
     shufflenet,
@@ -349,6 +350,21 @@ def test_dilated_convs_match_onnxruntime(tmp_path):
     }
     x = np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)
     (value,) = run_network(result, net, {"x": x}).values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+
+
+def test_pads_prelu_and_tanh_match_onnxruntime(tmp_path):
+    """Zero Pads folded into their convs, PReLUs of one slope, a Tanh: tuned, verified tile by
+    tile and run, they compute what onnxruntime computes."""
+    ort = pytest.importorskip("onnxruntime")
+    path = padded_prelu_tanh(tmp_path, batch=2)
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    assert all(v.ok for v in (r.verified for r in result.layers) if v is not None)
+    x = np.random.default_rng(8).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    (value,) = run_network(result, load_network(path), {"x": x}).values()
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x": x})
     np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)

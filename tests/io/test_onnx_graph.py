@@ -206,6 +206,8 @@ def execute(model: OnnxGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
             y = x * np.clip(x + 3, 0, 6) / 6
         elif k == "hardsigmoid":
             y = np.clip(x + 3, 0, 6) / 6
+        elif k == "tanh":
+            y = np.tanh(x)
         elif k == "batchnorm":
             shape = (1, -1, 1, 1)
             scale = p["scale"] / np.sqrt(p["var"] + op.epsilon)
@@ -723,6 +725,24 @@ def dilated_head(tmp_path, batch: int = 2) -> str:
     ]
     x = m.op("Concat", branches, "aspp.cat", axis=1)
     return m.save(tmp_path / "dilated.onnx", m.conv(x, "project", 12, 5, 1, bias=True))
+
+
+def padded_prelu_tanh(tmp_path, batch: int = 2) -> str:
+    """Keras/TF-style and GAN-style edges: a zero ``Pad`` before a conv of no padding (opset
+    11+: pads as an input), a ``Pad`` that evens out a conv's asymmetric ``pads``, a
+    ``PRelu`` of one slope (PyTorch's ``nn.PReLU()``) and one of per-channel slopes that are
+    all equal, and a ``Tanh`` output."""
+    m = Model("edges", opset=17)
+    x = m.input("x", [batch, 3, 12, 12])
+    pads = m.const("pad1.pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))
+    x = m.conv(m.op("Pad", [x, pads], "pad1"), "conv1", 3, 8, 3)
+    x = m.op("PRelu", [x, m.const("prelu1.slope", np.array([0.25], np.float32))], "prelu1")
+    # the conv's own [0, 0, 1, 1] and the Pad's [1, 1, 0, 0] are 1 on every side
+    pads2 = m.const("pad2.pads", np.array([0, 0, 1, 1, 0, 0, 0, 0], np.int64))
+    x = m.conv(m.op("Pad", [x, pads2], "pad2"), "conv2", 8, 8, 3, stride=2, pads=[0, 0, 1, 1])
+    slopes = m.const("prelu2.slope", np.full((8, 1, 1), 0.1, np.float32))
+    x = m.op("PRelu", [x, slopes], "prelu2")
+    return m.save(tmp_path / "edges.onnx", m.op("Tanh", [m.conv(x, "out", 8, 3, 1)], "tanh"))
 
 
 def segmentation_head(tmp_path, batch: int = 2) -> str:
@@ -1451,3 +1471,72 @@ def test_bilinear_and_dilated_operators_survive_the_schedule_record_and_onnx_exp
     assert [(o.kind, o.shape, o.mode, o.dilation) for o in again.ops] == [
         (o.kind, o.shape, o.mode, o.dilation) for o in graph.ops
     ]
+
+
+def test_pads_before_convs_prelu_and_tanh_import_as_onnx_computes_them(tmp_path):
+    """A zero Pad is its conv's padding (consumed), a PRelu of one slope a leaky ReLU, Tanh
+    itself; the graph computes what ONNX's reference evaluator does, and the record and the
+    export give the operators back."""
+    path = padded_prelu_tanh(tmp_path)
+    model = load_onnx_graph(path)
+    assert_accounted(path, model)
+    assert_runs_like_onnx(path, model)
+    graph = model.graph
+    assert fates(model)["pad1"] is None and fates(model)["pad2"] is None
+    assert (graph.op("conv1").padding, graph.op("conv2").padding) == ((1, 1), (1, 1))
+    assert (graph.op("prelu1").kind, graph.op("prelu1").alpha) == ("leaky_relu", 0.25)
+    assert graph.op("prelu2").alpha == pytest.approx(0.1)
+    assert graph.op("tanh").kind == "tanh"
+    assert graph_from_record(graph_record(graph, lower(graph)), "e.json", graph.name) == graph
+    again = tmp_path / "again.onnx"
+    save_onnx(graph, model.weights, again, batch=2)
+    assert [o.kind for o in load_onnx_graph(again).graph.ops] == [o.kind for o in graph.ops]
+
+
+@pytest.mark.parametrize(
+    "case, field",
+    [
+        ("prelu_per_channel", "slope"),
+        ("pad_reflect", "mode"),
+        ("pad_value", "constant_value"),
+        ("pad_channels", "pads"),
+        ("pad_before_pool", "X"),
+        ("pad_asymmetric", "pads"),
+        ("pad_output", "outputs"),
+    ],
+)
+def test_what_pad_and_prelu_cannot_be_is_refused_by_node_and_field(tmp_path, case, field):
+    """Per-channel PReLU slopes, a Pad of other than zeros or on the channels, a Pad read by
+    anything but a conv or left asymmetric, a Pad as the output: one line, node and field."""
+    m = Model("bad", opset=17)
+    x = m.input("x", [1, 4, 8, 8])
+
+    def pad(pads, **attrs):
+        inputs = [x, m.const("p", np.array(pads, np.int64))]
+        if "value" in attrs:
+            inputs.append(m.const("v", np.array(attrs.pop("value"), np.float32)))
+        return m.op("Pad", inputs, "pad", **attrs)
+
+    if case == "prelu_per_channel":
+        out = m.op(
+            "PRelu", [x, m.const("s", np.arange(4, dtype=np.float32).reshape(4, 1, 1))], "pr"
+        )
+        node = "pr"
+    elif case == "pad_reflect":
+        out, node = m.conv(pad([0, 0, 1, 1, 0, 0, 1, 1], mode="reflect"), "c", 4, 4, 3), "pad"
+    elif case == "pad_value":
+        out, node = m.conv(pad([0, 0, 1, 1, 0, 0, 1, 1], value=1.0), "c", 4, 4, 3), "pad"
+    elif case == "pad_channels":
+        out, node = m.conv(pad([0, 1, 1, 1, 0, 0, 1, 1]), "c", 5, 4, 3), "pad"
+    elif case == "pad_before_pool":
+        out = m.op("MaxPool", [pad([0, 0, 1, 1, 0, 0, 1, 1])], "mp", kernel_shape=[3, 3])
+        node = "mp"
+    elif case == "pad_asymmetric":
+        out, node = m.conv(pad([0, 0, 0, 0, 0, 0, 1, 1]), "c", 4, 4, 3), "c"
+    else:
+        out, node = pad([0, 0, 1, 1, 0, 0, 1, 1]), "pad"
+    path = m.save(tmp_path / f"{case}.onnx", out)
+    with pytest.raises(InputError) as info:
+        load_network(path)
+    assert (info.value.layer, info.value.field) == (node, field), str(info.value)
+    assert "\n" not in str(info.value)

@@ -54,6 +54,8 @@ def naive_activation(act: Activation | None, z: float) -> float:
         return z * sigmoid
     if act.kind == "hardsigmoid":
         return min(max(z + 3.0, 0.0), 6.0) / 6.0
+    if act.kind == "tanh":
+        return math.tanh(z)
     return z * min(max(z + 3.0, 0.0), 6.0) / 6.0  # hardswish
 
 
