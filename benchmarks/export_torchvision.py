@@ -15,6 +15,11 @@ are 0/1 while the activations shrink or grow layer after layer): ``--calibrate``
 NAME_cal.onnx with every batch norm's statistics measured on random data (three batches in
 training mode), whose outputs are O(1) and depend on the input, the meaningful numeric check.
 A model that fails to export is reported and skipped.
+
+``timm:NAME`` exports a model of timm (``pip install timm`` beside torch), e.g. its
+TensorFlow ports ``timm:tf_efficientnet_b0``, ``timm:tf_mobilenetv3_small_100``: their
+"same" padding is a ``Pad`` whose pads are computed from the input's shape, before a conv of
+no padding, unequal on both sides at stride 2. The file is OUTDIR/NAME.onnx.
 """
 
 from __future__ import annotations
@@ -93,6 +98,10 @@ class Segmentation(nn.Module):
 
 def build(name: str) -> tuple[nn.Module, int]:
     """The model and its input's height and width."""
+    if name.startswith("timm:"):
+        import timm  # only for these: not needed for the torchvision set
+
+        return timm.create_model(name.removeprefix("timm:"), pretrained=False), 224
     if name == "unet":
         return UNet(), 64
     if name in ("googlenet", "inception_v3"):
@@ -143,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             model, size = build(name)
-            export(model, size, args.out / f"{name}.onnx")
+            stem = name.removeprefix("timm:")
+            export(model, size, args.out / f"{stem}.onnx")
             if args.calibrate and calibrate(model, size):
-                export(model, size, args.out / f"{name}_cal.onnx")
+                export(model, size, args.out / f"{stem}_cal.onnx")
         except Exception as exc:  # an exporter's limits: reported, the others go on
             failed += 1
             print(f"FAILED {name}: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)

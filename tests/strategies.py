@@ -33,8 +33,11 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
     dh, dw = (draw(st.sampled_from([1, 1, 1, 2, 3])) for _ in range(2))
     span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     ph, pw = draw(st.integers(0, span_h - 1)), draw(st.integers(0, span_w - 1))
-    h = draw(st.integers(max(1, span_h - 2 * ph), max(max_hw, span_h)))
-    w = draw(st.integers(max(1, span_w - 2 * pw), max(max_hw, span_w)))
+    # the end's padding: mostly the start's, sometimes its own (TensorFlow's SAME)
+    pb = draw(st.sampled_from([ph, ph]) | st.integers(0, span_h - 1))
+    pr = draw(st.sampled_from([pw, pw]) | st.integers(0, span_w - 1))
+    h = draw(st.integers(max(1, span_h - ph - pb), max(max_hw, span_h)))
+    w = draw(st.integers(max(1, span_w - pw - pr), max(max_hw, span_w)))
     return Layer(
         "conv",
         "conv",
@@ -51,6 +54,8 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
         groups,
         dilation_h=dh,
         dilation_w=dw,
+        pad_bottom=pb,
+        pad_right=pr,
     )
 
 

@@ -197,7 +197,7 @@ def split_parts(
     per_row = batch * layer.w_in * layer.c_in * word_bytes
     for i, (r0, r1) in enumerate(bands):
         lo, hi = r0 * s, (r1 - 1) * s + k  # padded input rows the band reads
-        sub = replace(layer, name=f"{layer.name}/rows{i}", h_in=hi - lo, pad_h=0)
+        sub = replace(layer, name=f"{layer.name}/rows{i}", h_in=hi - lo, pad_h=0, pad_bottom=None)
         needed = (max(lo - p, 0), min(hi - p, layer.h_in))  # real input rows
         remote = {j: _overlap(needed, rows) * per_row for j, rows in enumerate(held_rows) if j != i}
         parts.append(

@@ -135,7 +135,7 @@ def run_parts(
     chiplet = machine.chiplet()
     x = data["input"]
     batch = x.shape[0]
-    padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (0, 0)))
+    padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_end_h), (0, 0)))
     output = np.zeros((batch, layer.c_out, layer.h_out, layer.w_out), dtype=DTYPES[precision])
     errors = _coverage_errors(layer, parts, batch)
     op_counts: dict[str, int] = {}

@@ -95,6 +95,14 @@ def ms(seconds: float) -> str:
     return f"{milli:,.3f}" if milli >= 1 else f"{milli:#.4g}"
 
 
+def pad_text(layer: Layer) -> str:
+    """``1×1``, or each axis's two sides where they differ: ``0+1×0+1`` (TensorFlow's SAME
+    padding of a stride-2 conv)."""
+    rows = f"{layer.pad_h}" if layer.pad_bottom is None else f"{layer.pad_h}+{layer.pad_end_h}"
+    cols = f"{layer.pad_w}" if layer.pad_right is None else f"{layer.pad_w}+{layer.pad_end_w}"
+    return f"{rows}×{cols}"
+
+
 def kernel_text(layer: Layer) -> str:
     """``3×3``, a dilated one's ``3×3 d2`` (``d2×4`` when the axes differ), a bilinear
     upsample's ``bilinear``."""
@@ -199,7 +207,7 @@ def print_network(net: Network, machine: Machine, precision: str) -> None:
             f"{layer.h_out}×{layer.w_out}×{layer.c_out}",
             kernel_text(layer),
             f"{layer.stride_h}×{layer.stride_w}",
-            f"{layer.pad_h}×{layer.pad_w}",
+            pad_text(layer),
             str(layer.groups),
             si(layer.macs, "MAC"),
             size(layer.weight_words * wb),

@@ -110,10 +110,11 @@ def _bias(params: Mapping[str, Array], op: Operator) -> Array:
 def _conv(x: Array, w: Array, op: Operator) -> Array:
     """Direct convolution: every output is the dot product of its window and its filter."""
     ph, pw = op.padding
+    pb, pr = op.padding if op.padding_end is None else op.padding_end
     sh, sw = op.stride
     dh, dw = op.dilation
     kh, kw = (op.kernel[0] - 1) * dh + 1, (op.kernel[1] - 1) * dw + 1  # the window's extent
-    padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    padded = np.pad(x, ((0, 0), (0, 0), (ph, pb), (pw, pr)))
     windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
     n, _, oh, ow = windows.shape[:4]
     groups = op.groups

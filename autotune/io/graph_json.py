@@ -96,7 +96,9 @@ class OperatorRecord(_Record):
     out_channels: int | None = None
     kernel: list[int] | None = None
     stride: list[int] | None = None
-    padding: list[int] | None = None
+    padding: list[int] | None = Field(
+        default=None, description="[h, w] on each side, or [top, left, bottom, right] (a conv)"
+    )
     dilation: list[int] | None = None
     groups: int | None = None
     ceil_mode: bool | None = None
@@ -181,6 +183,8 @@ def graph_record(graph: Graph, lowering: Lowering) -> GraphRecord:
             value = getattr(op, key)
             if value != default or (key == "kernel" and op.kind in _KERNEL_KINDS):
                 extra[key] = list(value) if isinstance(value, tuple) else value
+        if op.padding_end is not None:  # unequal: [top, left, bottom, right]
+            extra["padding"] = [*op.padding, *op.padding_end]
         fate = fates[op.name]
         operators.append(
             OperatorRecord(

@@ -87,7 +87,11 @@ class LayerSpec(BaseModel):
     out_channels: PositiveInt | None = None
     kernel: Any = Field(default=None, description="int or [h, w]; conv and pools")
     stride: Any = Field(default=None, description="int or [h, w]; conv and pools")
-    padding: Any = Field(default=None, description="int or [h, w] on each side; conv and pools")
+    padding: Any = Field(
+        default=None,
+        description="int or [h, w] on each side; conv and pools; a conv also [top, left, "
+        "bottom, right]",
+    )
     dilation: Any = Field(default=None, description="int or [h, w]; conv")
     groups: PositiveInt | None = Field(
         default=None,
@@ -121,6 +125,8 @@ class LayerSpec(BaseModel):
     @field_validator("padding")
     @classmethod
     def _padding_pair(cls, value: Any) -> Any:
+        if isinstance(value, list) and len(value) == 4:  # [top, left, bottom, right]
+            return _pair(value[:2], 0) + _pair(value[2:], 0)
         return None if value is None else _pair(value, 0)
 
 

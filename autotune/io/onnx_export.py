@@ -106,6 +106,7 @@ def _emit(
         if op.bias:
             inputs.append(const(f"{name}.bias", params["bias"]))
         ph, pw = op.padding
+        pb, pr = op.padding if op.padding_end is None else op.padding_end
         node(
             "Conv",
             inputs,
@@ -113,7 +114,7 @@ def _emit(
             name,
             kernel_shape=list(op.kernel),
             strides=list(op.stride),
-            pads=[ph, pw, ph, pw],
+            pads=[ph, pw, pb, pr],
             dilations=list(op.dilation),
             group=op.groups,
         )

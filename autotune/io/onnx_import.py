@@ -4,8 +4,7 @@ layers; ``load_onnx_graph`` keeps the whole graph as ``autotune.ir.graph`` opera
 ``load_onnx``:
 
 - ``Conv`` (2-D, NCHW) becomes a conv layer: kernel from the weight's shape, ``group``,
-  ``strides``, ``pads`` (``[top, left, bottom, right]``, equal on both sides of each axis) or
-  ``auto_pad``, ``dilations``.
+  ``strides``, ``pads`` (``[top, left, bottom, right]``) or ``auto_pad``, ``dilations``.
 - ``Gemm`` and ``MatMul`` whose weight is constant (an initializer, a ``Constant`` node or
   computed from them only) become fc layers. An fc fed through ``Flatten``/``Reshape`` from an
   ``N×C×H×W`` volume gets ``in = [H, W, C]`` (VGG fc6: ``[7, 7, 512]``), else ``[1, 1, K]``.
@@ -18,7 +17,7 @@ layers; ``load_onnx_graph`` keeps the whole graph as ``autotune.ir.graph`` opera
 ``load_onnx_graph`` maps every node to an operator, consumes it, or refuses it (the op
 table is ``_HANDLERS``; each handler says what it accepts):
 
-- ``Conv`` -> conv (group, dilations; symmetric pads or auto_pad);
+- ``Conv`` -> conv (group, dilations; pads or auto_pad, equal on both sides or not);
 - ``Gemm``, ``MatMul`` with a constant B -> fc (Gemm: transB, alpha, beta, C; MatMul: an
   ``N×K`` A); an ``Add`` of a constant right after a Conv/Gemm/MatMul -> its bias;
 - ``Add``, ``Sum`` of activations -> add; ``Mul`` of two activations of one shape, or of a
@@ -50,9 +49,9 @@ table is ``_HANDLERS``; each handler says what it accepts):
 - anything else is refused: ``unsupported ONNX op 'Einsum'``.
 
 A ``Pad`` of zeros on the height and width is consumed into the padding of the ``Conv`` that
-reads it (another reader is refused). Asymmetric padding is refused except for pooling,
-where extra padding at the bottom or right that only adds the windows ceil mode adds is
-taken as ceil mode (``_pool_padding``). Shapes
+reads it (another reader is refused). A pool's asymmetric padding is refused except where
+the extra padding at the bottom or right only adds the windows ceil mode adds: it is taken
+as ceil mode (``_pool_padding``). Shapes
 are per image as ``Graph`` has them; each operator's is checked against ONNX's inferred
 shape. Symbolic batch: shape computations are evaluated at the import's batch (1).
 
@@ -363,7 +362,7 @@ class _GraphReader:
             raise self.fail(f"expected [h, w], got {strides}", name, "strides")
         sh, sw = strides
         span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
-        ph, pw = self._conv_pads(attrs, name, (h, wd), span, (sh, sw))
+        ph, pw, pb, pr = self._conv_pads(attrs, name, (h, wd), span, (sh, sw))
         try:
             layer = Layer(
                 name,
@@ -381,6 +380,8 @@ class _GraphReader:
                 groups=groups,
                 dilation_h=dh,
                 dilation_w=dw,
+                pad_bottom=pb,
+                pad_right=pr,
             )
             check_layer(layer)
             return layer
@@ -394,38 +395,26 @@ class _GraphReader:
         size: tuple[int, int],
         kernel: tuple[int, int],
         stride: tuple[int, int],
-    ) -> tuple[int, int]:
-        """Symmetric (pad_h, pad_w) from ``pads`` or ``auto_pad``; refuses asymmetric ones."""
+    ) -> tuple[int, int, int, int]:
+        """(top, left, bottom, right) from ``pads`` or ``auto_pad`` (``SAME_UPPER`` puts an
+        odd pixel at the end, ``SAME_LOWER`` at the start)."""
         auto = attrs.get("auto_pad", "NOTSET")
         if auto == "VALID":
-            return 0, 0
+            return 0, 0, 0, 0
         if auto in ("SAME_UPPER", "SAME_LOWER"):
-            pads = []
+            begin, end = [], []
             for n, k, s in zip(size, kernel, stride, strict=True):
                 total = max((math.ceil(n / s) - 1) * s + k - n, 0)
-                if total % 2:
-                    raise self.fail(
-                        f"{auto} pads {total} for a {k}-wide kernel over {n} with "
-                        f"stride {s}, unequal on both sides (not supported)",
-                        name,
-                        "auto_pad",
-                    )
-                pads.append(total // 2)
-            return pads[0], pads[1]
+                small, large = total // 2, total - total // 2
+                begin.append(small if auto == "SAME_UPPER" else large)
+                end.append(large if auto == "SAME_UPPER" else small)
+            return begin[0], begin[1], end[0], end[1]
         if auto != "NOTSET":
             raise self.fail(f"unknown auto_pad {auto!r}", name, "auto_pad")
-        pads = list(attrs.get("pads", [0, 0, 0, 0]))
-        if len(pads) != 4:
-            raise self.fail(f"expected [top, left, bottom, right], got {pads}", name, "pads")
-        top, left, bottom, right = pads
-        if top != bottom or left != right:
-            raise self.fail(
-                f"asymmetric padding {pads} ([top, left, bottom, right]) is not "
-                f"supported: each axis must be padded equally on both sides",
-                name,
-                "pads",
-            )
-        return top, left
+        pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
+        if len(pads) != 4 or min(pads) < 0:
+            raise self.fail(f"expected [top, left, bottom, right] >= 0, got {pads}", name, "pads")
+        return pads[0], pads[1], pads[2], pads[3]
 
     def matmul(self, node: Any, name: str) -> Layer | None:
         """An fc (or pointwise conv) layer, or ``None`` when the weight is not constant."""
@@ -1025,6 +1014,20 @@ class _GraphImporter:
             self._evaluate(i)
         return self.values.get(tensor)
 
+    def _imported_dims(self, t: str) -> Dims | None:
+        """The dims of activation ``t`` from the operator it was imported as, where shape
+        inference left them unknown (behind a ``Pad`` whose pads are computed, as timm's
+        TensorFlow-style "same" padding writes them); None for a tensor not imported yet."""
+        if t not in self.tensor or t not in self.rank:
+            return None
+        h, w, c = self.shapes[self.tensor[t]]
+        rank = self.rank[t]
+        if rank == 4:
+            return (self.batch, c, h, w)
+        if rank == 2:
+            return (self.batch, h * w * c)
+        return None
+
     def _reads_dims(self, node: Any) -> bool:
         """A Shape or Size of an activation: its value is its input's (inferred) dims."""
         return node.op_type in _SHAPE_OPS and node.input[0] not in self.const
@@ -1036,6 +1039,8 @@ class _GraphImporter:
             dims = self.dims.get(node.input[0])
             if dims is not None and self.batch_symbol is not None:
                 dims = tuple(self.batch if d == self.batch_symbol else d for d in dims)
+            if not (dims is not None and _known(dims)):
+                dims = self._imported_dims(node.input[0])
             known = dims is not None and _known(dims)
             value = None
             if known and dims is not None:
@@ -1204,14 +1209,6 @@ class _GraphImporter:
         if before is not None:  # a zero Pad before the conv is more of its padding
             top, left, bottom, right = before[1]
             pads = (pads[0] + top, pads[1] + left, pads[2] + bottom, pads[3] + right)
-        if pads[0] != pads[2] or pads[1] != pads[3]:
-            where = "pads" if before is not None or "auto_pad" not in attrs else "auto_pad"
-            raise self.fail(
-                f"asymmetric padding {list(pads)} ([top, left, bottom, right]) is not "
-                f"supported: each axis must be padded equally on both sides",
-                name,
-                where,
-            )
         weights = {"weight": w}
         bias = self._param(node, 2, name, "B")
         if bias is not None:
@@ -1228,7 +1225,7 @@ class _GraphImporter:
             out_channels=c_out,
             kernel=(kh, kw),
             stride=stride,
-            padding=pads[:2],
+            padding=pads,
             dilation=dilation,
             groups=groups,
         )
@@ -1478,7 +1475,9 @@ class _GraphImporter:
             pads = [int(p) for p in attrs.get("pads", [])]
             value = float(attrs.get("value", 0.0))
         else:
-            given = self._required(node, 1, name, "pads")
+            given = self._indices(node, 1, name, "pads")  # timm's "same" computes them
+            if given is None:
+                raise self.fail("missing input", name, "pads")
             pads = [int(p) for p in given.reshape(-1)]
             constant = self._param(node, 2, name, "constant_value")
             value = (

@@ -9,10 +9,10 @@ A layer of any kind (``autotune.ir.layer``) is one record. Its ``shape`` holds t
 a conv/fc layer, plus, only where they differ from their defaults (so a file of conv and fc
 layers without epilogues is what it always was, and schema version 1 covers both):
 ``upscale``, ``ceil_mode``, ``count_include_pad``, ``dilation_h``, ``dilation_w``,
-``upsample_mode``, ``epilogue`` (``{bias, residual, activation: {kind, alpha, low, high} |
-null}``) and ``digest``. The digest is a checksum of the kind and the shape, written for
-every layer that is not a plain conv or fc: an edit of a field that changes no figure of the
-file (an activation's parameters, ``count_include_pad``,
+``upsample_mode``, ``pad_bottom``, ``pad_right``, ``epilogue`` (``{bias, residual,
+activation: {kind, alpha, low, high} | null}``) and ``digest``. The digest is a checksum of
+the kind and the shape, written for every layer that is not a plain conv or fc: an edit of a
+field that changes no figure of the file (an activation's parameters, ``count_include_pad``,
 a ``ceil_mode`` that rounds to the same size) would otherwise read as a valid schedule of
 another network; ``autotune.audit`` re-derives it. It guards against mistakes, not forgery
 (every figure of the file can be recomputed by whoever edits it).
@@ -102,6 +102,8 @@ SHAPE_DEFAULTS: dict[str, Any] = {
     "dilation_h": 1,
     "dilation_w": 1,
     "upsample_mode": "nearest",
+    "pad_bottom": None,
+    "pad_right": None,
     "epilogue": None,
     "digest": None,
 }
@@ -133,6 +135,12 @@ class ShapeRecord(_Model):
     dilation_w: int = Field(default=1, description="conv: columns between two kernel taps")
     upsample_mode: UpsampleMode = Field(
         default="nearest", description="upsample: the interpolation (autotune.ir.resample)"
+    )
+    pad_bottom: int | None = Field(
+        default=None, description="conv: rows of zeros below the input when not pad_h"
+    )
+    pad_right: int | None = Field(
+        default=None, description="conv: columns of zeros right of the input when not pad_w"
     )
     epilogue: EpilogueRecord | None = Field(
         default=None, description="what the output store applies; absent: nothing"
@@ -401,6 +409,8 @@ def layer_from_record(record: LayerRecord) -> Layer:
         dilation_h=s.dilation_h,
         dilation_w=s.dilation_w,
         upsample_mode=s.upsample_mode,
+        pad_bottom=s.pad_bottom,
+        pad_right=s.pad_right,
     )
 
 

@@ -22,6 +22,19 @@ from autotune.ir.errors import ArgumentsError
 from autotune.ir.layer import out_size
 from autotune.ir.resample import UPSAMPLE_MODES
 
+#: Elementwise functions of one operand (they may fuse into their producer's epilogue).
+ActivationOpKind = Literal[
+    "relu",
+    "relu6",
+    "clip",
+    "leaky_relu",
+    "sigmoid",
+    "silu",
+    "hardswish",
+    "hardsigmoid",
+    "tanh",
+]
+ACTIVATION_KINDS = frozenset(get_args(ActivationOpKind))
 OpKind = Literal[
     "conv",
     "fc",
@@ -34,35 +47,13 @@ OpKind = Literal[
     "slice",
     "shuffle",
     "upsample",
-    "relu",
-    "relu6",
-    "clip",
-    "leaky_relu",
-    "sigmoid",
-    "silu",
-    "hardswish",
-    "hardsigmoid",
-    "tanh",
+    ActivationOpKind,
     "batchnorm",
     "flatten",
     "softmax",
 ]
 #: Every operator kind of ``network.yaml`` (``clip`` is ReLU6 with other bounds, from ONNX).
 OP_KINDS: tuple[str, ...] = get_args(OpKind)
-#: Elementwise functions of one operand (they may fuse into their producer's epilogue).
-ACTIVATION_KINDS = frozenset(
-    {
-        "relu",
-        "relu6",
-        "clip",
-        "leaky_relu",
-        "sigmoid",
-        "silu",
-        "hardswish",
-        "hardsigmoid",
-        "tanh",
-    }
-)
 #: Kinds that read exactly one input tensor.
 UNARY_KINDS = frozenset(OP_KINDS) - {"add", "mul", "concat"}
 #: Kinds whose epilogue can add a per-channel bias of their own (``Operator.bias``); a batch
@@ -94,7 +85,8 @@ class Operator:
 
     Fields beyond ``name``, ``kind``, ``inputs`` and ``shape`` are those of the ONNX
     counterpart, used by the kinds that have them: ``out_channels``, ``kernel``, ``stride``,
-    ``padding`` (zeros on each side, ``(h, w)``), ``dilation``, ``groups`` (conv);
+    ``padding`` (zeros on each side, ``(h, w)``; ``padding_end``: the zeros below and to the
+    right when they differ, ``(bottom, right)``, a conv only), ``dilation``, ``groups`` (conv);
     ``kernel``, ``stride``, ``padding``, ``ceil_mode``, ``count_include_pad`` (pools);
     ``scale`` and ``mode`` (upsample: ``autotune.ir.resample``); ``channels`` (slice:
     ``(start, stop)``); ``groups`` (shuffle);
@@ -131,6 +123,7 @@ class Operator:
     high: float = 6.0
     epsilon: float = 1e-5
     bias: bool = False
+    padding_end: Pair | None = None
 
     @property
     def weight_words(self) -> int:
@@ -168,6 +161,18 @@ def _pair(value: int | Iterable[int] | None, default: Pair) -> Pair:
         return (value, value)
     h, w = value
     return (int(h), int(w))
+
+
+def _padding(value: int | Iterable[int] | None) -> tuple[Pair, Pair]:
+    """(top, left) and (bottom, right) from an int, ``(h, w)`` or ONNX's ``(top, left,
+    bottom, right)``."""
+    if value is not None and not isinstance(value, int):
+        values = tuple(int(v) for v in value)
+        if len(values) == 4:
+            return (values[0], values[1]), (values[2], values[3])
+        value = values
+    begin = _pair(value, (0, 0))
+    return begin, begin
 
 
 def make_operator(
@@ -216,24 +221,29 @@ def make_operator(
     h, w, c = in_shape
     kernel_hw = _pair(kernel, (1, 1))
     stride_hw = _pair(stride, (1, 1))
-    padding_hw = _pair(padding, (0, 0))
+    padding_hw, padding_end = _padding(padding)
     dilation_hw = _pair(dilation, (1, 1))
+    if min(*padding_hw, *padding_end) < 0:
+        raise GraphError(name, "padding", "must be non-negative")
+    if padding_end != padding_hw and kind != "conv":
+        raise GraphError(name, "padding", "only a conv is padded unequally on both sides")
 
     def window() -> Pair:
         extent = [(k - 1) * d + 1 for k, d in zip(kernel_hw, dilation_hw, strict=True)]
-        for axis, size, ext, p in zip(("height", "width"), (h, w), extent, padding_hw, strict=True):
-            if ext > size + 2 * p:
+        axes = zip(("height", "width"), (h, w), extent, padding_hw, padding_end, strict=True)
+        for axis, size, ext, p, q in axes:
+            if ext > size + p + q:
                 raise GraphError(
                     name,
                     "kernel",
-                    f"kernel {axis} {ext} exceeds the padded input {axis} {size + 2 * p}",
+                    f"kernel {axis} {ext} exceeds the padded input {axis} {size + p + q}",
                     inputs[0],
                 )
-            if p >= ext:
+            if max(p, q) >= ext:
                 raise GraphError(name, "padding", "padding must be smaller than the kernel")
         return (
-            out_size(h, extent[0], stride_hw[0], padding_hw[0], ceil_mode, 1),
-            out_size(w, extent[1], stride_hw[1], padding_hw[1], ceil_mode, 1),
+            out_size(h, extent[0], stride_hw[0], padding_hw[0], ceil_mode, 1, padding_end[0]),
+            out_size(w, extent[1], stride_hw[1], padding_hw[1], ceil_mode, 1, padding_end[1]),
         )
 
     out: Shape
@@ -352,6 +362,7 @@ def make_operator(
         kernel=kernel_hw,
         stride=stride_hw,
         padding=padding_hw,
+        padding_end=None if padding_end == padding_hw else padding_end,
         dilation=dilation_hw,
         groups=groups,
         ceil_mode=ceil_mode,

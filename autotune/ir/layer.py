@@ -2,7 +2,10 @@
 
 Notation follows the report (seed 000, Table 1) generalised to non-square volumes:
 ``h_in × w_in × c_in`` is the input volume (W_I × W_I × D_I in the report), ``c_out`` is D_O,
-``kernel_h × kernel_w`` is F × F, ``stride_*`` is S and ``pad_*`` is P. A fully-connected layer is
+``kernel_h × kernel_w`` is F × F, ``stride_*`` is S and ``pad_*`` is P: ``pad_h`` rows of zeros
+above and ``pad_w`` columns to the left, and as many below and to the right unless
+``pad_bottom``/``pad_right`` say otherwise (a conv only: TensorFlow's ``SAME`` padding of a
+stride-2 conv puts the odd row at the end). A fully-connected layer is
 the convolution whose kernel covers the whole input (report Sec. 1.1: F = W_I, S = 1, P = 0).
 A conv may be dilated (``dilation_h``, ``dilation_w``: its taps that many pixels apart, as
 DeepLab's and FCN's are): its window then spans ``(F − 1)·d + 1`` pixels (``span_h``,
@@ -178,6 +181,8 @@ class Layer:
     dilation_h: int = 1
     dilation_w: int = 1
     upsample_mode: str = "nearest"
+    pad_bottom: int | None = None
+    pad_right: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -197,10 +202,19 @@ class Layer:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayerError(self.name, name, f"must be a positive integer, got {value!r}")
-        for name in ("pad_h", "pad_w"):
+        for name in ("pad_h", "pad_w", "pad_bottom", "pad_right"):
             value = getattr(self, name)
+            if value is None and name in ("pad_bottom", "pad_right"):
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise LayerError(self.name, name, f"must be a non-negative integer, got {value!r}")
+        # one spelling of symmetric padding (None), so that equal layers compare equal
+        if self.pad_bottom == self.pad_h:
+            object.__setattr__(self, "pad_bottom", None)
+        if self.pad_right == self.pad_w:
+            object.__setattr__(self, "pad_right", None)
+        if self.kind != "conv" and (self.pad_bottom, self.pad_right) != (None, None):
+            raise LayerError(self.name, "padding", "only a conv layer is padded unequally")
         if self.kind not in LAYER_KINDS:
             raise LayerError(
                 self.name, "kind", f"must be one of {', '.join(LAYER_KINDS)}, got {self.kind!r}"
@@ -237,21 +251,24 @@ class Layer:
                 "groups",
                 f"out channels {self.c_out} not divisible by groups {self.groups}",
             )
-        if self.span_h > self.h_in + 2 * self.pad_h:
+        if self.span_h > self.h_in + self.pad_h + self.pad_end_h:
             raise LayerError(
                 self.name,
                 "kernel",
                 f"kernel height {self.span_h} exceeds padded input height "
-                f"{self.h_in + 2 * self.pad_h}",
+                f"{self.h_in + self.pad_h + self.pad_end_h}",
             )
-        if self.span_w > self.w_in + 2 * self.pad_w:
+        if self.span_w > self.w_in + self.pad_w + self.pad_end_w:
             raise LayerError(
                 self.name,
                 "kernel",
                 f"kernel width {self.span_w} exceeds padded input width "
-                f"{self.w_in + 2 * self.pad_w}",
+                f"{self.w_in + self.pad_w + self.pad_end_w}",
             )
-        if self.pad_h >= self.span_h or self.pad_w >= self.span_w:
+        if (
+            max(self.pad_h, self.pad_end_h) >= self.span_h
+            or max(self.pad_w, self.pad_end_w) >= self.span_w
+        ):
             # A padding at least as wide as the kernel yields output pixels that see only zeros.
             raise LayerError(self.name, "padding", "padding must be smaller than the kernel")
 
@@ -308,6 +325,16 @@ class Layer:
 
     # -- derived shape -------------------------------------------------------------------
     @property
+    def pad_end_h(self) -> int:
+        """Rows of zeros below the input: ``pad_bottom``, else ``pad_h``."""
+        return self.pad_h if self.pad_bottom is None else self.pad_bottom
+
+    @property
+    def pad_end_w(self) -> int:
+        """Columns of zeros right of the input: ``pad_right``, else ``pad_w``."""
+        return self.pad_w if self.pad_right is None else self.pad_right
+
+    @property
     def span_h(self) -> int:
         """Input rows one output's window covers: ``(F - 1)·d + 1`` for a kernel of height F
         dilated by d (its taps ``d`` rows apart), F undilated."""
@@ -320,15 +347,28 @@ class Layer:
 
     @property
     def h_out(self) -> int:
-        """Output height, W_O = (W_I + 2P - F)/S + 1 (report Sec. 1.1), F the window's span."""
+        """Output height, W_O = (W_I + 2P - F)/S + 1 (report Sec. 1.1), F the window's span
+        (the two P's the top and bottom padding)."""
         return out_size(
-            self.h_in, self.span_h, self.stride_h, self.pad_h, self.ceil_mode, self.upscale
+            self.h_in,
+            self.span_h,
+            self.stride_h,
+            self.pad_h,
+            self.ceil_mode,
+            self.upscale,
+            self.pad_end_h,
         )
 
     @property
     def w_out(self) -> int:
         return out_size(
-            self.w_in, self.span_w, self.stride_w, self.pad_w, self.ceil_mode, self.upscale
+            self.w_in,
+            self.span_w,
+            self.stride_w,
+            self.pad_w,
+            self.ceil_mode,
+            self.upscale,
+            self.pad_end_w,
         )
 
     @property
@@ -425,10 +465,12 @@ class Layer:
         """Everything but the name, as plain values: layers with equal keys have equal
         mappings and costs. (A dilation and an interpolation are appended only where they
         are not the default, so the keys of other layers, and the names of the refinement
-        studies made from them, are what they were.)"""
+        studies made from them, are what they were; so is unequal padding.)"""
         extra: tuple[object, ...] = ()
         if (self.dilation_h, self.dilation_w, self.upsample_mode) != (1, 1, "nearest"):
             extra = (self.dilation_h, self.dilation_w, self.upsample_mode)
+        if (self.pad_bottom, self.pad_right) != (None, None):
+            extra = (*extra, "pad_end", self.pad_end_h, self.pad_end_w)
         return (
             self.h_in,
             self.w_in,
@@ -451,13 +493,22 @@ class Layer:
         )
 
 
-def out_size(n_in: int, kernel: int, stride: int, pad: int, ceil_mode: bool, upscale: int) -> int:
-    """Output extent along one axis: (n + 2P - F)/S + 1 rounded down (report Sec. 1.1), or
-    up in ceil mode with the last window starting inside the input or its left padding (as
-    ONNX and PyTorch define it); ``n · upscale`` for an upsample."""
+def out_size(
+    n_in: int,
+    kernel: int,
+    stride: int,
+    pad: int,
+    ceil_mode: bool,
+    upscale: int,
+    pad_end: int | None = None,
+) -> int:
+    """Output extent along one axis: (n + 2P - F)/S + 1 rounded down (report Sec. 1.1; the
+    two P's ``pad`` before and ``pad_end`` after, equal unless given), or up in ceil mode
+    with the last window starting inside the input or its left padding (as ONNX and PyTorch
+    define it); ``n · upscale`` for an upsample."""
     if upscale != 1:
         return n_in * upscale
-    span = n_in + 2 * pad - kernel
+    span = n_in + pad + (pad if pad_end is None else pad_end) - kernel
     if not ceil_mode:
         return span // stride + 1
     out = -(-span // stride) + 1

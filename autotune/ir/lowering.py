@@ -526,6 +526,8 @@ def _layer(draft: _Draft, name: str, src: TensorRef, operands: int = 1) -> Layer
                 epilogue=epilogue,
                 dilation_h=op.dilation[0],
                 dilation_w=op.dilation[1],
+                pad_bottom=None if op.padding_end is None else op.padding_end[0],
+                pad_right=None if op.padding_end is None else op.padding_end[1],
             )
         if kind == "fc":
             # the kernel covers the stored volume: behind a flatten, the NCHW order of the

@@ -143,7 +143,8 @@ def convolution(layer: Layer, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     if layer.kind == "fc":
         out = x.reshape(batch, -1) @ w.reshape(layer.c_out, -1).T
         return out.reshape(batch, layer.c_out, 1, 1)
-    padded = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_h), (layer.pad_w, layer.pad_w)))
+    pads = ((0, 0), (0, 0), (layer.pad_h, layer.pad_end_h), (layer.pad_w, layer.pad_end_w))
+    padded = np.pad(x, pads)
     windows = sliding_window_view(padded, (layer.span_h, layer.span_w), axis=(2, 3))
     windows = windows[:, :, :: layer.stride_h, :: layer.stride_w][
         :, :, : layer.h_out, : layer.w_out, :: layer.dilation_h, :: layer.dilation_w

@@ -20,8 +20,8 @@ from tests.io.test_onnx_graph import (
     Model,
     constant_affines,
     dilated_head,
-    padded_prelu_tanh,
     legacy_resnet,
+    padded_prelu_tanh,
     segmentation_head,
     shufflenet,
     squeeze_excitation,
@@ -356,13 +356,19 @@ def test_dilated_convs_match_onnxruntime(tmp_path):
 
 
 def test_pads_prelu_and_tanh_match_onnxruntime(tmp_path):
-    """Zero Pads folded into their convs, PReLUs of one slope, a Tanh: tuned, verified tile by
-    tile and run, they compute what onnxruntime computes."""
+    """Zero Pads folded into their convs, unequal padding (TensorFlow's SAME of stride 2, a Pad
+    at the end only), PReLUs of one slope, a Tanh: tuned, verified tile by tile and run, they
+    compute what onnxruntime computes; the schedule file keeps the unequal padding."""
     ort = pytest.importorskip("onnxruntime")
     path = padded_prelu_tanh(tmp_path, batch=2)
     result = autotune.tune(path, refine=False, verify=True)
     assert result.network_verified is not None and result.network_verified.ok
     assert all(v.ok for v in (r.verified for r in result.layers) if v is not None)
+    dw = next(r.layer for r in result.layers if r.layer.name == "dw")
+    assert (dw.pad_bottom, dw.pad_right) == (1, 2)
+    saved = tmp_path / "edges.json"
+    result.save(saved)
+    assert not audit_schedule(saved, load_network(path)).findings
     x = np.random.default_rng(8).standard_normal((2, 3, 12, 12)).astype(np.float32)
     (value,) = run_network(result, load_network(path), {"x": x}).values()
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])

@@ -217,3 +217,25 @@ def test_bilinear_upsample(tmp_path):
     assert net.graph is not None and net.graph.op("up").mode == "bilinear"
     layer = net.layer("up")
     assert (layer.upsample_mode, layer.upscale, layer.ops_per_output) == ("bilinear", 2, 4)
+
+
+def test_a_conv_padded_unequally(tmp_path):
+    """``padding: [top, left, bottom, right]`` (TensorFlow's SAME of stride 2) on a conv; a
+    pool padded unequally is refused, naming the field."""
+    text = """\
+network: p
+layers:
+  - {name: same, kind: conv, in: [16, 16, 8], out_channels: 8, kernel: 3, stride: 2,
+     padding: [0, 0, 1, 1], out: [8, 8, 8]}
+  - {name: tanh, kind: tanh}
+"""
+    net = load_network(write(tmp_path, text))
+    layer = net.layer("same")
+    assert (layer.pad_h, layer.pad_w, layer.pad_end_h, layer.pad_end_w) == (0, 0, 1, 1)
+    assert net.layer("same").epilogue.activation.kind == "tanh"
+    pool = text.replace(
+        "kind: conv, in: [16, 16, 8], out_channels: 8,", "kind: maxpool, in: [16, 16, 8],"
+    )
+    with pytest.raises(InputError) as info:
+        load_network(write(tmp_path, pool))
+    assert (info.value.layer, info.value.field) == ("same", "padding")

@@ -112,12 +112,13 @@ class Model:
 
 
 # -- an independent numpy interpreter of the imported graph --------------------------------
-def _conv(x, w, b, stride, pad, dilation, groups):
+def _conv(x, w, b, stride, pad, dilation, groups, end=None):
     n, _, h, wd = x.shape
     c_out, per_group, kh, kw = w.shape
-    x = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
-    ho = (h + 2 * pad[0] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
-    wo = (wd + 2 * pad[1] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    end = pad if end is None else end  # bottom, right
+    x = np.pad(x, ((0, 0), (0, 0), (pad[0], end[0]), (pad[1], end[1])))
+    ho = (h + pad[0] + end[0] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    wo = (wd + pad[1] + end[1] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
     out = np.zeros((n, c_out, ho, wo), np.float64)
     per_out = c_out // groups
     for g in range(groups):
@@ -172,7 +173,16 @@ def execute(model: OnnxGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
         p = {k: v.astype(np.float64) for k, v in model.weights.get(op.name, {}).items()}
         k = op.kind
         if k == "conv":
-            y = _conv(x, p["weight"], p.get("bias"), op.stride, op.padding, op.dilation, op.groups)
+            y = _conv(
+                x,
+                p["weight"],
+                p.get("bias"),
+                op.stride,
+                op.padding,
+                op.dilation,
+                op.groups,
+                op.padding_end,
+            )
         elif k == "fc":
             y = x.reshape(len(x), -1) @ p["weight"].T + p.get("bias", 0.0)
         elif k in ("maxpool", "avgpool"):
@@ -731,7 +741,8 @@ def padded_prelu_tanh(tmp_path, batch: int = 2) -> str:
     """Keras/TF-style and GAN-style edges: a zero ``Pad`` before a conv of no padding (opset
     11+: pads as an input), a ``Pad`` that evens out a conv's asymmetric ``pads``, a
     ``PRelu`` of one slope (PyTorch's ``nn.PReLU()``) and one of per-channel slopes that are
-    all equal, and a ``Tanh`` output."""
+    all equal, TensorFlow's ``SAME`` padding of a stride-2 conv and a ``Pad`` at the end only
+    (unequal padding), and a ``Tanh`` output."""
     m = Model("edges", opset=17)
     x = m.input("x", [batch, 3, 12, 12])
     pads = m.const("pad1.pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))
@@ -742,6 +753,11 @@ def padded_prelu_tanh(tmp_path, batch: int = 2) -> str:
     x = m.conv(m.op("Pad", [x, pads2], "pad2"), "conv2", 8, 8, 3, stride=2, pads=[0, 0, 1, 1])
     slopes = m.const("prelu2.slope", np.full((8, 1, 1), 0.1, np.float32))
     x = m.op("PRelu", [x, slopes], "prelu2")
+    # TensorFlow's SAME with stride 2 over 6x6: one row and column of zeros, at the end
+    x = m.conv(x, "same", 8, 8, 3, stride=2, auto_pad="SAME_UPPER")
+    # a Pad at the end only, before a depthwise conv: unequal padding
+    pads3 = m.const("pad3.pads", np.array([0, 0, 0, 0, 0, 0, 1, 2], np.int64))
+    x = m.conv(m.op("Pad", [x, pads3], "pad3"), "dw", 8, 8, 3, groups=8, bias=True)
     return m.save(tmp_path / "edges.onnx", m.op("Tanh", [m.conv(x, "out", 8, 3, 1)], "tanh"))
 
 
@@ -1153,14 +1169,6 @@ def case_matmul_rank4(m, x):
     return m.op("MatMul", [x, m.const("w", (6, 6))], "rowwise")
 
 
-def case_conv_asymmetric(m, x):
-    return m.conv(x, "conv", 4, 4, 3, pads=[0, 0, 1, 1])
-
-
-def case_conv_same_odd(m, x):
-    return m.conv(x, "conv", 4, 4, 2, auto_pad="SAME_UPPER")
-
-
 def case_resize_cubic(m, x):
     return m.op(
         "Resize", [x, "", m.const("s", np.array([1, 1, 2, 2], np.float32))], "up", mode="cubic"
@@ -1286,8 +1294,6 @@ CASES = [
     (case_mul_spatial_gate, "mean", "axes", "axes [1]"),
     (case_hard_sigmoid_other_slope, "hs", "alpha", "alpha 0.2"),
     (case_matmul_rank4, "rowwise", "A", "rank-4"),
-    (case_conv_asymmetric, "conv", "pads", "asymmetric padding [0, 0, 1, 1]"),
-    (case_conv_same_odd, "conv", "auto_pad", "asymmetric padding [0, 0, 1, 1]"),
     (case_resize_cubic, "up", "mode", "'cubic'"),
     (case_resize_linear_asymmetric, "up", "coordinate_transformation_mode", "asymmetric"),
     (
@@ -1474,9 +1480,10 @@ def test_bilinear_and_dilated_operators_survive_the_schedule_record_and_onnx_exp
 
 
 def test_pads_before_convs_prelu_and_tanh_import_as_onnx_computes_them(tmp_path):
-    """A zero Pad is its conv's padding (consumed), a PRelu of one slope a leaky ReLU, Tanh
-    itself; the graph computes what ONNX's reference evaluator does, and the record and the
-    export give the operators back."""
+    """A zero Pad is its conv's padding (consumed), equal on both sides or not, as a conv's
+    SAME padding of stride 2 is; a PRelu of one slope a leaky ReLU, Tanh itself; the graph
+    computes what ONNX's reference evaluator does, and the record and the export give the
+    operators back."""
     path = padded_prelu_tanh(tmp_path)
     model = load_onnx_graph(path)
     assert_accounted(path, model)
@@ -1484,6 +1491,9 @@ def test_pads_before_convs_prelu_and_tanh_import_as_onnx_computes_them(tmp_path)
     graph = model.graph
     assert fates(model)["pad1"] is None and fates(model)["pad2"] is None
     assert (graph.op("conv1").padding, graph.op("conv2").padding) == ((1, 1), (1, 1))
+    assert (graph.op("same").padding, graph.op("same").padding_end) == ((0, 0), (1, 1))
+    assert (graph.op("dw").padding, graph.op("dw").padding_end) == ((0, 0), (1, 2))
+    assert graph.op("dw").shape == (2, 3, 8)
     assert (graph.op("prelu1").kind, graph.op("prelu1").alpha) == ("leaky_relu", 0.25)
     assert graph.op("prelu2").alpha == pytest.approx(0.1)
     assert graph.op("tanh").kind == "tanh"
@@ -1501,13 +1511,12 @@ def test_pads_before_convs_prelu_and_tanh_import_as_onnx_computes_them(tmp_path)
         ("pad_value", "constant_value"),
         ("pad_channels", "pads"),
         ("pad_before_pool", "X"),
-        ("pad_asymmetric", "pads"),
         ("pad_output", "outputs"),
     ],
 )
 def test_what_pad_and_prelu_cannot_be_is_refused_by_node_and_field(tmp_path, case, field):
     """Per-channel PReLU slopes, a Pad of other than zeros or on the channels, a Pad read by
-    anything but a conv or left asymmetric, a Pad as the output: one line, node and field."""
+    anything but a conv, a Pad as the output: one line, node and field."""
     m = Model("bad", opset=17)
     x = m.input("x", [1, 4, 8, 8])
 
@@ -1531,8 +1540,6 @@ def test_what_pad_and_prelu_cannot_be_is_refused_by_node_and_field(tmp_path, cas
     elif case == "pad_before_pool":
         out = m.op("MaxPool", [pad([0, 0, 1, 1, 0, 0, 1, 1])], "mp", kernel_shape=[3, 3])
         node = "mp"
-    elif case == "pad_asymmetric":
-        out, node = m.conv(pad([0, 0, 0, 0, 0, 0, 1, 1]), "c", 4, 4, 3), "c"
     else:
         out, node = pad([0, 0, 1, 1, 0, 0, 1, 1]), "pad"
     path = m.save(tmp_path / f"{case}.onnx", out)
@@ -1540,3 +1547,35 @@ def test_what_pad_and_prelu_cannot_be_is_refused_by_node_and_field(tmp_path, cas
         load_network(path)
     assert (info.value.layer, info.value.field) == (node, field), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_pads_computed_from_shapes_as_timm_writes_them(tmp_path):
+    """timm's TensorFlow-style "same" padding computes a Pad's pads from ``Shape(x)``: shape
+    inference then loses the dims behind it, and the next Pad's pads are computed from a
+    tensor of unknown dims. The importer takes those dims from the operators it built."""
+    m = Model("timm_same", opset=17)
+    x = m.input("x", [1, 3, 9, 9])
+
+    def same_pad(t: str, name: str) -> str:
+        h = m.op(
+            "Gather", [m.op("Shape", [t], f"{name}.shape"), m.const(f"{name}.i", np.array([2]))]
+        )
+        one = m.op(
+            "Add", [m.op("Sub", [h, h], f"{name}.zero"), m.const(f"{name}.1", np.array([1]))]
+        )
+        zeros = m.const(f"{name}.z", np.zeros(6, np.int64))
+        pads = m.op("Concat", [zeros, one, one], f"{name}.pads", axis=0)
+        return m.op("Pad", [t, pads], name)
+
+    y = m.op("Relu", [m.conv(same_pad(x, "pad1"), "conv1", 3, 4, 3, stride=2)], "relu")
+    y = m.conv(same_pad(y, "pad2"), "conv2", 4, 4, 3, stride=2)
+    path = m.save(tmp_path / "timm_same.onnx", y)
+    inferred = onnx.shape_inference.infer_shapes(onnx.load(path))
+    out = next(n.output[0] for n in inferred.graph.node if n.name == "relu")
+    dims = next(v for v in inferred.graph.value_info if v.name == out).type.tensor_type.shape.dim
+    assert not all(d.HasField("dim_value") for d in dims)  # what the importer works around
+    model = load_onnx_graph(path)
+    assert_runs_like_onnx(path, model)
+    conv1, conv2 = model.graph.op("conv1"), model.graph.op("conv2")
+    assert (conv1.padding, conv1.padding_end, conv1.shape) == ((0, 0), (1, 1), (4, 4, 4))
+    assert (conv2.padding, conv2.padding_end, conv2.shape) == ((0, 0), (1, 1), (2, 2, 4))

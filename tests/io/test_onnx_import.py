@@ -220,10 +220,25 @@ def test_auto_pad(tmp_path, auto_pad, pad):
 
 
 @pytest.mark.parametrize(
+    ("attrs", "pads", "out"),
+    [
+        (dict(pads=[0, 0, 1, 1]), (0, 0, 1, 1), 15),
+        # TensorFlow's SAME with stride 2: the odd row of padding at the end (LOWER: start)
+        (dict(auto_pad="SAME_UPPER", stride=2), (0, 0, 1, 1), 8),
+        (dict(auto_pad="SAME_LOWER", stride=2), (1, 1, 0, 0), 8),
+    ],
+)
+def test_unequal_padding_is_kept(tmp_path, attrs, pads, out):
+    layer = load_network(conv_net(tmp_path, **attrs)).layers[0]
+    assert (layer.pad_h, layer.pad_w, layer.pad_end_h, layer.pad_end_w) == pads
+    assert (layer.h_out, layer.w_out) == (out, out)
+
+
+@pytest.mark.parametrize(
     ("attrs", "field", "text"),
     [
-        (dict(pads=[0, 0, 1, 1]), "pads", "asymmetric padding [0, 0, 1, 1]"),
-        (dict(auto_pad="SAME_UPPER", stride=2), "auto_pad", "unequal"),
+        (dict(pads=[0, 0, 3, 0]), "pads", "smaller than the kernel"),
+        (dict(pads=[3, 0, 0, 0]), "pads", "smaller than the kernel"),
     ],
 )
 def test_unsupported_conv_is_one_line_naming_file_node_field(tmp_path, attrs, field, text):
@@ -292,7 +307,7 @@ def test_cli_check_onnx(tmp_path):
     assert result.exit_code == 0, result.output
     for text in ("small_cnn: 7 layers, batch 2", "gconv", "fc2", "8×8×64"):
         assert text in result.output
-    bad = conv_net(tmp_path, "bad.onnx", pads=[0, 0, 1, 1])
+    bad = conv_net(tmp_path, "bad.onnx", pads=[0, 0, 3, 1])
     result = runner.invoke(app, ["check", bad])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
