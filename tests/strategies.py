@@ -221,7 +221,9 @@ def any_activation() -> st.SearchStrategy[Activation]:
     return st.one_of(
         st.builds(
             Activation,
-            st.sampled_from(["relu", "sigmoid", "silu", "hardswish", "hardsigmoid", "tanh"]),
+            st.sampled_from(
+                ["relu", "sigmoid", "silu", "hardswish", "hardsigmoid", "tanh", "gelu"]
+            ),
         ),
         st.builds(Activation, st.just("leaky_relu"), alpha=st.sampled_from([0.01, 0.1, 0.2, 1.5])),
         # a bound left out is infinite (ONNX's Clip; a schedule file writes "Infinity")

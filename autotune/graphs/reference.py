@@ -10,6 +10,7 @@ unless ``count_include_pad``); ceil mode extends the last window past the paddin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -97,6 +98,8 @@ def activation(kind: str, x: Array, alpha: float, low: float, high: float) -> Ar
         return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
     if kind == "hardsigmoid":
         return np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+    if kind == "gelu":  # z·Φ(z), Φ(z) = erfc(−z/√2)/2
+        return x * 0.5 * np.vectorize(math.erfc, otypes=[float])(-x / math.sqrt(2.0))
     if kind == "tanh":  # from exponentials, not numpy's tanh that the executor uses
         e = np.exp(-2.0 * np.abs(x))
         return np.sign(x) * (1.0 - e) / (1.0 + e)

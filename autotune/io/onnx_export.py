@@ -9,12 +9,14 @@ batchnorm ``BatchNormalization``; pools ``MaxPool`` / ``AveragePool`` (``ceil_mo
 ``Transpose`` [0, 2, 1, 3, 4], ``Reshape`` back (as PyTorch exports ShuffleNet's); upsample
 ``Resize`` (nearest, integer scales); flatten ``Flatten``;
 softmax ``Softmax`` (axis 1); relu, leaky relu, sigmoid, hardswish, hardsigmoid, tanh as
-themselves; relu6/clip ``Clip``; silu ``x · Sigmoid(x)``. ``load_onnx_graph`` reads such a
+themselves; relu6/clip ``Clip``; silu ``x · Sigmoid(x)``; gelu ``x · (1 + Erf(x / √2)) ·
+0.5``. ``load_onnx_graph`` reads such a
 file back to the same graph.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -192,6 +194,15 @@ def _emit(
     elif kind == "silu":
         gate = node("Sigmoid", args, f"{name}.gate", f"{name}.gate")
         node("Mul", [args[0], gate], name, name)
+    elif kind == "gelu":  # as PyTorch writes it before opset 20 (which has Gelu)
+        root2 = const(f"{name}.sqrt2", np.array(math.sqrt(2.0), np.float32))
+        one = const(f"{name}.one", np.array(1.0, np.float32))
+        half = const(f"{name}.half", np.array(0.5, np.float32))
+        scaled = node("Div", [args[0], root2], f"{name}.div", f"{name}.div")
+        erf = node("Erf", [scaled], f"{name}.erf", f"{name}.erf")
+        plus = node("Add", [erf, one], f"{name}.add", f"{name}.add")
+        times = node("Mul", [args[0], plus], f"{name}.mul", f"{name}.mul")
+        node("Mul", [times, half], name, name)
     else:
         node(
             {"relu": "Relu", "sigmoid": "Sigmoid", "hardswish": "HardSwish", "tanh": "Tanh"}[kind],

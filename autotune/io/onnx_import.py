@@ -28,6 +28,8 @@ table is ``_HANDLERS``; each handler says what it accepts):
   into a batch norm it follows when it is that one's only reader (``affine``);
 - ``Relu``, ``Sigmoid``, ``HardSwish``, ``Tanh``, ``LeakyRelu`` -> relu, sigmoid, hardswish,
   tanh, leaky_relu; ``PRelu`` with one slope (or all equal) -> leaky_relu of that slope;
+  ``Gelu`` (exact) and PyTorch's GELU before opset 20, ``Mul(Mul(x, Add(Erf(Div(x, √2)),
+  1)), 0.5)``, -> gelu (the chain is that operator);
   ``Clip`` (bounds as inputs or attributes) -> relu6 for [0, 6], relu for [0, inf), else
   clip; ``Mul(x, Sigmoid(x))`` -> silu, ``Mul(x, HardSigmoid(x))`` ->
   hardswish (the gate is part of that operator); ``HardSigmoid`` (alpha 1/6, beta 1/2, as
@@ -852,7 +854,15 @@ class _GraphImporter:
 
     def _find_fusions(self) -> None:
         """Mul(x, Sigmoid(x)) is a SiLU, Mul(x, HardSigmoid(x)) with PyTorch's 1/6 and 1/2 a
-        HardSwish; the gate is part of that operator when nothing else reads it."""
+        HardSwish; the gate is part of that operator when nothing else reads it. PyTorch's
+        GELU as its exporters write it before opset 20 (``_gelu_chain``) is one operator."""
+        for i, node in enumerate(self.nodes):
+            chain = self._gelu_chain(node)
+            if chain is not None:
+                x, inner = chain
+                self.fused[i] = ("gelu", x, inner[0])
+                for j in inner:
+                    self.absorbed[j] = i
         for i, node in enumerate(self.nodes):
             if node.op_type != "Mul" or len(node.input) != 2:
                 continue
@@ -871,6 +881,61 @@ class _GraphImporter:
             if gate not in self.absorbed and out not in self.outputs:
                 if all(r in self.fused and self.fused[r][2] == gate for r in readers):
                     self.absorbed[gate] = mul
+
+    def _constant(self, t: str) -> float | None:
+        """The value of a one-value constant tensor (an initializer or a Constant's), else
+        None."""
+        p = self.producer.get(t)
+        if t not in self.initializers and (p is None or self.nodes[p].op_type != "Constant"):
+            return None
+        value = self._value(t)
+        return None if value is None or value.size != 1 else float(value.reshape(-1)[0])
+
+    def _single(self, t: str) -> Any | None:
+        """The node producing ``t`` when ``t`` has no other reader and is no output."""
+        p = self.producer.get(t)
+        if p is None or len(self.readers.get(t, ())) != 1 or t in self.outputs:
+            return None
+        return p
+
+    def _gelu_chain(self, node: Any) -> tuple[str, list[int]] | None:
+        """``Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5)`` (PyTorch's ``nn.GELU()``; ``Mul(x,
+        1/√2)`` for the Div, the operands of each Add and Mul in either order): ``x`` and the
+        inner nodes (the Div first), or None."""
+        if node.op_type != "Mul" or len(node.input) != 2:
+            return None
+
+        def split(n: Any, value: float) -> str | None:  # n = op(other, value)
+            a, b = n.input
+            for other, c in ((a, b), (b, a)):
+                k = self._constant(c)
+                if k is not None and math.isclose(k, value, rel_tol=1e-5):
+                    return str(other)
+            return None
+
+        inner_out = split(node, 0.5)
+        m1 = None if inner_out is None else self._single(inner_out)
+        if m1 is None or self.nodes[m1].op_type != "Mul":
+            return None
+        for x, added in (self.nodes[m1].input, reversed(self.nodes[m1].input)):
+            add = self._single(added)
+            if add is None or self.nodes[add].op_type != "Add":
+                continue
+            erf_out = split(self.nodes[add], 1.0)
+            erf = None if erf_out is None else self._single(erf_out)
+            if erf is None or self.nodes[erf].op_type != "Erf":
+                continue
+            scaled = self._single(self.nodes[erf].input[0])
+            if scaled is None:
+                continue
+            op = self.nodes[scaled]
+            root2 = self._constant(op.input[1]) if op.op_type == "Div" else None
+            divided = root2 is not None and op.input[0] == x
+            if (divided and math.isclose(root2 or 0.0, math.sqrt(2.0), rel_tol=1e-5)) or (
+                op.op_type == "Mul" and split(op, 1 / math.sqrt(2.0)) == x
+            ):
+                return str(x), [scaled, erf, add, m1]
+        return None
 
     def _gate_kind(self, node: Any) -> str | None:
         if node.op_type == "Sigmoid":
@@ -1443,6 +1508,21 @@ class _GraphImporter:
             node.op_type
         ]
         return self._emit(node, name, kind, [self._act(node, 0, name, "X")], rank=self._rank(node))
+
+    def gelu(self, node: Any, name: str) -> str:
+        """ONNX's ``Gelu`` (opset 20) with the exact erf form; the tanh approximation is
+        refused."""
+        approximate = _attributes(self.onnx, node).get("approximate", "none")
+        approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+        if approximate != "none":
+            raise self.fail(
+                f"a Gelu with approximate={approximate!r} is not supported: only the exact "
+                f"(erf) form",
+                name,
+                "approximate",
+            )
+        x = self._act(node, 0, name, "X")
+        return self._emit(node, name, "gelu", [x], rank=self._rank(node))
 
     def prelu(self, node: Any, name: str) -> str:
         """A PReLU with one slope (PyTorch's ``nn.PReLU()``, or one per channel all equal)
@@ -2054,6 +2134,7 @@ _HANDLERS: dict[str, _Handler] = {
     "HardSigmoid": _GraphImporter.hard_sigmoid,
     "LeakyRelu": _GraphImporter.leaky_relu,
     "PRelu": _GraphImporter.prelu,
+    "Gelu": _GraphImporter.gelu,
     "Pad": _GraphImporter.pad,
     "Clip": _GraphImporter.clip,
     "Softmax": _GraphImporter.softmax,

@@ -33,6 +33,7 @@ ActivationOpKind = Literal[
     "hardswish",
     "hardsigmoid",
     "tanh",
+    "gelu",
 ]
 ACTIVATION_KINDS = frozenset(get_args(ActivationOpKind))
 OpKind = Literal[

@@ -62,13 +62,14 @@ DEPTHWISE_KINDS = frozenset({"maxpool", "avgpool", "add", "mul", "activation", "
 OPERAND_KINDS = frozenset({"add", "mul"})
 
 ActivationKind = Literal[
-    "relu", "clip", "leaky_relu", "sigmoid", "silu", "hardswish", "hardsigmoid", "tanh"
+    "relu", "clip", "leaky_relu", "sigmoid", "silu", "hardswish", "hardsigmoid", "tanh", "gelu"
 ]
 #: FPU operations one output word of each activation costs. ASSUMPTION (no seed gives them):
 #: a compare or a multiply-add per simple step; sigmoid and silu are counted as an exp by a
 #: short polynomial (about 8 operations) plus a division, as Snitch-class cores have no
 #: transcendental unit; tanh as sigmoid's exp and division plus the scale and shift of
-#: ``tanh(z) = 2·sigmoid(2z) − 1``.
+#: ``tanh(z) = 2·sigmoid(2z) − 1``; gelu as an erf by a short rational polynomial (about 9
+#: operations) plus the scale, add and multiply of ``z·(1 + erf(z/√2))/2``.
 ACTIVATION_OPS: dict[str, int] = {
     "relu": 1,
     "clip": 2,
@@ -78,6 +79,7 @@ ACTIVATION_OPS: dict[str, int] = {
     "hardswish": 4,
     "hardsigmoid": 3,
     "tanh": 11,
+    "gelu": 12,
 }
 #: FPU operations per output word of a softmax: the exp (as for sigmoid), the running sum
 #: and the final scale. ASSUMPTION, as ``ACTIVATION_OPS``.
@@ -89,7 +91,9 @@ class Activation:
     """An elementwise function: ``relu``; ``clip`` to ``[low, high]`` (ReLU6 is ``clip`` 0..6);
     ``leaky_relu`` with slope ``alpha`` below zero; ``sigmoid``; ``silu`` (x·sigmoid(x));
     ``hardswish`` (x·clip(x + 3, 0, 6) / 6); ``hardsigmoid`` (clip(x + 3, 0, 6) / 6, as
-    PyTorch's: ONNX ``HardSigmoid`` with alpha 1/6, beta 1/2); ``tanh``."""
+    PyTorch's: ONNX ``HardSigmoid`` with alpha 1/6, beta 1/2); ``tanh``; ``gelu``
+    (z·Φ(z), Φ the standard normal's distribution: ``z·(1 + erf(z/√2))/2``, PyTorch's
+    ``nn.GELU()``)."""
 
     kind: ActivationKind
     alpha: float = 0.01

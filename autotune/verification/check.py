@@ -83,6 +83,7 @@ FP16_MIN_NORMAL = 2.0**-14
 #: Lipschitz constant of each activation: ``|f(a) - f(b)| <= L |a - b|``. Sigmoid's slope is
 #: at most 1/4; SiLU's, ``sigmoid(z) (1 + z (1 - sigmoid(z)))``, peaks at 1.0998 near
 #: z = 2.4; hardswish's, ``(2z + 3) / 6`` on ``[-3, 3]``, at 1.5; hardsigmoid's is 1/6; tanh's 1;
+#: GELU's, ``Φ(z) + z·φ(z)``, peaks at 1.1289 at z = √2;
 #: leaky ReLU's is ``max(1, |alpha|)`` (``lipschitz``).
 LIPSCHITZ = {
     "relu": 1.0,
@@ -92,6 +93,7 @@ LIPSCHITZ = {
     "hardswish": 1.5,
     "hardsigmoid": 1 / 6,
     "tanh": 1.0,
+    "gelu": 1.13,
 }
 
 

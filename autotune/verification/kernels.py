@@ -10,8 +10,13 @@ so fp32 data accumulates in fp32 as on the machine.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+#: erf elementwise, in float64 (numpy has none)
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def conv_block(
@@ -207,4 +212,7 @@ def activate(z: np.ndarray, kind: str, alpha: float, low: float, high: float) ->
         return (np.minimum(np.maximum(z + 3, 0), 6) / 6).astype(z.dtype)
     if kind == "tanh":
         return np.tanh(z).astype(z.dtype)
+    if kind == "gelu":
+        wide = z.astype(np.float64)
+        return (0.5 * wide * (1.0 + _ERF(wide / math.sqrt(2.0)))).astype(z.dtype)
     raise ValueError(f"unknown activation {kind!r}")

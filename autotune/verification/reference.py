@@ -216,4 +216,6 @@ def activation(act: Activation, z: np.ndarray) -> np.ndarray:
         return np.clip(z + 3.0, 0.0, 6.0) / 6.0
     if kind == "tanh":
         return np.tanh(z)
+    if kind == "gelu":  # z·Φ(z), Φ from erf: Φ(z) = (1 + erf(z/√2))/2
+        return z * 0.5 * (1.0 + np.vectorize(math.erf, otypes=[float])(z / math.sqrt(2.0)))
     return z * np.clip(z + 3.0, 0.0, 6.0) / 6.0  # hardswish

@@ -20,6 +20,7 @@ from tests.io.test_onnx_graph import (
     Model,
     constant_affines,
     dilated_head,
+    gelus,
     legacy_resnet,
     padded_prelu_tanh,
     segmentation_head,
@@ -105,6 +106,23 @@ def verify_forged(net, result, name: str, forge):
     forged = dataclasses.replace(net, lowering=dataclasses.replace(net.lowering, steps=steps))
     mappings = {r.layer.name: r.mapping for r in result.layers}
     return verify_network(forged, mappings, result.machine, seeded_weights(net.graph))
+
+
+def tuned_as_onnxruntime(path, shape: tuple[int, ...], seed: int):
+    """``path`` tuned with verification (every layer tile by tile, the network as a whole),
+    then run on a seeded input of ``shape``: its output must be onnxruntime's. Returns the
+    result and the network for further checks."""
+    ort = pytest.importorskip("onnxruntime")
+    result = autotune.tune(path, refine=False, verify=True)
+    assert result.network_verified is not None and result.network_verified.ok
+    assert all(v.ok for v in (r.verified for r in result.layers) if v is not None)
+    net = load_network(path)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    (value,) = run_network(result, net, {"x": x}).values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+    return result, net
 
 
 def test_an_onnx_model_matches_onnxruntime(tmp_path):
@@ -293,15 +311,7 @@ def test_shufflenet_units_match_onnxruntime_and_a_swapped_group_is_caught(tmp_pa
 def test_constant_arithmetic_matches_onnxruntime(tmp_path):
     """Input normalisation, a batch norm written as Mul and Add, scalar arithmetic: as batch
     norms merged and folded, tuned and run, they compute what onnxruntime computes."""
-    ort = pytest.importorskip("onnxruntime")
-    path = constant_affines(tmp_path, batch=2)
-    result = autotune.tune(path, refine=False, verify=True)
-    assert result.network_verified is not None and result.network_verified.ok
-    x = np.random.default_rng(6).standard_normal((2, 3, 8, 8)).astype(np.float32)
-    (value,) = run_network(result, load_network(path), {"x": x}).values()
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    (want,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+    tuned_as_onnxruntime(constant_affines(tmp_path, batch=2), (2, 3, 8, 8), seed=6)
 
 
 DENSE_BLOCK = """\
@@ -336,44 +346,31 @@ def test_dense_block_reads_its_concats_in_place_and_a_misplaced_output_is_caught
 def test_dilated_convs_match_onnxruntime(tmp_path):
     """Dilated convs (a dense one, a depthwise one, an ASPP-like head): tuned, verified tile
     by tile and run, they compute what onnxruntime computes."""
-    ort = pytest.importorskip("onnxruntime")
-    path = dilated_head(tmp_path, batch=2)
-    result = autotune.tune(path, refine=False, verify=True)
-    assert result.network_verified is not None and result.network_verified.ok
-    assert all(v.ok for v in (r.verified for r in result.layers) if v is not None)
-    net = load_network(path)
+    _, net = tuned_as_onnxruntime(dilated_head(tmp_path, batch=2), (2, 3, 16, 16), seed=7)
     assert {(la.name, la.dilation_h) for la in net.layers if la.dilation_h > 1} == {
         ("d2", 2),
         ("dw3", 3),
         ("aspp2", 2),
         ("aspp4", 4),
     }
-    x = np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)
-    (value,) = run_network(result, net, {"x": x}).values()
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    (want,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
 
 
 def test_pads_prelu_and_tanh_match_onnxruntime(tmp_path):
     """Zero Pads folded into their convs, unequal padding (TensorFlow's SAME of stride 2, a Pad
     at the end only), PReLUs of one slope, a Tanh: tuned, verified tile by tile and run, they
     compute what onnxruntime computes; the schedule file keeps the unequal padding."""
-    ort = pytest.importorskip("onnxruntime")
     path = padded_prelu_tanh(tmp_path, batch=2)
-    result = autotune.tune(path, refine=False, verify=True)
-    assert result.network_verified is not None and result.network_verified.ok
-    assert all(v.ok for v in (r.verified for r in result.layers) if v is not None)
+    result, net = tuned_as_onnxruntime(path, (2, 3, 12, 12), seed=8)
     dw = next(r.layer for r in result.layers if r.layer.name == "dw")
     assert (dw.pad_bottom, dw.pad_right) == (1, 2)
     saved = tmp_path / "edges.json"
     result.save(saved)
-    assert not audit_schedule(saved, load_network(path)).findings
-    x = np.random.default_rng(8).standard_normal((2, 3, 12, 12)).astype(np.float32)
-    (value,) = run_network(result, load_network(path), {"x": x}).values()
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    (want,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+    assert not audit_schedule(saved, net).findings
+
+
+def test_gelus_match_onnxruntime(tmp_path):
+    """GELU chains and ONNX's Gelu: tuned, verified tile by tile and run, as onnxruntime."""
+    tuned_as_onnxruntime(gelus(tmp_path, batch=2, opset=20), (2, 3, 8, 8), seed=9)
 
 
 def test_bilinear_upsampling_matches_onnxruntime(tmp_path):

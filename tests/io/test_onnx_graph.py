@@ -218,6 +218,8 @@ def execute(model: OnnxGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
             y = np.clip(x + 3, 0, 6) / 6
         elif k == "tanh":
             y = np.tanh(x)
+        elif k == "gelu":
+            y = x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
         elif k == "batchnorm":
             shape = (1, -1, 1, 1)
             scale = p["scale"] / np.sqrt(p["var"] + op.epsilon)
@@ -759,6 +761,31 @@ def padded_prelu_tanh(tmp_path, batch: int = 2) -> str:
     pads3 = m.const("pad3.pads", np.array([0, 0, 0, 0, 0, 0, 1, 2], np.int64))
     x = m.conv(m.op("Pad", [x, pads3], "pad3"), "dw", 8, 8, 3, groups=8, bias=True)
     return m.save(tmp_path / "edges.onnx", m.op("Tanh", [m.conv(x, "out", 8, 3, 1)], "tanh"))
+
+
+def gelus(tmp_path, batch: int = 2, opset: int = 17) -> str:
+    """PyTorch's GELU as its legacy exporter writes it (``Div`` by √2, ``Erf``, ``Add`` 1,
+    ``Mul`` by x, ``Mul`` by 0.5), once with the Mul by 1/√2 and the operands swapped; at
+    opset 20 also ONNX's own ``Gelu``."""
+    m = Model("gelus", opset=opset)
+    x = m.conv(m.input("x", [batch, 3, 8, 8]), "conv1", 3, 8, 3, pad=1, bias=True)
+    e = m.op(
+        "Erf", [m.op("Div", [x, m.const("r2", np.array(math.sqrt(2), np.float32))], "d1")], "e1"
+    )
+    g = m.op("Add", [e, m.const("one", np.array(1.0, np.float32))], "a1")
+    x = m.op(
+        "Mul", [m.op("Mul", [x, g], "m1"), m.const("half", np.array(0.5, np.float32))], "gelu1"
+    )
+    x = m.conv(x, "conv2", 8, 8, 1)
+    inv = m.const("inv_r2", np.array(1 / math.sqrt(2), np.float32))
+    e = m.op("Erf", [m.op("Mul", [inv, x], "d2")], "e2")
+    g = m.op("Add", [m.const("one2", np.array(1.0, np.float32)), e], "a2")
+    x = m.op(
+        "Mul", [m.const("half2", np.array(0.5, np.float32)), m.op("Mul", [g, x], "m2")], "gelu2"
+    )
+    if opset >= 20:
+        x = m.op("Gelu", [m.conv(x, "conv3", 8, 8, 1)], "gelu3")
+    return m.save(tmp_path / "gelus.onnx", m.conv(x, "out", 8, 4, 1))
 
 
 def segmentation_head(tmp_path, batch: int = 2) -> str:
@@ -1579,3 +1606,44 @@ def test_pads_computed_from_shapes_as_timm_writes_them(tmp_path):
     conv1, conv2 = model.graph.op("conv1"), model.graph.op("conv2")
     assert (conv1.padding, conv1.padding_end, conv1.shape) == ((0, 0), (1, 1), (4, 4, 4))
     assert (conv2.padding, conv2.padding_end, conv2.shape) == ((0, 0), (1, 1), (2, 2, 4))
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_gelu_chains_and_the_gelu_op_are_one_operator(tmp_path, opset):
+    """Each GELU chain is one gelu operator (its nodes consumed), as ONNX's ``Gelu`` is; the
+    graph computes what the reference evaluator does; the export writes the chain back."""
+    path = gelus(tmp_path, opset=opset)
+    model = load_onnx_graph(path)
+    assert_accounted(path, model)
+    assert_runs_like_onnx(path, model)
+    names = ["gelu1", "gelu2"] + (["gelu3"] if opset >= 20 else [])
+    assert [o.name for o in model.graph.ops if o.kind == "gelu"] == names
+    assert {fates(model)[n] for n in ("d1", "a1", "m1", "d2", "e2", "a2", "m2")} == {
+        "gelu1",
+        "gelu2",
+    }
+    again = tmp_path / "again.onnx"
+    save_onnx(model.graph, model.weights, again, batch=2)
+    assert [o.kind for o in load_onnx_graph(again).graph.ops] == kinds(model)
+
+
+def test_a_tanh_gelu_and_a_chain_read_elsewhere_are_refused(tmp_path):
+    """The tanh approximation is refused by name; a chain whose Erf is also read elsewhere is
+    not a GELU (its Erf is refused as an op)."""
+    m = Model("g", opset=20)
+    x = m.input("x", [1, 4, 4, 4])
+    path = m.save(tmp_path / "tanh.onnx", m.op("Gelu", [x], "g", approximate="tanh"))
+    with pytest.raises(InputError) as info:
+        load_onnx_graph(path)
+    assert (info.value.layer, info.value.field) == ("g", "approximate")
+    m = Model("g2", opset=17)
+    x = m.input("x", [1, 4, 4, 4])
+    e = m.op(
+        "Erf", [m.op("Div", [x, m.const("r2", np.array(math.sqrt(2), np.float32))], "d")], "erf"
+    )
+    g = m.op("Add", [e, m.const("one", np.array(1.0, np.float32))], "a")
+    y = m.op("Mul", [m.op("Mul", [x, g], "m"), m.const("half", np.array(0.5, np.float32))], "gelu")
+    path = m.save(tmp_path / "shared.onnx", y, m.op("Relu", [e], "reads_erf"))
+    with pytest.raises(InputError) as info:
+        load_onnx_graph(path)
+    assert (info.value.layer, info.value.field) == ("erf", "Erf")

@@ -104,7 +104,7 @@ def _set(key: str, value: Any):
 @pytest.mark.parametrize(
     "layer, key, value, field, words",
     [
-        (0, "epilogue.activation.kind", "gelu", "shape.epilogue.activation.kind", "Input should"),
+        (0, "epilogue.activation.kind", "mish", "shape.epilogue.activation.kind", "Input should"),
         (0, "epilogue.activation.alpha", float("nan"), "shape.epilogue.activation.alpha", "finite"),
         (0, "epilogue.activation.low", 7.0, "shape.epilogue.activation", "clip needs low <= high"),
         (0, "epilogue.bias", "maybe", "shape.epilogue.bias", "valid boolean"),

@@ -56,6 +56,8 @@ def naive_activation(act: Activation | None, z: float) -> float:
         return min(max(z + 3.0, 0.0), 6.0) / 6.0
     if act.kind == "tanh":
         return math.tanh(z)
+    if act.kind == "gelu":
+        return z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
     return z * min(max(z + 3.0, 0.0), 6.0) / 6.0  # hardswish
 
 
