@@ -399,3 +399,12 @@ def test_check_shows_dilations_and_interpolations(tmp_path):
     result = CliRunner().invoke(app, ["check", segmentation_head(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "3×3 d2" in result.output and "bilinear corners" in result.output
+
+
+def test_check_shows_unequal_padding(tmp_path):
+    """``check`` prints each axis's two sides where they differ (``top+bottom×left+right``)."""
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["check", padded_prelu_tanh(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert "0+1×0+2" in rows["dw"] and "0+1×0+1" in rows["same"]
+    assert "+" not in rows["conv1"]  # equal sides: as before
