@@ -17,6 +17,11 @@ network CP-SAT; and simulates each plan step by step (``plans.simulation``). It 
   fanout x its children's uplinks, per direction: Manticore 2 x 128 B/cycle); summed. The
   L2 sits beside the HBM at the chiplet root (seed 002, Fig. 2), so a faster L2 does not
   raise it; only keeping data inside the clusters across layers (fusion) would.
+* the fused bound: the same, where each chain of a 1x1 conv, a depthwise conv and a 1x1
+  conv (MobileNet's inverted residual; or two of them) whose inner tensors have no other
+  reader ran as one step that keeps those tensors in the clusters: the chain's MACs at peak,
+  its outside reads and its last write through the tree. What fusing such chains (not
+  implemented) could gain at most.
 
     python benchmarks/bench_plan.py [--networks mobilenetv2,resnet50] [--sweep 1,2,4]
         [--batches 1,4,16,64] [--time-limit 60] [--machine manticore] [--precision fp16]
@@ -104,6 +109,62 @@ def unfused_bound(
     its MACs at peak, its compulsory reads and its compulsory writes through the tree. What a
     step reads and writes are its refs (a DenseNet layer reads a slice of its block's concat
     buffer and writes another, not the whole buffer), and its weights."""
+    return int(sum(max(t) for t in step_bound_terms(problem, network, machine, precision, batch)))
+
+
+def _pointwise(layer) -> bool:
+    return layer.kind == "conv" and layer.kernel_h == layer.kernel_w == 1 and layer.groups == 1
+
+
+def fusable_chains(network: Network) -> list[list[int]]:
+    """Runs of consecutive steps: 1x1 conv, depthwise conv, 1x1 conv (or a 1x1 and a
+    depthwise, or a depthwise and a 1x1), each reading only the previous one's output, which
+    nothing else reads and which is not a network output."""
+    assert network.lowering is not None
+    steps = network.lowering.steps
+    readers: dict[str, int] = {}
+    for step in steps:
+        for ref in (*step.inputs, step.residual, step.gate):
+            if ref is not None:
+                readers[ref.buffer] = readers.get(ref.buffer, 0) + 1
+    outputs = {ref.buffer for ref in network.lowering.outputs}
+
+    def feeds(i: int) -> bool:  # step i's output is step i + 1's only input, read once
+        a, b = steps[i], steps[i + 1]
+        out = a.output.buffer
+        return (
+            len(b.inputs) == 1
+            and b.inputs[0].buffer == out
+            and readers.get(out) == 1
+            and out not in outputs
+        )
+
+    chains, i = [], 0
+    while i < len(steps) - 1:
+        kinds = [
+            "pw"
+            if _pointwise(s.layer)
+            else "dw"
+            if s.layer.is_depthwise and s.layer.kind == "conv"
+            else ""
+            for s in steps[i : i + 3]
+        ]
+        if kinds[:3] == ["pw", "dw", "pw"] and feeds(i) and feeds(i + 1):
+            chains.append([i, i + 1, i + 2])
+            i += 3
+        elif kinds[:2] in (["pw", "dw"], ["dw", "pw"]) and feeds(i):
+            chains.append([i, i + 1])
+            i += 2
+        else:
+            i += 1
+    return chains
+
+
+def step_bound_terms(
+    problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
+) -> list[tuple[float, float, float]]:
+    """Per step: (its MACs at peak, its reads through the tree, its write through the tree),
+    the three terms of ``unfused_bound``."""
     assert network.lowering is not None
     peak = machine.peak_macs_per_cycle(precision)
     tree = tree_bytes_per_cycle(machine)
@@ -112,7 +173,7 @@ def unfused_bound(
     def volume(ref: TensorRef | None) -> float:
         return 0.0 if ref is None else batch * math.prod(ref.stored) * wb
 
-    total = 0.0
+    terms = []
     for i, (layer, step) in enumerate(zip(network.layers, network.lowering.steps, strict=True)):
         # a stride above the kernel skips input pixels: only the touched share is compulsory
         touched = min(1.0, layer.kernel_h / layer.stride_h) * min(
@@ -125,7 +186,34 @@ def unfused_bound(
             + volume(step.residual)
             + volume(step.gate)
         )
-        total += max(batch * layer.macs / peak, reads / tree, volume(step.output) / tree)
+        terms.append((batch * layer.macs / peak, reads / tree, volume(step.output) / tree))
+    return terms
+
+
+def fused_bound(
+    problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
+) -> int:
+    """``unfused_bound`` with each of ``fusable_chains`` one step (module docstring): its
+    MACs summed, its reads those of its steps less the inner tensors, its write the last's."""
+    assert network.lowering is not None
+    terms = step_bound_terms(problem, network, machine, precision, batch)
+    steps = network.lowering.steps
+    tree = tree_bytes_per_cycle(machine)
+    wb = word_bytes(precision)
+    fused: dict[int, list[int]] = {chain[0]: chain for chain in fusable_chains(network)}
+    inner = {i for chain in fused.values() for i in chain[1:]}
+    total = 0.0
+    for i in range(len(terms)):
+        if i in inner:
+            continue
+        chain = fused.get(i, [i])
+        compute = sum(terms[j][0] for j in chain)
+        # the inner tensors' reads are gone (their writes with them: only the last writes)
+        inner_reads = sum(
+            batch * math.prod(steps[j].inputs[0].stored) * wb / tree for j in chain[1:]
+        )
+        reads = sum(terms[j][1] for j in chain) - inner_reads
+        total += max(compute, reads, terms[chain[-1]][2])
     return int(total)
 
 
@@ -218,6 +306,14 @@ def run(
         f"{bound / unfused:.1%} of the network bound and x{s_base / unfused:.2f} vs per-layer; "
         f"the plan reaches {unfused / s_plan:.1%} of it"
     )
+    chains = fusable_chains(network)
+    if chains:
+        fused = fused_bound(problem, network, machine, precision, batch)
+        print(
+            f"  fused bound {fused:,} cycles ({len(chains)} depthwise-separable chains, "
+            f"{sum(map(len, chains))} steps, fused: not implemented): at most "
+            f"{bound / fused:.1%} of the network bound and x{s_base / fused:.2f} vs per-layer"
+        )
     print(
         f"  network bound {bound:,} cycles; compulsory HBM {compulsory / 1e6:.2f} MB; "
         f"most activation bytes live at once {live / 1e6:.2f} MB "

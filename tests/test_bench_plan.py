@@ -1,0 +1,74 @@
+"""The plan benchmark's bounds (``benchmarks/bench_plan.py``): the chains its fused bound
+would fuse, and that bound never above the unfused one."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+import pytest
+
+from autotune import Machine, load_network
+from autotune.ir.options import TuneOptions
+from autotune.plans import network_problem
+from autotune.search.solve import solve_by_placement
+from tests.conftest import ROOT
+
+MBCONV = """\
+network: mbconv
+layers:
+  - {name: stem, kind: conv, in: [16, 16, 3], out_channels: 8, kernel: 3, padding: 1}
+  - {name: b1.dw, kind: conv, out_channels: 8, kernel: 3, padding: 1, groups: 8}
+  - {name: b1.pw, kind: conv, out_channels: 8, kernel: 1}
+  - {name: b2.expand, kind: conv, out_channels: 48, kernel: 1}
+  - {name: b2.relu, kind: relu6}
+  - {name: b2.dw, kind: conv, out_channels: 48, kernel: 3, stride: 2, padding: 1, groups: 48}
+  - {name: b2.project, kind: conv, out_channels: 16, kernel: 1}
+  - {name: b3.expand, kind: conv, out_channels: 96, kernel: 1}
+  - {name: b3.dw, kind: conv, out_channels: 96, kernel: 3, padding: 1, groups: 96}
+  - {name: side, kind: relu, inputs: [b3.dw]}
+  - {name: b3.project, kind: conv, out_channels: 16, kernel: 1, inputs: [b3.dw]}
+  - {name: cat, kind: concat, inputs: [b3.project, side]}
+"""
+
+
+def _load_bench() -> ModuleType:
+    path = ROOT / "benchmarks" / "bench_plan.py"
+    spec = importlib.util.spec_from_file_location("bench_plan", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _load_bench()
+
+
+def test_chains_are_depthwise_separable_runs_whose_inner_tensors_nothing_else_reads(
+    bench, tmp_path
+):
+    path = tmp_path / "mbconv.yaml"
+    path.write_text(MBCONV)
+    net = load_network(path)
+    names = [[net.layers[i].name for i in chain] for chain in bench.fusable_chains(net)]
+    # b3's depthwise output is read twice: only its expand and depthwise pair
+    assert names == [
+        ["b1.dw", "b1.pw"],
+        ["b2.expand", "b2.dw", "b2.project"],
+        ["b3.expand", "b3.dw"],
+    ]
+    machine = Machine.preset("manticore")
+    opts = TuneOptions(refine=False, verify=False, storage="memory", batch=1, precision="fp32")
+    problem, _ = network_problem(net, machine, opts, solver=solve_by_placement)
+    fused = bench.fused_bound(problem, net, machine, "fp32", 1)
+    unfused = bench.unfused_bound(problem, net, machine, "fp32", 1)
+    assert 0 < fused < unfused
+
+
+def test_resnet_bottlenecks_have_no_chain(bench):
+    net = load_network(ROOT / "examples" / "resnet50.yaml")
+    assert bench.fusable_chains(net) == []
