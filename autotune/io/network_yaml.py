@@ -127,6 +127,8 @@ class LayerSpec(BaseModel):
     def _padding_pair(cls, value: Any) -> Any:
         if isinstance(value, list) and len(value) == 4:  # [top, left, bottom, right]
             return _pair(value[:2], 0) + _pair(value[2:], 0)
+        if isinstance(value, list) and len(value) != 2:
+            raise ValueError("expected an integer, [h, w] or [top, left, bottom, right]")
         return None if value is None else _pair(value, 0)
 
 

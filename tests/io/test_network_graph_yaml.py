@@ -239,3 +239,7 @@ layers:
     with pytest.raises(InputError) as info:
         load_network(write(tmp_path, pool))
     assert (info.value.layer, info.value.field) == ("same", "padding")
+    three = text.replace("padding: [0, 0, 1, 1]", "padding: [0, 0, 1]")
+    with pytest.raises(InputError) as info:
+        load_network(write(tmp_path, three))
+    assert info.value.field == "padding" and "[top, left, bottom, right]" in str(info.value)
