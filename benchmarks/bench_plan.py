@@ -43,11 +43,12 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmark this tree, not an installed copy
 
-from autotune import Machine, load_network  # noqa: E402
+from autotune import Layer, Machine, load_network  # noqa: E402
 from autotune.chiplets import simulate, solve_by_placement  # noqa: E402
 from autotune.ir.lowering import TensorRef  # noqa: E402
 from autotune.ir.network import Network  # noqa: E402
@@ -109,11 +110,17 @@ def unfused_bound(
     its MACs at peak, its compulsory reads and its compulsory writes through the tree. What a
     step reads and writes are its refs (a DenseNet layer reads a slice of its block's concat
     buffer and writes another, not the whole buffer), and its weights."""
-    return int(sum(max(t) for t in step_bound_terms(problem, network, machine, precision, batch)))
+    terms = step_bound_terms(problem, network, machine, precision, batch)
+    return int(sum(max(t.compute, t.reads, t.write) for t in terms))
 
 
-def _pointwise(layer) -> bool:
-    return layer.kind == "conv" and layer.kernel_h == layer.kernel_w == 1 and layer.groups == 1
+def _conv_kind(layer: Layer) -> str:
+    """``pw`` for a dense 1x1 conv, ``dw`` for a depthwise one, else ``""``."""
+    if layer.kind != "conv":
+        return ""
+    if layer.kernel_h == layer.kernel_w == 1 and layer.groups == 1:
+        return "pw"
+    return "dw" if layer.is_depthwise else ""
 
 
 def fusable_chains(network: Network) -> list[list[int]]:
@@ -141,14 +148,7 @@ def fusable_chains(network: Network) -> list[list[int]]:
 
     chains, i = [], 0
     while i < len(steps) - 1:
-        kinds = [
-            "pw"
-            if _pointwise(s.layer)
-            else "dw"
-            if s.layer.is_depthwise and s.layer.kind == "conv"
-            else ""
-            for s in steps[i : i + 3]
-        ]
+        kinds = [_conv_kind(s.layer) for s in steps[i : i + 3]]
         if kinds[:3] == ["pw", "dw", "pw"] and feeds(i) and feeds(i + 1):
             chains.append([i, i + 1, i + 2])
             i += 3
@@ -160,11 +160,20 @@ def fusable_chains(network: Network) -> list[list[int]]:
     return chains
 
 
+class StepTerms(NamedTuple):
+    """A step's terms of ``unfused_bound``, in cycles: its MACs at peak, its reads and its
+    write through the tree; ``input_reads`` is the part of ``reads`` that is its inputs."""
+
+    compute: float
+    reads: float
+    write: float
+    input_reads: float
+
+
 def step_bound_terms(
     problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
-) -> list[tuple[float, float, float]]:
-    """Per step: (its MACs at peak, its reads through the tree, its write through the tree),
-    the three terms of ``unfused_bound``."""
+) -> list[StepTerms]:
+    """Every step's ``StepTerms``."""
     assert network.lowering is not None
     peak = machine.peak_macs_per_cycle(precision)
     tree = tree_bytes_per_cycle(machine)
@@ -180,13 +189,13 @@ def step_bound_terms(
             1.0, layer.kernel_w / layer.stride_w
         )
         weights = sum(t.bytes for t in problem.tensors if t.role == "weights" and i in t.readers)
-        reads = (
-            weights
-            + touched * sum(volume(ref) for ref in step.inputs)
-            + volume(step.residual)
-            + volume(step.gate)
+        inputs = touched * sum(volume(ref) for ref in step.inputs)
+        reads = weights + inputs + volume(step.residual) + volume(step.gate)
+        terms.append(
+            StepTerms(
+                batch * layer.macs / peak, reads / tree, volume(step.output) / tree, inputs / tree
+            )
         )
-        terms.append((batch * layer.macs / peak, reads / tree, volume(step.output) / tree))
     return terms
 
 
@@ -195,25 +204,17 @@ def fused_bound(
 ) -> int:
     """``unfused_bound`` with each of ``fusable_chains`` one step (module docstring): its
     MACs summed, its reads those of its steps less the inner tensors, its write the last's."""
-    assert network.lowering is not None
     terms = step_bound_terms(problem, network, machine, precision, batch)
-    steps = network.lowering.steps
-    tree = tree_bytes_per_cycle(machine)
-    wb = word_bytes(precision)
     fused: dict[int, list[int]] = {chain[0]: chain for chain in fusable_chains(network)}
     inner = {i for chain in fused.values() for i in chain[1:]}
     total = 0.0
     for i in range(len(terms)):
         if i in inner:
             continue
-        chain = fused.get(i, [i])
-        compute = sum(terms[j][0] for j in chain)
+        chain = [terms[j] for j in fused.get(i, [i])]
         # the inner tensors' reads are gone (their writes with them: only the last writes)
-        inner_reads = sum(
-            batch * math.prod(steps[j].inputs[0].stored) * wb / tree for j in chain[1:]
-        )
-        reads = sum(terms[j][1] for j in chain) - inner_reads
-        total += max(compute, reads, terms[chain[-1]][2])
+        reads = sum(t.reads for t in chain) - sum(t.input_reads for t in chain[1:])
+        total += max(sum(t.compute for t in chain), reads, chain[-1].write)
     return int(total)
 
 

@@ -113,7 +113,7 @@ def _bias(params: Mapping[str, Array], op: Operator) -> Array:
 def _conv(x: Array, w: Array, op: Operator) -> Array:
     """Direct convolution: every output is the dot product of its window and its filter."""
     ph, pw = op.padding
-    pb, pr = op.padding if op.padding_end is None else op.padding_end
+    pb, pr = op.padding_bottom_right
     sh, sw = op.stride
     dh, dw = op.dilation
     kh, kw = (op.kernel[0] - 1) * dh + 1, (op.kernel[1] - 1) * dw + 1  # the window's extent

@@ -108,7 +108,7 @@ def _emit(
         if op.bias:
             inputs.append(const(f"{name}.bias", params["bias"]))
         ph, pw = op.padding
-        pb, pr = op.padding if op.padding_end is None else op.padding_end
+        pb, pr = op.padding_bottom_right
         node(
             "Conv",
             inputs,

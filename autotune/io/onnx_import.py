@@ -231,6 +231,35 @@ def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
     return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
 
 
+def _window_padding(
+    attrs: dict[str, Any],
+    size: tuple[int, int],
+    extent: tuple[int, int],
+    stride: tuple[int, int],
+    fail: Callable[[str, str], Exception],
+) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) of a Conv or a pool from ``pads`` or ``auto_pad``
+    (``SAME_UPPER`` puts an odd pixel at the end, ``SAME_LOWER`` at the start; ``extent``:
+    the window's span). ``fail(message, field)`` makes the error to raise."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return 0, 0, 0, 0
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for n, k, s in zip(size, extent, stride, strict=True):
+            total = max((math.ceil(n / s) - 1) * s + k - n, 0)
+            small, large = total // 2, total - total // 2
+            begin.append(small if auto == "SAME_UPPER" else large)
+            end.append(large if auto == "SAME_UPPER" else small)
+        return begin[0], begin[1], end[0], end[1]
+    if auto != "NOTSET":
+        raise fail(f"unknown auto_pad {auto!r}", "auto_pad")
+    pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
+    if len(pads) != 4 or min(pads) < 0:
+        raise fail(f"expected [top, left, bottom, right] >= 0, got {pads}", "pads")
+    return pads[0], pads[1], pads[2], pads[3]
+
+
 def _batch_and_precision(onnx: Any, inputs: list[Any]) -> tuple[int, str]:
     """The first input's dim 0 when it is a number (else 1); fp64 for a double input."""
     if not inputs:
@@ -364,7 +393,9 @@ class _GraphReader:
             raise self.fail(f"expected [h, w], got {strides}", name, "strides")
         sh, sw = strides
         span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
-        ph, pw, pb, pr = self._conv_pads(attrs, name, (h, wd), span, (sh, sw))
+        ph, pw, pb, pr = _window_padding(
+            attrs, (h, wd), span, (sh, sw), lambda message, field: self.fail(message, name, field)
+        )
         try:
             layer = Layer(
                 name,
@@ -389,34 +420,6 @@ class _GraphReader:
             return layer
         except LayerError as exc:
             raise self.fail(exc.reason, name, _CONV_FIELDS.get(exc.field, exc.field)) from None
-
-    def _conv_pads(
-        self,
-        attrs: dict[str, Any],
-        name: str,
-        size: tuple[int, int],
-        kernel: tuple[int, int],
-        stride: tuple[int, int],
-    ) -> tuple[int, int, int, int]:
-        """(top, left, bottom, right) from ``pads`` or ``auto_pad`` (``SAME_UPPER`` puts an
-        odd pixel at the end, ``SAME_LOWER`` at the start)."""
-        auto = attrs.get("auto_pad", "NOTSET")
-        if auto == "VALID":
-            return 0, 0, 0, 0
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = [], []
-            for n, k, s in zip(size, kernel, stride, strict=True):
-                total = max((math.ceil(n / s) - 1) * s + k - n, 0)
-                small, large = total // 2, total - total // 2
-                begin.append(small if auto == "SAME_UPPER" else large)
-                end.append(large if auto == "SAME_UPPER" else small)
-            return begin[0], begin[1], end[0], end[1]
-        if auto != "NOTSET":
-            raise self.fail(f"unknown auto_pad {auto!r}", name, "auto_pad")
-        pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
-        if len(pads) != 4 or min(pads) < 0:
-            raise self.fail(f"expected [top, left, bottom, right] >= 0, got {pads}", name, "pads")
-        return pads[0], pads[1], pads[2], pads[3]
 
     def matmul(self, node: Any, name: str) -> Layer | None:
         """An fc (or pointwise conv) layer, or ``None`` when the weight is not constant."""
@@ -504,13 +507,13 @@ ONNX_FIELDS = {
     "high": "max",
     "out": "shape",
 }
-#: The ONNX input an operator's output size comes from, for a refusal over the input limits.
 #: Resize's ``coordinate_transformation_mode`` -> the bilinear upsample it is (linear mode).
 _LINEAR_COORDINATES = {
     "half_pixel": "bilinear",
     "pytorch_half_pixel": "bilinear",  # the same where the output has more than one pixel
     "align_corners": "bilinear_corners",
 }
+#: The ONNX input an operator's output size comes from, for a refusal over the input limits.
 _OUT_FIELDS = {"conv": "W", "fc": "B", "upsample": "scales", "concat": "inputs"}
 #: BatchNormalization's parameter inputs: (weights key, ONNX input name), from input 1 on.
 _BN_PARAMS = (("scale", "scale"), ("bias", "B"), ("mean", "input_mean"), ("var", "input_var"))
@@ -795,7 +798,7 @@ class _GraphImporter:
                 raise self.fail(
                     "a Pad's output is a network output: a Pad is only supported as the zero "
                     "padding of the Conv that reads it",
-                    self.names[next(i for i, n in enumerate(self.nodes) if tensor in n.output)],
+                    self.names[self.producer[tensor]],
                     "outputs",
                 )
         for shuffle, parts in self.shuffles.items():
@@ -905,13 +908,13 @@ class _GraphImporter:
         if node.op_type != "Mul" or len(node.input) != 2:
             return None
 
-        def split(n: Any, value: float) -> str | None:  # n = op(other, value)
+        def near(t: str, value: float) -> bool:
+            k = self._constant(t)
+            return k is not None and math.isclose(k, value, rel_tol=1e-5)
+
+        def split(n: Any, value: float) -> str | None:  # n = op(other, value), either order
             a, b = n.input
-            for other, c in ((a, b), (b, a)):
-                k = self._constant(c)
-                if k is not None and math.isclose(k, value, rel_tol=1e-5):
-                    return str(other)
-            return None
+            return str(a) if near(b, value) else str(b) if near(a, value) else None
 
         inner_out = split(node, 0.5)
         m1 = None if inner_out is None else self._single(inner_out)
@@ -929,11 +932,11 @@ class _GraphImporter:
             if scaled is None:
                 continue
             op = self.nodes[scaled]
-            root2 = self._constant(op.input[1]) if op.op_type == "Div" else None
-            divided = root2 is not None and op.input[0] == x
-            if (divided and math.isclose(root2 or 0.0, math.sqrt(2.0), rel_tol=1e-5)) or (
-                op.op_type == "Mul" and split(op, 1 / math.sqrt(2.0)) == x
-            ):
+            if op.op_type == "Div":
+                by_root2 = op.input[0] == x and near(op.input[1], math.sqrt(2.0))
+            else:
+                by_root2 = op.op_type == "Mul" and split(op, 1 / math.sqrt(2.0)) == x
+            if by_root2:
                 return str(x), [scaled, erf, add, m1]
         return None
 
@@ -1215,28 +1218,6 @@ class _GraphImporter:
             raise self.fail(f"expected [h, w] of positive integers, got {value}", name, key)
         return int(value[0]), int(value[1])
 
-    def _pads(
-        self, attrs: dict[str, Any], name: str, size: Pair, extent: Pair, stride: Pair
-    ) -> tuple[int, int, int, int]:
-        """``[top, left, bottom, right]`` from ``pads`` or ``auto_pad``."""
-        auto = attrs.get("auto_pad", "NOTSET")
-        if auto == "VALID":
-            return 0, 0, 0, 0
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = [], []
-            for n, k, s in zip(size, extent, stride, strict=True):
-                total = max((math.ceil(n / s) - 1) * s + k - n, 0)
-                small, large = total // 2, total - total // 2
-                begin.append(small if auto == "SAME_UPPER" else large)
-                end.append(large if auto == "SAME_UPPER" else small)
-            return begin[0], begin[1], end[0], end[1]
-        if auto != "NOTSET":
-            raise self.fail(f"unknown auto_pad {auto!r}", name, "auto_pad")
-        pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
-        if len(pads) != 4 or min(pads) < 0:
-            raise self.fail(f"expected [top, left, bottom, right] >= 0, got {pads}", name, "pads")
-        return pads[0], pads[1], pads[2], pads[3]
-
     # -- node handlers (``_HANDLERS``) ------------------------------------------------------
     def conv(self, node: Any, name: str) -> str:
         before = self.padded.get(node.input[0])
@@ -1270,7 +1251,9 @@ class _GraphImporter:
                 name,
                 "auto_pad",
             )
-        pads = self._pads(attrs, name, (h, wd), extent, stride)
+        pads = _window_padding(
+            attrs, (h, wd), extent, stride, lambda message, field: self.fail(message, name, field)
+        )
         if before is not None:  # a zero Pad before the conv is more of its padding
             top, left, bottom, right = before[1]
             pads = (pads[0] + top, pads[1] + left, pads[2] + bottom, pads[3] + right)
@@ -1513,7 +1496,6 @@ class _GraphImporter:
         """ONNX's ``Gelu`` (opset 20) with the exact erf form; the tanh approximation is
         refused."""
         approximate = _attributes(self.onnx, node).get("approximate", "none")
-        approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
         if approximate != "none":
             raise self.fail(
                 f"a Gelu with approximate={approximate!r} is not supported: only the exact "
@@ -1546,7 +1528,6 @@ class _GraphImporter:
         self._need_rank(node, name, "data", (4,))
         attrs = _attributes(self.onnx, node)
         mode = attrs.get("mode", "constant")
-        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
         if mode != "constant":
             raise self.fail(
                 f"a Pad in mode {mode!r} is not supported: only zeros (constant)", name, "mode"
@@ -1564,10 +1545,11 @@ class _GraphImporter:
                 0.0 if constant is None or constant.size == 0 else float(constant.reshape(-1)[0])
             )
             axes = self._param(node, 3, name, "axes")
-            if axes is not None:
+            if axes is not None:  # pads of those axes only: their starts, then their ends
+                listed = [int(a) % 4 for a in axes.reshape(-1)]
                 full = [0] * 8
-                for k, axis in enumerate(int(a) % 4 for a in axes.reshape(-1)):
-                    full[axis], full[axis + 4] = pads[k], pads[k + len(axes.reshape(-1))]
+                for k, axis in enumerate(listed):
+                    full[axis], full[axis + 4] = pads[k], pads[k + len(listed)]
                 pads = full
         if value != 0.0:
             raise self.fail(
@@ -1659,10 +1641,11 @@ class _GraphImporter:
         ceil = bool(attrs.get("ceil_mode", 0))
         include = kind == "avgpool" and bool(attrs.get("count_include_pad", 0))
         h, w, _ = self.shapes[x]
-        pads = self._pads(attrs, name, (h, w), (kernel[0], kernel[1]), stride)
-        padding, ceil = self._pool_padding(
-            node, name, attrs, pads, (kernel[0], kernel[1]), stride, ceil, include
+        window = (kernel[0], kernel[1])
+        pads = _window_padding(
+            attrs, (h, w), window, stride, lambda message, field: self.fail(message, name, field)
         )
+        padding, ceil = self._pool_padding(node, name, attrs, pads, window, stride, ceil, include)
         return self._emit(
             node,
             name,

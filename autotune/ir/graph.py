@@ -150,6 +150,11 @@ class Operator:
         return self.in_shape[2]
 
     @property
+    def padding_bottom_right(self) -> Pair:
+        """The zeros below and to the right: ``padding_end``, else ``padding``."""
+        return self.padding if self.padding_end is None else self.padding_end
+
+    @property
     def in_words(self) -> int:
         h, w, c = self.in_shape
         return h * w * c
