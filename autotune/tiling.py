@@ -384,7 +384,7 @@ def input_runs(
 
 def filter_runs(layer: Layer, slices: IntArray | int) -> IntArray:
     """Run words of one filter tile ``F[:, :, d_i:d_i+slices, d_o]`` (one run per tile)."""
-    return np.asarray(slices, dtype=np.int64) * (layer.kernel_h * layer.kernel_w)
+    return np.asarray(slices, dtype=np.int64) * layer.filter_pixels
 
 
 def output_runs(
@@ -492,6 +492,10 @@ def task_grid(
                 f"(dma_multicast is false): multicast mappings do not apply"
             )
         clusters = machine.clusters
+        if layer.prologue is not None:
+            # A wave's tasks would each compute the fused depthwise of the multicast band:
+            # not modelled (the MPPA3's KaNN strategies do not fuse either).
+            raise MappingError("a fused depthwise and 1x1 pair does not multicast")
     tile = mapping.tile
     if mapping.algorithm == "input_parallel":
         if layer.kind != "fc":
@@ -571,9 +575,20 @@ class DeclaredBuffers:
 
 
 def filter_pixels(layer: Layer) -> int:
-    """Filter words per input slice and output channel: the kernel's pixels, 0 for the
-    kinds without weights (they load no filters and have no filter buffer)."""
-    return layer.kernel_h * layer.kernel_w if layer.weight_words else 0
+    """Filter words per input slice and output channel: the kernel's pixels (a fused pair's
+    1×1: ``Layer.filter_pixels``), 0 for the kinds without weights (they load no filters and
+    have no filter buffer)."""
+    return layer.filter_pixels if layer.weight_words else 0
+
+
+def prologue_tile_words(layer: Layer, in_c: int, images: int, out_pixels: int) -> tuple[int, int]:
+    """(result words, weight words) of one input step of a fused depthwise (0, 0 without
+    one): its result over the output tile, ``images × in_c × out_pixels``, which the step's
+    input slot holds beside the band (the 1×1 reads it there); its weights ``in_c × k²``,
+    loaded into a filter slot, used, then overwritten by the 1×1's filter slices."""
+    if layer.prologue is None:
+        return 0, 0
+    return images * in_c * out_pixels, in_c * layer.prologue_pixels
 
 
 def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
@@ -597,9 +612,12 @@ def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
     rows_out, cols_out = int(grid.rows.out_size.max()), int(grid.cols.out_size.max())
     band = images * tile.in_c * rows_in * cols_in
     output = out_stack * rows_out * cols_out * images
+    # A fused depthwise (``prologue_tile_words``): its result beside the band it is computed
+    # from; its weights through a filter slot, before the 1x1's slices stream through it.
+    result, dw_weights = prologue_tile_words(layer, tile.in_c, images, rows_out * cols_out)
     return dict(
-        input=band,
-        filter=min(tile.in_c, layer.cin_per_group) * filter_pixels(layer),
+        input=band + result,
+        filter=max(min(tile.in_c, layer.cin_per_group) * filter_pixels(layer), dw_weights),
         output=output,
         share=band if grid.algorithm == "output_stack_shared" else 0,
         residual=residual * output,

@@ -149,6 +149,9 @@ def run_parts(
             inputs["filter"] = data["filter"][o0:o1]
         if "bias" in data:
             inputs["bias"] = data["bias"][o0:o1]
+        for name in ("prologue_filter", "prologue_bias"):  # every part reads every channel
+            if name in data:
+                inputs[name] = data[name]
         if "residual" in data:
             inputs["residual"] = data["residual"][i0:i1, o0:o1, q0:q1]
         shapes = expected_shapes(part.layer, part.batch)

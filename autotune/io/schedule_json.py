@@ -10,7 +10,8 @@ a conv/fc layer, plus, only where they differ from their defaults (so a file of 
 layers without epilogues is what it always was, and schema version 1 covers both):
 ``upscale``, ``ceil_mode``, ``count_include_pad``, ``dilation_h``, ``dilation_w``,
 ``upsample_mode``, ``pad_bottom``, ``pad_right``, ``epilogue`` (``{bias, residual,
-activation: {kind, alpha, low, high} | null}``) and ``digest``. The digest is a checksum of
+activation: {kind, alpha, low, high} | null}``), ``prologue`` (a fused depthwise: ``{bias,
+activation}``) and ``digest``. The digest is a checksum of
 the kind and the shape, written for every layer that is not a plain conv or fc: an edit of a
 field that changes no figure of the file (an activation's parameters, ``count_include_pad``,
 a ``ceil_mode`` that rounds to the same size) would otherwise read as a valid schedule of
@@ -50,6 +51,7 @@ from autotune.ir.layer import (
     Layer,
     LayerError,
     LayerKind,
+    Prologue,
 )
 from autotune.ir.mapping import Buffers, Mapping, Tile
 from autotune.ir.network import Network
@@ -94,6 +96,11 @@ class EpilogueRecord(_Model):
     )
 
 
+class PrologueRecord(_Model):
+    bias: bool = Field(description="the fused depthwise adds a per-channel bias")
+    activation: ActivationRecord | None = Field(description="then this function; null: none")
+
+
 #: Shape fields beyond a conv/fc layer's, with the value a record leaves out.
 SHAPE_DEFAULTS: dict[str, Any] = {
     "upscale": 1,
@@ -105,6 +112,7 @@ SHAPE_DEFAULTS: dict[str, Any] = {
     "pad_bottom": None,
     "pad_right": None,
     "epilogue": None,
+    "prologue": None,
     "digest": None,
 }
 
@@ -144,6 +152,11 @@ class ShapeRecord(_Model):
     )
     epilogue: EpilogueRecord | None = Field(
         default=None, description="what the output store applies; absent: nothing"
+    )
+    prologue: PrologueRecord | None = Field(
+        default=None,
+        description="conv: the depthwise fused before this 1x1 (its window is the layer's); "
+        "absent: none",
     )
     digest: str | None = Field(
         default=None,
@@ -322,7 +335,9 @@ class ScheduleFile(_Model):
 
 
 #: The shape fields that are ``Layer`` fields of the same name and type.
-_PLAIN_FIELDS = tuple(f for f in ShapeRecord.model_fields if f not in ("epilogue", "digest"))
+_PLAIN_FIELDS = tuple(
+    f for f in ShapeRecord.model_fields if f not in ("epilogue", "prologue", "digest")
+)
 
 
 def epilogue_record(epilogue: Epilogue) -> EpilogueRecord | None:
@@ -333,11 +348,25 @@ def epilogue_record(epilogue: Epilogue) -> EpilogueRecord | None:
     return EpilogueRecord(
         bias=epilogue.bias,
         residual=epilogue.residual,
-        activation=None
-        if act is None
-        else ActivationRecord(kind=act.kind, alpha=act.alpha, low=act.low, high=act.high),
+        activation=activation_record(act),
         activation_first=epilogue.activation_first,
     )
+
+
+def activation_record(act: Activation | None) -> ActivationRecord | None:
+    if act is None:
+        return None
+    return ActivationRecord(kind=act.kind, alpha=act.alpha, low=act.low, high=act.high)
+
+
+def _activation(record: ActivationRecord | None, layer: str, field_name: str) -> Activation | None:
+    """The activation a record describes; ``LayerError`` naming ``field_name`` if none can."""
+    if record is None:
+        return None
+    try:
+        return Activation(record.kind, record.alpha, record.low, record.high)
+    except ValueError as exc:
+        raise LayerError(layer, field_name, str(exc)) from None
 
 
 def shape_digest(kind: str, shape: ShapeRecord) -> str:
@@ -350,9 +379,13 @@ def shape_digest(kind: str, shape: ShapeRecord) -> str:
 
 def shape_record(layer: Layer) -> ShapeRecord:
     """The shape of ``layer`` as a file stores it: with its digest unless a plain conv/fc."""
+    prologue = layer.prologue
     record = ShapeRecord(
         **{f: getattr(layer, f) for f in _PLAIN_FIELDS},
         epilogue=epilogue_record(layer.epilogue),
+        prologue=None
+        if prologue is None
+        else PrologueRecord(bias=prologue.bias, activation=activation_record(prologue.activation)),
     )
     if not _is_plain(layer.kind, record):
         record = record.model_copy(update={"digest": shape_digest(layer.kind, record)})
@@ -372,11 +405,7 @@ def layer_from_record(record: LayerRecord) -> Layer:
     s = record.shape
     epilogue = Epilogue()
     if s.epilogue is not None:
-        a = s.epilogue.activation
-        try:
-            act = None if a is None else Activation(a.kind, a.alpha, a.low, a.high)
-        except ValueError as exc:
-            raise LayerError(record.name, "epilogue.activation", str(exc)) from None
+        act = _activation(s.epilogue.activation, record.name, "epilogue.activation")
         try:
             epilogue = Epilogue(
                 s.epilogue.bias, s.epilogue.residual, act, s.epilogue.activation_first
@@ -411,6 +440,11 @@ def layer_from_record(record: LayerRecord) -> Layer:
         upsample_mode=s.upsample_mode,
         pad_bottom=s.pad_bottom,
         pad_right=s.pad_right,
+        prologue=None
+        if s.prologue is None
+        else Prologue(
+            s.prologue.bias, _activation(s.prologue.activation, record.name, "prologue.activation")
+        ),
     )
 
 

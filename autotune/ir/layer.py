@@ -38,11 +38,19 @@ executor serve them all:
 Every layer may carry an ``Epilogue``: what its output store applies, in order: a per-channel
 bias (a folded batch norm), a residual operand of the output's shape added elementwise, an
 activation.
+
+A 1×1 conv may carry a ``Prologue``: the depthwise conv before it, fused (MobileNet's
+depthwise-separable pair). The layer's window fields (kernel, stride, padding, dilation) are
+then the depthwise's, so its data movement is a dense k×k conv's (input bands with their
+halo, every stack reading every channel), while its filters are the 1×1's (``filter_kernel``)
+plus the depthwise's ``c_in × k²`` (``prologue_words``). Each task computes the depthwise
+result of its tile and step in L1 and the 1×1 reads it there: the inner tensor never leaves
+the cluster, at the price of recomputing it once per output stack.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from autotune.ir.errors import ArgumentsError
@@ -155,6 +163,26 @@ class Epilogue:
 
 
 @dataclass(frozen=True)
+class Prologue:
+    """The depthwise conv fused before a 1×1 conv (``Layer.prologue``, module docstring): its
+    window is the layer's, its channels the layer's ``c_in``; ``bias`` (a folded batch norm)
+    and ``activation`` apply to its result in L1, before the 1×1 reads it."""
+
+    bias: bool = False
+    activation: Activation | None = None
+
+    @property
+    def ops(self) -> int:
+        """FPU operations per result word beyond the taps: the bias and the activation."""
+        act = self.activation.ops if self.activation is not None else 0
+        return int(self.bias) + act
+
+    def key(self) -> tuple[object, ...]:
+        """The prologue as plain values (as ``Epilogue.key``)."""
+        return Epilogue(self.bias, False, self.activation).key()[:6]
+
+
+@dataclass(frozen=True)
 class Layer:
     """One convolutional or fully-connected layer, per image.
 
@@ -187,6 +215,7 @@ class Layer:
     upsample_mode: str = "nearest"
     pad_bottom: int | None = None
     pad_right: int | None = None
+    prologue: Prologue | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -226,6 +255,7 @@ class Layer:
         if not isinstance(self.epilogue, Epilogue):
             raise LayerError(self.name, "epilogue", f"must be an Epilogue, got {self.epilogue!r}")
         self._check_kind()
+        self._check_prologue()
         if self.kind == "fc":
             expected = dict(
                 kernel_h=self.h_in,
@@ -275,6 +305,17 @@ class Layer:
         ):
             # A padding at least as wide as the kernel yields output pixels that see only zeros.
             raise LayerError(self.name, "padding", "padding must be smaller than the kernel")
+
+    def _check_prologue(self) -> None:
+        """A prologue is a depthwise conv before a dense 1×1 conv (module docstring)."""
+        if self.prologue is None:
+            return
+        if not isinstance(self.prologue, Prologue):
+            raise LayerError(self.name, "prologue", f"must be a Prologue, got {self.prologue!r}")
+        if self.kind != "conv" or self.groups != 1:
+            raise LayerError(
+                self.name, "prologue", "only a dense conv (groups 1) reads a fused depthwise"
+            )
 
     def _check_kind(self) -> None:
         """The structure each non-conv kind has by definition (module docstring)."""
@@ -403,7 +444,7 @@ class Layer:
         softmax's exp, sum and scale; plus the epilogue's operations."""
         kind = self.kind
         if kind in WEIGHTED_KINDS:
-            body = self.cin_per_group * self.kernel_h * self.kernel_w
+            body = self.cin_per_group * self.filter_pixels
         elif kind in ("maxpool", "avgpool"):
             body = self.kernel_h * self.kernel_w
         elif kind in OPERAND_KINDS:
@@ -418,8 +459,17 @@ class Layer:
 
     @property
     def ops(self) -> int:
-        """FPU operations for one image (``ops_per_output`` per output word)."""
-        return self.output_words * self.ops_per_output
+        """FPU operations for one image (``ops_per_output`` per output word, and a fused
+        depthwise's ``prologue_ops`` per word of its result, computed once)."""
+        return self.output_words * self.ops_per_output + self.prologue_result_words * (
+            self.prologue_ops
+        )
+
+    @property
+    def filter_pixels(self) -> int:
+        """The filter's pixels per input and output channel: the kernel's, 1 for the 1×1 conv
+        of a fused pair (its window is the depthwise's)."""
+        return 1 if self.prologue is not None else self.kernel_h * self.kernel_w
 
     @property
     def filter_words_per_output(self) -> int:
@@ -427,22 +477,33 @@ class Layer:
         fc, nothing for the kinds without weights."""
         if self.kind not in WEIGHTED_KINDS:
             return 0
-        return self.cin_per_group * self.kernel_h * self.kernel_w
+        return self.cin_per_group * self.filter_pixels
+
+    @property
+    def prologue_pixels(self) -> int:
+        """Weights of the fused depthwise per input channel (its kernel), 0 without one."""
+        return 0 if self.prologue is None else self.kernel_h * self.kernel_w
+
+    @property
+    def prologue_ops(self) -> int:
+        """FPU operations per word of the fused depthwise's result: its taps, bias and
+        activation (0 without one)."""
+        return 0 if self.prologue is None else self.prologue_pixels + self.prologue.ops
+
+    @property
+    def prologue_result_words(self) -> int:
+        """Words of the fused depthwise's result, per image (0 without one)."""
+        return 0 if self.prologue is None else self.h_out * self.w_out * self.c_in
 
     @property
     def macs(self) -> int:
-        """MACs for one image: every output word sums over its group's inputs and the kernel
-        (0 for the kinds without weights: their work is ``ops``)."""
+        """MACs for one image: every output word sums over its group's inputs and the kernel,
+        and a fused depthwise's result words their taps (0 for the kinds without weights:
+        their work is ``ops``)."""
         if self.kind not in WEIGHTED_KINDS:
             return 0
-        return (
-            self.h_out
-            * self.w_out
-            * self.c_out
-            * self.cin_per_group
-            * self.kernel_h
-            * self.kernel_w
-        )
+        own = self.output_words * self.cin_per_group * self.filter_pixels
+        return own + self.prologue_result_words * self.prologue_pixels
 
     @property
     def input_words(self) -> int:
@@ -455,15 +516,40 @@ class Layer:
     @property
     def weight_words(self) -> int:
         """Filter parameters, F·F·D_I·D_O for a dense layer (report Sec. 1.1), per group; 0 for
-        the kinds without weights. (A folded bias, ``c_out`` words, is not counted: it is
-        read once per stack with the epilogue and is below 0.1 % of the weights of the
-        example networks.)"""
-        return self.c_out * self.filter_words_per_output
+        the kinds without weights; a fused depthwise adds its ``c_in × k²``. (A folded bias,
+        ``c_out`` words, is not counted: it is read once per stack with the epilogue and is
+        below 0.1 % of the weights of the example networks; so is a fused depthwise's.)"""
+        return self.c_out * self.filter_words_per_output + self.c_in * self.prologue_pixels
 
     @property
     def residual_words(self) -> int:
         """Words of the residual operand the epilogue reads, per image (0 without one)."""
         return self.output_words if self.epilogue.residual else 0
+
+    def unfused(self) -> tuple[Layer, Layer]:
+        """A fused pair as its two layers: the depthwise (named ``<name>/depthwise``, its
+        bias and activation its epilogue) and the 1×1 (this layer's name and epilogue).
+        Raises ``ValueError`` for a layer without a prologue."""
+        if self.prologue is None:
+            raise ValueError(f"layer {self.name!r} has no fused depthwise")
+        depthwise = replace(
+            self,
+            name=f"{self.name}/depthwise",
+            c_out=self.c_in,
+            groups=self.c_in,
+            epilogue=Epilogue(self.prologue.bias, activation=self.prologue.activation),
+            prologue=None,
+        )
+        pointwise = Layer(
+            self.name,
+            "conv",
+            self.h_out,
+            self.w_out,
+            self.c_in,
+            self.c_out,
+            epilogue=self.epilogue,
+        )
+        return depthwise, pointwise
 
     def shape_key(self) -> tuple[object, ...]:
         """Everything but the name, as plain values: layers with equal keys have equal
@@ -475,6 +561,8 @@ class Layer:
             extra = (self.dilation_h, self.dilation_w, self.upsample_mode)
         if (self.pad_bottom, self.pad_right) != (None, None):
             extra = (*extra, "pad_end", self.pad_end_h, self.pad_end_w)
+        if self.prologue is not None:
+            extra = (*extra, "prologue", *self.prologue.key())
         return (
             self.h_in,
             self.w_in,

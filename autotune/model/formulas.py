@@ -257,9 +257,14 @@ class Consts:
     #: Indexed as ``link_tables`` -> cycles per byte x SCALE an output store's path (port and
     #: links to its memory level) takes beyond that memory's share (``last_stores_cycles``)
     store_excess_cycles_per_byte_scaled: Table | None = None
-    #: Cycles per byte x SCALE of the narrowest cut of the tree below the root, one direction
-    #: (all its uplinks at one level; 0: no level below the root)
-    tree_cut_cycles_per_byte_scaled: int = 0
+    #: Bytes per cycle x SCALE of the narrowest cut of the tree below the root, one direction
+    #: (all its uplinks at one level; 0: no level below the root). A rate, divided by as the
+    #: memories' are: an inverse rate in this fixed point rounds 1/256 up by 2.4 %.
+    tree_cut_bytes_per_cycle_scaled: int = 0
+    #: A fused depthwise (``Layer.prologue``; 0 without one): its weights per input channel
+    #: (k x k), and its FPU operations per result word (taps, bias, activation)
+    prologue_pixels: int = 0
+    prologue_ops: int = 0
 
     @property
     def has_filters(self) -> bool:
@@ -581,9 +586,11 @@ def consts(
         store_excess_cycles_per_byte_scaled=store_excess_table(store_path, store_share),
         # with every stream in HBM a cut as wide as the HBM never binds (its floor counts the
         # loads and the stores together): the formula is then built as before
-        tree_cut_cycles_per_byte_scaled=(
-            inverse_rate(cut) if placement.uses_l2 or cut < machine.hbm_bytes_per_cycle else 0
+        tree_cut_bytes_per_cycle_scaled=(
+            int(round(cut * SCALE)) if placement.uses_l2 or cut < machine.hbm_bytes_per_cycle else 0
         ),
+        prologue_pixels=layer.prologue_pixels,
+        prologue_ops=layer.prologue_ops,
         **l2,
         **multicast_constants(machine, placement),
     )
@@ -605,8 +612,11 @@ def task_tiles(ops: Ops, q: Quantities, k: Consts) -> TaskTiles:
     """The tiles the largest task holds: the batch tile's images of the largest spatial tile
     (convolutions) or of whole slices (``input_parallel``), ``in_c`` input slices a step."""
     images, step = q.batch_tile_images_max, q.step_in_channels
+    conv_input = ops.mul(ops.mul(images, step), q.tile_in_pixels_max)
+    if k.prologue_pixels:  # a fused depthwise's result, beside its band (``tiling``)
+        conv_input = conv_input + ops.mul(ops.mul(images, step), q.tile_out_pixels_max)
     return TaskTiles(
-        conv_input=ops.mul(ops.mul(images, step), q.tile_in_pixels_max),
+        conv_input=conv_input,
         conv_output=ops.mul(ops.mul(q.stack_out_channels_max, images), q.tile_out_pixels_max),
         fc_input=ops.mul(images, step) * k.in_pixels,
     )
@@ -620,10 +630,14 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
     buffer of one input step (Sec. 2.3.2). ``input_parallel`` buffers an input step of whole
     slices, the step's filter words of one output channel and a private output stack per
     image (Sec. 3.1.2). A layer without weights has no filter tile; an epilogue's residual
-    operand gets a tile of the output's size (read before the store).
+    operand gets a tile of the output's size (read before the store). A fused depthwise's
+    weights for the step (``in_c x k x k``) pass through a filter slot before the 1x1's
+    slices do, so a slot holds them (``tiling.prologue_tile_words``).
     """
     alg = q.algorithm
     conv_filter = q.step_filter_channels * k.filter_pixels
+    if k.prologue_pixels:  # in_c x k x k >= the 1x1's min(in_c, cin) slices
+        conv_filter = q.step_in_channels * k.prologue_pixels
     output = ops.choose(
         alg,
         [
@@ -718,10 +732,16 @@ def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
     input slices into a private stack (Alg. 4/5; the epilogue is applied by the reduction's
     root, ``reduction_cycles``). In a share group of ``m`` tasks each loads ``1/m`` of the
     common input and forwards it (Sec. 2.3). A layer without weights loads no filters; one
-    whose epilogue has a residual operand reads a tile of the output's size per task."""
+    whose epilogue has a residual operand reads a tile of the output's size per task. A
+    fused depthwise is computed by every task over its tile's outputs and every input
+    channel its stack reads (recomputed by each stack of a tile), its weights loaded with
+    each step."""
     alg, images = q.algorithm, q.batch_tile_images_max
     stack, step = q.stack_out_channels_max, q.step_in_channels
     conv_ops = tiles.conv_output * k.ops_per_output
+    if k.prologue_pixels:
+        result = ops.mul(ops.mul(images, q.tile_out_pixels_max), q.stack_in_channels_max)
+        conv_ops = conv_ops + result * k.prologue_ops
     fc_macs = ops.mul(ops.mul(images, step), stack) * k.in_pixels
     task_ops = ops.choose(alg, [conv_ops, conv_ops, fc_macs])
     conv_input = ops.mul(ops.mul(images, q.stack_in_channels_max), q.tile_in_pixels_max)
@@ -729,6 +749,8 @@ def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
     input_words = ops.choose(alg, [conv_input, conv_input, tiles.fc_input])
     offchip = ops.choose(alg, [input_words, ops.cdiv(input_words, members), input_words])
     conv_filter = stack * k.filter_words_per_output
+    if k.prologue_pixels:
+        conv_filter = conv_filter + q.stack_in_channels_max * k.prologue_pixels
     filter_words = (
         ops.choose(alg, [conv_filter, conv_filter, ops.mul(stack, step) * k.in_pixels])
         if k.has_filters
@@ -1442,6 +1464,8 @@ def dma_cycles(
     # an input_parallel task is one step.
     per_output = ops.min(work.steps, q.filter_steps)
     filter_loads = ops.mul(per_output, q.stack_out_channels_max) if k.has_filters else 0
+    if k.prologue_pixels:  # and a fused depthwise's weights per step
+        filter_loads = filter_loads + work.steps
     stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout, but one set-up for all the images of a step whose
@@ -1989,6 +2013,11 @@ def memory_traffic(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Traff
         if k.has_filters
         else 0
     )
+    if k.prologue_pixels:
+        # ``weight_words`` counts a fused depthwise's weights once per tile; every stack of
+        # the tile loads them (output_stack and Alg. 3 only: a pair is never input_parallel)
+        dw_words = k.in_channels * k.prologue_pixels
+        filter_load = filter_load + ops.mul(sched.tiles, q.stacks - 1) * dw_words
     intercluster = ops.choose(
         alg,
         [
@@ -2022,7 +2051,12 @@ def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic
 
 
 def memory_floor_cycles(
-    ops: Ops, k: Consts, occupancy_scaled: Value, l2_bytes: Value, traffic: Traffic
+    ops: Ops,
+    k: Consts,
+    occupancy_scaled: Value,
+    l2_bytes: Value,
+    traffic: Traffic,
+    first_output: Value = 0,
 ) -> Value:
     """No mapping is faster than the HBM delivers its occupancy at its bandwidth, nor than
     the L2 delivers its bytes at its own (two memories, working at once), nor than the tree
@@ -2030,16 +2064,18 @@ def memory_floor_cycles(
     each direction on wires of its own (``tree_cut_bytes_per_cycle``). Whatever the memory
     (a placement must not look faster for lacking a floor), but not built where it cannot
     bind: with every stream in HBM and a cut as wide as the HBM (Manticore's), whose floor
-    counts the loads and the stores together (``consts``)."""
+    counts the loads and the stores together (``consts``). The stores cannot cross the cut
+    before there is an output to store: not before ``first_output``, a task's first tiles
+    and compute."""
     floors = [ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)]
     if k.placement.uses_l2:
         floors.append(ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
-    if k.tree_cut_cycles_per_byte_scaled:
+    if k.tree_cut_bytes_per_cycle_scaled:
         down = traffic.input_load_words + traffic.filter_load_words
         down = down + traffic.residual_load_words
-        for words in (down, traffic.store_words):
+        for words, start in ((down, 0), (traffic.store_words, first_output)):
             floors.append(
-                ops.cdiv(words * (k.word_bytes * k.tree_cut_cycles_per_byte_scaled), SCALE)
+                start + ops.cdiv(words * (k.word_bytes * SCALE), k.tree_cut_bytes_per_cycle_scaled)
             )
     return ops.max(*floors)
 
@@ -2049,9 +2085,12 @@ def energy_pj(k: Consts, traffic: Traffic, cycles: Value) -> Value:
     the layer (ASSUMPTION: each costs the machine's energy of a MAC); mappings differ in the
     bytes they move, each byte at its memory's energy (HBM or L2), and in their time, each
     cycle at the machine's static energy (what the chip draws whatever it does: without it
-    a slower schedule that moves a few bytes less would count as cheaper)."""
+    a slower schedule that moves a few bytes less would count as cheaper). A fused
+    depthwise's operations are counted once (``Layer.ops``): its recomputation by every
+    stack costs time, hence static energy, but its dynamic part is not counted."""
+    prologue = k.output_words // k.out_channels * k.in_channels * k.prologue_ops
     energy = (
-        whole_pj(k.batch * k.output_words * k.ops_per_output * k.op_energy_fj / 1000)
+        whole_pj(k.batch * (k.output_words * k.ops_per_output + prologue) * k.op_energy_fj / 1000)
         + traffic.offchip_words() * k.hbm_word_energy
         + traffic.intercluster_words * k.noc_word_energy
     )
@@ -2099,7 +2138,7 @@ def evaluate(
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
-    memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes, traffic)
+    memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes, traffic, dma.prologue + compute)
     last_stores = last_stores_cycles(ops, q, k, sched, store)
     cycles = latency_cycles(ops, k, phases, memory_floor, last_stores)
     return {

@@ -154,16 +154,22 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
     residual = tile_transfers(False) if layer.epilogue.residual else _none(images)
     words = images * out_ch * pix_out
     ops = words * layer.ops_per_output
-    macs = words * (layer.macs // layer.output_words)  # 0 without weights
+    macs = words * (layer.cin_per_group * layer.filter_pixels if layer.weight_words else 0)
+    if layer.prologue is not None:
+        # the fused depthwise over the tile's outputs and every input channel of the stack
+        result = images * in_ch * pix_out
+        ops = ops + result * layer.prologue_ops
+        macs = macs + result * layer.prologue_pixels
     return TaskCosts(ops / rate, macs, ops, inputs, filters, outputs, residual)
 
 
 def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
     """Output-stack tasks' filter slices: one tile ``F[:, :, d_i:d_i+in_c, d_o]`` per output
-    channel and step (one run each)."""
+    channel and step (one run each); with a fused depthwise, its weights of each step's
+    ``in_c`` channels too (one run each: ``in_c x k x k`` contiguous words)."""
     layer, width = grid.layer, machine.dma_bytes_per_cycle
     out_ch = grid.task_out_channels
-    k2 = layer.kernel_h * layer.kernel_w
+    k2 = layer.filter_pixels
     cpg = layer.cin_per_group
     f_slices = min(grid.mapping.tile.in_c, cpg)
     per_out = -(-cpg // f_slices)  # filter tiles per output channel
@@ -174,7 +180,22 @@ def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
         machine, f_run_last
     )
     n_f = out_ch * per_out
-    return Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
+    pointwise = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
+    if layer.prologue is None:
+        return pointwise
+    in_ch, in_c = grid.task_in_channels, grid.mapping.tile.in_c
+    steps = -(-in_ch // in_c)
+    last = in_ch - (steps - 1) * in_c
+    d_run, d_last = in_c * layer.prologue_pixels * wb, last * layer.prologue_pixels * wb
+    return Transfers(
+        pointwise.bytes + in_ch * layer.prologue_pixels * wb,
+        pointwise.beats + (steps - 1) * _beats(d_run, width) + _beats(d_last, width),
+        pointwise.count + steps,
+        pointwise.tiles + steps,
+        pointwise.hbm
+        + (steps - 1) * d_run / dma_efficiency(machine, d_run)
+        + d_last / dma_efficiency(machine, d_last),
+    )
 
 
 def _fc_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskCosts:

@@ -16,6 +16,12 @@ channel at a time, Alg. 2; a larger buffer keeps more of them in flight).
 A layer without weights (pools, add, activation, upsample, softmax) has the same tasks and
 steps; each step's blocks are ``Apply`` operations on the loaded patch, with no filters to
 stream. The epilogue needs no operations: the store applies it (``program``).
+
+A 1×1 conv fused with the depthwise before it (``Layer.prologue``) has the tasks and steps
+of a dense conv with the depthwise's window. After each input step arrives, its depthwise
+weights pass through a filter slot and a ``Depthwise`` writes the step's result over the
+output tile into the input slot, after the band (``tiling.prologue_tile_words``); the 1×1's
+blocks then read it there with stride 1.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from autotune.verification.program import (
     Apply,
     Conv,
     Copy,
+    Depthwise,
     Load,
     Multicast,
     Op,
@@ -128,6 +135,10 @@ class _Builder:
         self.slot_words = {op: n // wb // depth[op] for op, n in self.allocated.items()}
         self.stride = (layer.stride_h, layer.stride_w)
         self.weighted = layer.kind in WEIGHTED_KINDS
+        self.fused = layer.prologue is not None
+        # a fused pair's blocks are its 1x1's: a 1x1 kernel at stride 1 over the result
+        self.kernel = (1, 1) if self.fused else (layer.kernel_h, layer.kernel_w)
+        self.block_stride = (1, 1) if self.fused else self.stride
         self.ops: list[Op] = []
         self._next_slot: dict[tuple[int, str], int] = {}
         self._blocks: dict[tuple[Span, Span], list[Block]] = {}
@@ -168,7 +179,7 @@ class _Builder:
                     self.apply(cluster, in_offset, out_offset, (oc0, oc1, ic0, ic1, ng))
                 )
             return
-        kh, kw = self.layer.kernel_h, self.layer.kernel_w
+        kh, kw = self.kernel
         cin = self.layer.cin_per_group
         for oc0, oc1, ic0, ic1, ng in self.blocks(stack, step):
             j0 = ic0 - (ic0 // cin) * cin
@@ -194,9 +205,41 @@ class _Builder:
                     (oc0, oc1),
                     (ic0, ic1),
                     ng,
-                    self.stride,
+                    self.block_stride,
                 )
             )
+
+    def depthwise(
+        self, cluster: int, in_offset: int, patch: Region, rows_out: Span, cols_out: Span
+    ) -> int:
+        """A fused pair's depthwise of the step whose ``patch`` is at ``in_offset``: its
+        weights through a filter slot, its result over the output tile after the band. The
+        offset of the result (what the step's blocks read); ``in_offset`` without a prologue."""
+        if not self.fused:
+            return in_offset
+        layer = self.layer
+        images, step = patch.box[0], patch.box[1]
+        f_offset = self.slot(cluster, "filter")
+        weights = Region(
+            "prologue_filter", (step, (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
+        )
+        self.ops.append(Load(cluster, weights, "filter", f_offset))
+        result = Region("prologue", (images, step, rows_out, cols_out))
+        out_offset = in_offset + patch.words
+        self.ops.append(
+            Depthwise(
+                cluster,
+                "input",
+                in_offset,
+                "filter",
+                f_offset,
+                "input",
+                out_offset,
+                result,
+                self.stride,
+            )
+        )
+        return out_offset
 
     def apply(self, cluster: int, in_offset: int, out_offset: int, block: Block) -> Apply:
         oc0, oc1, ic0, ic1, ng = block
@@ -246,7 +289,7 @@ class _Builder:
 
     def _fit_filter_slot(self, segment: Block) -> list[Block]:
         layer = self.layer
-        k2 = layer.kernel_h * layer.kernel_w
+        k2 = self.kernel[0] * self.kernel[1]
         cin, cout = layer.cin_per_group, layer.cout_per_group
         capacity = self.slot_words["filter"]
         oc0, oc1, ic0, ic1, ng = segment
@@ -293,10 +336,12 @@ class _Builder:
         self.ops.append(Zero(cluster, "output", out_offset, out))
         for step in self.stack_steps[st]:
             in_offset = self.slot(cluster, "input")
-            self.ops.append(
-                Load(cluster, Region("input", (images, step, rows_in, cols_in)), "input", in_offset)
+            patch = Region("input", (images, step, rows_in, cols_in))
+            self.ops.append(Load(cluster, patch, "input", in_offset))
+            block_offset = self.depthwise(
+                cluster, in_offset, patch, self.rows_out[rt], self.cols_out[ct]
             )
-            self.convs(cluster, in_offset, out_offset, stack, step)
+            self.convs(cluster, block_offset, out_offset, stack, step)
         self.ops.append(Store(cluster, "output", out_offset, out))
 
     # -- multicast waves (MPPA3, seed 003 Sec. IV) -------------------------------------------
@@ -491,8 +536,11 @@ class _Builder:
                     cl = members[m][0]
                     self.ops.append(Copy(cl, cl, "input", current[m], patch(m, t), "share", 0))
             for m, (cl, st) in enumerate(members):
+                block_offset = self.depthwise(
+                    cl, current[m], patch(m, t), self.rows_out[rt], self.cols_out[ct]
+                )
                 self.convs(
-                    cl, current[m], out_offsets[m], self.stack_out[st], steps[(m + t) % n_steps]
+                    cl, block_offset, out_offsets[m], self.stack_out[st], steps[(m + t) % n_steps]
                 )
             if last_round:
                 break

@@ -52,6 +52,11 @@ an activation ``f`` then moves an error ``e`` of its argument by at most ``L e``
 its Lipschitz constant, ``LIPSCHITZ``) and is evaluated within a few ``u`` of ``|f(z)|``, so
 the scale becomes ``L (scale + |bias| + |residual|) + |f(z)|``. A layer without an epilogue
 keeps the scale and ``K`` above, so the convolutions' bound is unchanged.
+A fused pair (``Layer.prologue``) is bounded as its two layers one after the other: the
+depthwise's error, relative to its own scale, plus the rounding of its result to the storage
+precision in L1 (``2 u``), is carried by the 1×1 as an error of its input, so the tolerance
+is the sum of the two layers' and that rounding, and the scale is the 1×1's ``sum(|w| s)``
+over the depthwise's scale ``s``.
 Deviation, noticed and left to the model: the partial sums of an output tile held in L1 are
 fp32 (4 B) on the machine, but the model and the program count output buffers in 2 B words;
 the executor keeps the fp32 partial sums beside the L1 arena, in the words the schedule gave
@@ -203,7 +208,12 @@ def lipschitz(layer: Layer) -> float:
 
 def tolerance(layer: Layer, precision: str) -> float:
     """``lambda * sqrt(K + 1) * (u + u_fp64)``: the bound relative to ``sum(|x| |w|)``, with
-    ``u`` that of the accumulation; plus ``2 u16`` for the fp16 output's rounding (FP16.32)."""
+    ``u`` that of the accumulation; plus ``2 u16`` for the fp16 output's rounding (FP16.32).
+    A fused pair: its two layers' and the rounding of the result between them."""
+    if layer.prologue is not None:
+        depthwise, pointwise = layer.unfused()
+        between = 2 * UNIT_ROUNDOFF[precision]
+        return tolerance(depthwise, precision) + tolerance(pointwise, precision) + between
     k = reduction_length(layer)
     u = UNIT_ROUNDOFF[ACCUMULATION[precision]]
     bound = LAMBDA * math.sqrt(k + 1) * (u + UNIT_ROUNDOFF["fp64"])
@@ -230,7 +240,17 @@ def error_scale(
         name: np.abs(a).astype(np.float64 if a.dtype == np.float64 else np.float32)
         for name, a in data.items()
     }
-    if layer.kind == "softmax":
+    if layer.prologue is not None:
+        depthwise, pointwise = layer.unfused()
+        inner = {"input": data["input"], "filter": data["prologue_filter"]}
+        if "prologue_bias" in data:
+            inner["bias"] = data["prologue_bias"]
+        wide = {name: a.astype(np.float64) for name, a in inner.items()}
+        z_inner = body(depthwise, wide["input"], wide["filter"])
+        exact_inner = finish(depthwise, z_inner, wide.get("bias"), None)
+        inner_scale = error_scale(depthwise, inner, z_inner, exact_inner, precision)
+        scale = body(pointwise, inner_scale, magnitudes["filter"].astype(np.float64))
+    elif layer.kind == "softmax":
         x = data["input"].astype(np.float64)
         spread = x.max(axis=1, keepdims=True) - x.min(axis=1, keepdims=True)
         scale = np.abs(z) * (1.0 + spread)
@@ -322,7 +342,13 @@ def exact_and_scale(
     """(operator output, layer output, error scale), exact (in fp64) for the operands
     ``data`` as the executor read them (``random_inputs``'s names)."""
     wide = {name: a.astype(np.float64) for name, a in data.items()}
-    z = body(layer, wide["input"], wide.get("filter"))
+    z = body(
+        layer,
+        wide["input"],
+        wide.get("filter"),
+        wide.get("prologue_filter"),
+        wide.get("prologue_bias"),
+    )
     exact = finish(layer, z, wide.get("bias"), wide.get("residual"))
     return z, exact, error_scale(layer, data, z, exact, precision)
 

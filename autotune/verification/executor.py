@@ -24,6 +24,12 @@ ceil-mode overhang, as ONNX and PyTorch define it), a sum of operands (add), a c
 the accumulator, the division done by the store). The store applies the epilogue once, after
 all accumulation and any reduction: ``+ bias[c]``, ``+ residual``, the activation, then the
 one rounding to the storage precision.
+
+A 1×1 conv fused with the depthwise before it (``Layer.prologue``) adds one operation per
+input step: a ``Depthwise`` computes the step's depthwise result over the output tile from
+the loaded patch (checked as a block's: the rows and columns its windows read) and writes it
+to L1, rounded to the storage precision, its bias and activation applied; the 1×1's ``Conv``
+blocks then read that result (the same images, rows and columns as their accumulator).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from autotune.verification.program import (
     Apply,
     Conv,
     Copy,
+    Depthwise,
     Load,
     Multicast,
     Op,
@@ -255,7 +262,17 @@ def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
     out = (batch, layer.c_out, layer.h_out, layer.w_out)
     shapes: dict[str, tuple[int, ...]] = {"input": (batch, layer.c_in, layer.h_in, layer.w_in)}
     if layer.kind in WEIGHTED_KINDS:
-        shapes["filter"] = (layer.c_out, layer.cin_per_group, layer.kernel_h, layer.kernel_w)
+        side = 1 if layer.prologue is not None else None
+        shapes["filter"] = (
+            layer.c_out,
+            layer.cin_per_group,
+            side or layer.kernel_h,
+            side or layer.kernel_w,
+        )
+    if layer.prologue is not None:
+        shapes["prologue_filter"] = (layer.c_in, 1, layer.kernel_h, layer.kernel_w)
+        if layer.prologue.bias:
+            shapes["prologue_bias"] = (layer.c_in,)
     if layer.epilogue.bias:
         shapes["bias"] = (layer.c_out,)
     if layer.epilogue.residual:
@@ -299,9 +316,13 @@ def _alloc(m: _Machine, op: Alloc) -> None:
     node.top = end
 
 
+#: The main-memory tensors a DMA load may read (the epilogue's are read by the store).
+LOADABLE = ("input", "filter", "prologue_filter")
+
+
 def _load(m: _Machine, op: Load) -> None:
     buffer = m.buffer(op.cluster, op.buffer)
-    src = m.tensor(op.src, ("input", "filter"))
+    src = m.tensor(op.src, LOADABLE)
     words = op.src.words
     data = buffer.span(op.offset, words, op.src)
     buffer.write(op.offset, data, op.src, -1).view[...] = src[op.src.slices]
@@ -317,7 +338,7 @@ def _multicast(m: _Machine, op: Multicast) -> None:
         raise ScheduleError(f"multicast of {op.src} names a receiver twice: {clusters}")
     if not m.program.multicast:
         raise ScheduleError(f"multicast of {op.src}, but the machine has no DMA multicast")
-    src = m.tensor(op.src, ("input", "filter"))
+    src = m.tensor(op.src, LOADABLE)
     words = op.src.words
     block = src[op.src.slices]
     for cluster, offset in op.targets:
@@ -465,10 +486,103 @@ def _block(m: _Machine, op: Conv | Apply) -> _Block:
     return _Block(patch, acc, rows, cols, in_n)
 
 
+def _depthwise(m: _Machine, op: Depthwise) -> None:
+    """A fused depthwise's result over an output tile (module docstring)."""
+    layer = m.layer
+    prologue = layer.prologue
+    if prologue is None:
+        raise ScheduleError(f"layer {layer.name!r} has no fused depthwise to compute")
+    result = op.result
+    images, (c0, c1), out_rows, out_cols = result.box
+    full = (m.main["output"].shape[0], layer.c_in, layer.h_out, layer.w_out)
+    if result.tensor != "prologue" or not all(
+        0 <= a < b <= n for (a, b), n in zip(result.box, full, strict=True)
+    ):
+        raise ScheduleError(f"{result} is not a region of the prologue tensor {full}")
+    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "input")
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "prologue_filter")
+    p_images, p_ch, p_rows, p_cols = patch.region.box
+    sh, sw = op.stride
+    rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in)
+    cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in)
+    if (
+        (sh, sw) != (layer.stride_h, layer.stride_w)
+        or p_rows != rows[:2]
+        or p_cols != cols[:2]
+        or p_images != images
+        or not p_ch[0] <= c0 < c1 <= p_ch[1]
+    ):
+        raise ScheduleError(
+            f"{result} with stride {op.stride} needs input images {images[0]}:{images[1]}, "
+            f"channels {c0}:{c1}, rows {rows[0]}:{rows[1]}, columns {cols[0]}:{cols[1]}, but "
+            f"buffer {op.in_buffer!r} holds {patch.region}"
+        )
+    need = ((c0, c1), (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
+    if filt.region.box != need:
+        raise ScheduleError(
+            f"{result} needs prologue_filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
+            f"but buffer {op.filter_buffer!r} holds {filt.region}"
+        )
+    x, w = patch.view[:, c0 - p_ch[0] : c1 - p_ch[0]], filt.view
+    if m.acc_dtype != m.dtype:  # FP16.32, as a Conv block
+        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
+    pads = (rows[2], rows[3], cols[2], cols[3])
+    z = conv_block(x, w, c1 - c0, op.stride, pads, (layer.dilation_h, layer.dilation_w))
+    if prologue.bias:
+        z = z + m.main["prologue_bias"][c0:c1].astype(z.dtype)[None, :, None, None]
+    act = prologue.activation
+    if act is not None:
+        z = activate(z, act.kind, act.alpha, act.low, act.high)
+    out = m.buffer(op.cluster, op.out_buffer)
+    data = out.span(op.out_offset, result.words, result)
+    out.write(op.out_offset, data, result, -1).view[...] = z
+    m.stats.macs += z.size * layer.kernel_h * layer.kernel_w
+
+
+def _pointwise(m: _Machine, op: Conv) -> None:
+    """A block of a fused pair's 1×1: it reads the depthwise result of its tile."""
+    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "prologue")
+    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
+    images, out_ch, out_rows, out_cols = acc.region.box
+    p_images, p_ch, p_rows, p_cols = patch.region.box
+    (i0, i1), (o0, o1) = op.in_channels, op.out_channels
+    if (p_images, p_rows, p_cols) != (images, out_rows, out_cols) or op.stride != (1, 1):
+        raise ScheduleError(
+            f"a 1x1 block of output tile {acc.region} reads the depthwise result of its own "
+            f"images, rows and columns with stride (1, 1), but buffer {op.in_buffer!r} holds "
+            f"{patch.region} (stride {op.stride})"
+        )
+    if op.groups != 1 or not (p_ch[0] <= i0 < i1 <= p_ch[1] and out_ch[0] <= o0 < o1 <= out_ch[1]):
+        raise ScheduleError(
+            f"block reads channels {i0}:{i1} into output channels {o0}:{o1} ({op.groups} "
+            f"groups), but the result holds {patch.region} and the accumulator {acc.region}"
+        )
+    need = ((o0, o1), (i0, i1), (0, 1), (0, 1))
+    if filt.region.box != need:
+        raise ScheduleError(
+            f"block needs filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
+            f"but buffer {op.filter_buffer!r} holds {filt.region}"
+        )
+    x, w = patch.view[:, i0 - p_ch[0] : i1 - p_ch[0]], filt.view
+    if m.acc_dtype != m.dtype:
+        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
+    result = conv_block(x, w, 1, (1, 1), (0, 0, 0, 0), (1, 1))
+    y = acc.view[:, o0 - out_ch[0] : o1 - out_ch[0]]
+    if result.shape != y.shape:
+        raise ScheduleError(f"block computes {result.shape} but the tile is {y.shape}")
+    y += result
+    acc.pairs += (o1 - o0) * (i1 - i0)
+    m.stats.macs += result.size * (i1 - i0)
+
+
 def _conv(m: _Machine, op: Conv) -> None:
     layer = m.layer
     if layer.kind not in WEIGHTED_KINDS:
         raise ScheduleError(f"a {layer.kind} layer has no weights: its blocks are Apply, not Conv")
+    if layer.prologue is not None:
+        _pointwise(m, op)
+        return
     block = _block(m, op)
     patch, acc, rows, cols, in_n = block.patch, block.acc, block.rows, block.cols, block.in_n
     filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
@@ -700,6 +814,7 @@ HANDLERS: dict[type, Callable[[_Machine, Any], None]] = {
     Multicast: _multicast,
     Zero: _zero,
     Conv: _conv,
+    Depthwise: _depthwise,
     Apply: _apply,
     Copy: _copy,
     Reduce: _reduce,

@@ -14,6 +14,15 @@ Main memory holds the tensors the layer reads and writes, NCHW-like with the bat
 ``residual``  ``(batch, c_out, h_out, w_out)``, when the epilogue adds a residual operand
 ``output``    ``(batch, c_out, h_out, w_out)``
 
+A 1×1 conv fused with the depthwise before it (``Layer.prologue``) reads two more:
+
+``prologue_filter``  ``(c_in, 1, kernel_h, kernel_w)``, the depthwise's weights
+``prologue_bias``    ``(c_in,)``, when the depthwise adds a bias
+
+and its ``filter`` is the 1×1's, ``(c_out, c_in, 1, 1)``. The depthwise's result is the
+``prologue`` tensor, ``(batch, c_in, h_out, w_out)``: it exists only in L1 (a ``Depthwise``
+writes a region of it, the 1×1's ``Conv`` blocks read it), never in main memory.
+
 ``bias`` and ``residual`` are read by the output store, which applies the layer's epilogue
 (``autotune.ir.layer.Epilogue``) once, after all accumulation: what the schedule decides is
 only *which* output region a store writes, and the epilogue's operands are those of that
@@ -137,6 +146,26 @@ class Conv:
 
 
 @dataclass(frozen=True, slots=True)
+class Depthwise:
+    """A fused depthwise (``Layer.prologue``): ``result``, a region of the ``prologue``
+    tensor (images, channels, the output tile's rows and columns), computed from the patch at
+    (``in_buffer``, ``in_offset``) with the depthwise weights at (``filter_buffer``,
+    ``filter_offset``) and ``stride``, its bias and activation applied, rounded to the storage
+    precision and written to ``out_buffer`` at ``out_offset``. The 1×1's ``Conv`` blocks
+    then read it there (their stride 1)."""
+
+    cluster: int
+    in_buffer: str
+    in_offset: int
+    filter_buffer: str
+    filter_offset: int
+    out_buffer: str
+    out_offset: int
+    result: Region
+    stride: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
 class Apply:
     """Accumulate one block of a tile of a layer without weights (a pool, an add, an
     activation, an upsample, a softmax): output channels ``out_channels`` of the accumulator
@@ -201,7 +230,7 @@ class Store:
     region: Region
 
 
-Op = Alloc | Load | Multicast | Zero | Conv | Apply | Copy | Reduce | Store
+Op = Alloc | Load | Multicast | Zero | Conv | Depthwise | Apply | Copy | Reduce | Store
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ tensor:
 - activation: the input itself; upsample: ``np.repeat`` along rows and columns;
 - softmax: ``exp(x - max) / sum(exp(x - max))`` over the channels of each pixel;
 
+A fused pair (``Layer.prologue``) is its two layers (``Layer.unfused``) one after the other,
+each with its own epilogue, the depthwise's result kept in float64 (the executor rounds it
+to the storage precision in L1: within the tolerance, ``check``).
+
 then the epilogue: ``+ bias[c]``, ``+ residual``, the activation as ``Activation``'s
 docstring defines it (the logistic function through ``tanh``, which the executor does not
 use). Each is checked against naive loops on tiny shapes in the tests, and the pools and the
@@ -39,10 +43,13 @@ def reference(
     *,
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
+    prologue_filter: np.ndarray | None = None,
+    prologue_bias: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(batch, c_out, h_out, w_out)`` output of ``layer`` for input ``x``, filters ``w``
     (the kinds with weights only), and the epilogue's ``bias`` and ``residual`` (exactly when
-    the epilogue reads them).
+    the epilogue reads them); a fused pair's depthwise weights ``prologue_filter``
+    ``(c_in, 1, kh, kw)`` and bias ``prologue_bias`` ``(c_in,)``.
 
     ``x`` is ``(batch, c_in, h_in, w_in)`` (an add's operands interleaved: channel
     ``g·n + i`` is channel ``g`` of operand ``i``), ``w`` is ``(c_out, c_in / groups, kh,
@@ -57,16 +64,19 @@ def reference(
         >>> reference(fc, np.ones((1, 3, 1, 1)), np.ones((2, 3, 1, 1))).ravel().tolist()
         [3.0, 3.0]
     """
-    epilogue = layer.epilogue
+    epilogue, prologue = layer.epilogue, layer.prologue
     for name, given, needed in (
         ("weights", w, layer.kind in WEIGHTED_KINDS),
         ("bias", bias, epilogue.bias),
         ("residual", residual, epilogue.residual),
+        ("prologue_filter", prologue_filter, prologue is not None),
+        ("prologue_bias", prologue_bias, prologue is not None and prologue.bias),
     ):
         if (given is not None) != needed:
             what = "needs" if needed else "has no"
             raise ValueError(f"layer {layer.name!r} ({layer.kind}) {what} {name}")
-    return finish(layer, body(layer, x, w), bias, residual)
+    z = body(layer, x, w, prologue_filter, prologue_bias)
+    return finish(layer, z, bias, residual)
 
 
 def finish(
@@ -85,8 +95,20 @@ def finish(
     return z if act is None else activation(act, z)
 
 
-def body(layer: Layer, x: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    """The layer's operator alone, without its epilogue (see ``reference``)."""
+def body(
+    layer: Layer,
+    x: np.ndarray,
+    w: np.ndarray | None = None,
+    prologue_filter: np.ndarray | None = None,
+    prologue_bias: np.ndarray | None = None,
+) -> np.ndarray:
+    """The layer's operator alone, without its epilogue (see ``reference``); a fused pair's
+    depthwise with its own epilogue, then the 1×1."""
+    if layer.prologue is not None:
+        assert w is not None and prologue_filter is not None, "a fused pair needs both weights"
+        depthwise, pointwise = layer.unfused()
+        y = finish(depthwise, convolution(depthwise, x, prologue_filter), prologue_bias, None)
+        return convolution(pointwise, y, w)
     kind = layer.kind
     if kind in WEIGHTED_KINDS:
         assert w is not None, "a layer with weights needs them"

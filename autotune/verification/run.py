@@ -25,7 +25,14 @@ from autotune.verification.build import build_program
 from autotune.verification.executor import DTYPES, Outputs, execute, expected_shapes
 
 #: The operand names of ``execute_layer`` and ``layer_inputs``, as main memory names them.
-OPERANDS = {"x": "input", "weights": "filter", "bias": "bias", "residual": "residual"}
+OPERANDS = {
+    "x": "input",
+    "weights": "filter",
+    "bias": "bias",
+    "residual": "residual",
+    "prologue_weights": "prologue_filter",
+    "prologue_bias": "prologue_bias",
+}
 
 
 def layer_inputs(
@@ -38,11 +45,14 @@ def layer_inputs(
     weights: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
+    prologue_weights: np.ndarray | None = None,
+    prologue_bias: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The main-memory inputs of ``layer`` (``expected_shapes`` without the output) in the
     storage dtype of ``precision``: the arrays given, the others uniform in [-1, 1) from
-    ``numpy.random.default_rng(seed)``, drawn in the order input, filter, bias, residual
-    whether given or not (so a given operand does not change the others).
+    ``numpy.random.default_rng(seed)``, drawn in the order input, filter (a fused pair's
+    depthwise weights and bias next), bias, residual whether given or not (so a given operand
+    does not change the others).
 
     Raises ``ValueError`` for an operand of the wrong shape or one the layer does not read.
     """
@@ -52,7 +62,14 @@ def layer_inputs(
     shapes = expected_shapes(layer, batch)
     given = {
         OPERANDS[k]: v
-        for k, v in dict(x=x, weights=weights, bias=bias, residual=residual).items()
+        for k, v in dict(
+            x=x,
+            weights=weights,
+            bias=bias,
+            residual=residual,
+            prologue_weights=prologue_weights,
+            prologue_bias=prologue_bias,
+        ).items()
         if v is not None
     }
     for name in given:

@@ -242,7 +242,8 @@ def test_ilp_optimum_equals_exhaustive_with_multicast(machine, layer, batch, obj
     """For every placement: multicast waves read from the HBM or the L2."""
     assert machine.has_l2
     space = search_space(layer, machine, batch)
-    assert space.multicast == (False, True)
+    # a fused depthwise and 1x1 pair does not multicast (``tiling.task_grid``)
+    assert space.multicast == ((False, True) if layer.prologue is None else (False,))
     best = exhaustive_search(space, machine, "fp16", objective, placement=placement)
     result = solve(space, machine, "fp16", objective, placement=placement)
     assert result.status == "OPTIMAL"

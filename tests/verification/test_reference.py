@@ -8,11 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune import Layer, Mapping, Tile
+from autotune.ir.layer import Activation, Prologue
 from autotune.search.space import minimal_mapping
 from autotune.verification.build import build_program
-from autotune.verification.check import random_inputs, tolerance
+from autotune.verification.check import exact_and_scale, random_inputs, tolerance
 from autotune.verification.executor import execute
-from autotune.verification.reference import reference
+from autotune.verification.reference import activation, reference
 from tests.strategies import conv_layers, fc_layers
 from tests.verification.naive import naive_conv
 
@@ -30,16 +31,54 @@ TINY = {
     "dilated depthwise": Layer(
         "i", "conv", 7, 7, 3, 3, 3, 3, pad_h=2, pad_w=2, groups=3, dilation_h=2, dilation_w=2
     ),
+    "fused depthwise 3x3 stride 2 and 1x1": Layer(
+        "j",
+        "conv",
+        7,
+        6,
+        3,
+        4,
+        3,
+        3,
+        2,
+        2,
+        1,
+        1,
+        pad_right=0,
+        prologue=Prologue(bias=True, activation=Activation("clip", low=0.0, high=0.5)),
+    ),
 }
+
+
+def naive_layer(layer: Layer, data: dict[str, np.ndarray]) -> np.ndarray:
+    """The naive loops of the layer; a fused pair's two convs one after the other (its
+    depthwise's bias and activation between them)."""
+    if layer.prologue is None:
+        return naive_conv(layer, data["input"], data["filter"])
+    depthwise, pointwise = layer.unfused()
+    y = naive_conv(depthwise, data["input"], data["prologue_filter"])
+    if layer.prologue.bias:
+        y = y + data["prologue_bias"][None, :, None, None]
+    if layer.prologue.activation is not None:
+        y = activation(layer.prologue.activation, y)
+    return naive_conv(pointwise, y, data["filter"])
+
+
+def fused_operands(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``reference``'s keyword operands of a fused pair (none for other layers)."""
+    return {name: data[name] for name in ("prologue_filter", "prologue_bias") if name in data}
 
 
 @pytest.mark.parametrize("name", TINY)
 def test_reference_equals_naive_loops(name):
     layer = TINY[name]
     data = random_inputs(layer, 2, "fp64", seed=1)
-    expected = naive_conv(layer, data["input"], data["filter"])
+    expected = naive_layer(layer, data)
     np.testing.assert_allclose(
-        reference(layer, data["input"], data["filter"]), expected, rtol=0, atol=1e-12
+        reference(layer, data["input"], data["filter"], **fused_operands(data)),
+        expected,
+        rtol=0,
+        atol=1e-12,
     )
 
 
@@ -49,7 +88,7 @@ def test_executor_equals_naive_loops(manticore, name):
     layer = TINY[name]
     data = random_inputs(layer, 2, "fp64", seed=2)
     out = execute(build_program(layer, minimal_mapping(layer), manticore, "fp64", 2), data)
-    expected = naive_conv(layer, data["input"], data["filter"])
+    expected = naive_layer(layer, data)
     np.testing.assert_allclose(out.output, expected, rtol=0, atol=1e-12)
 
 
@@ -64,10 +103,18 @@ def test_reference_and_executor_equal_naive_on_random_tiny_layers(
     manticore, layer, out_h, in_c, seed
 ):
     data = random_inputs(layer, 1, "fp32", seed)
-    x, w = (data[name].astype(np.float64) for name in ("input", "filter"))
-    expected = naive_conv(layer, x, w)
-    scale = naive_conv(layer, np.abs(x), np.abs(w))
-    np.testing.assert_allclose(reference(layer, x, w), expected, rtol=0, atol=1e-12)
+    wide = {name: a.astype(np.float64) for name, a in data.items()}
+    expected = naive_layer(layer, wide)
+    if layer.prologue is None:
+        scale = naive_conv(layer, np.abs(wide["input"]), np.abs(wide["filter"]))
+    else:  # the depthwise's scale carried through the 1x1 (``check.error_scale``)
+        scale = exact_and_scale(layer, data, "fp32")[2]
+    np.testing.assert_allclose(
+        reference(layer, wide["input"], wide["filter"], **fused_operands(wide)),
+        expected,
+        rtol=0,
+        atol=1e-12,
+    )
     tile = Tile(out_h=min(out_h, layer.h_out), in_c=min(in_c, layer.cin_per_group))
     mapping = Mapping("output_stack", delta_o=layer.cout_per_group, tile=tile)
     out = execute(build_program(layer, mapping, manticore, "fp32"), data).output
