@@ -42,6 +42,7 @@ from autotune.graphs.weights import Weights, WeightsError, seeded_weights
 from autotune.io.limits import check_fits
 from autotune.io.machine_yaml import resolve_machine
 from autotune.io.network_yaml import load_network
+from autotune.ir.fusion import fused_steps
 from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
@@ -51,7 +52,7 @@ from autotune.ir.options import TuneOptions
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.plan import NetworkPlan
 from autotune.ir.precision import word_bytes
-from autotune.plans import plan_applies, plan_network
+from autotune.plans import fused_network, plan_applies, plan_network
 from autotune.plans.check import restate
 from autotune.result import LayerResult, TuneResult, plan_figures, step_placement, totals_of
 from autotune.search.exhaustive import top_k
@@ -179,6 +180,7 @@ def tune_network(
             network, machine, options, lambda name: progress("plan", name), solve_by_placement
         )
         solutions, plan = list(planned.solutions), planned.plan
+        network = planned.network  # as the plan runs it: its fused pairs fused
     else:
         solutions = solve_network(network, machine, options, lambda n: progress("solve", n))
     finished = finish_network(solutions, machine, options, progress, plan)
@@ -460,14 +462,17 @@ def verify_schedule(result: TuneResult, seed: int = 0) -> list[Verification]:
 
 def schedule_network(result: TuneResult, network: Network | None = None) -> Network:
     """The network a schedule runs: ``network`` (checked to be the schedule's by the caller's
-    audit), else the one its graph section describes. ``NetworkError`` without either."""
-    if network is not None:
+    audit), else the one its graph section describes; with the depthwise pairs the schedule
+    fused fused (``ir.fusion``). ``NetworkError`` without either."""
+    if network is None:
+        if result.graph is None:
+            raise NetworkError(
+                f"the schedule of {result.network!r} has no graph section: give the network file"
+            )
+        network = Network.of_graph(result.graph, result.batch, result.precision)
+    if result.lowering is None:
         return network
-    if result.graph is None:
-        raise NetworkError(
-            f"the schedule of {result.network!r} has no graph section: give the network file"
-        )
-    return Network.of_graph(result.graph, result.batch, result.precision)
+    return fused_network(network, fused_steps(result.lowering))
 
 
 def verify_network_schedule(
@@ -516,6 +521,8 @@ def run_network(
     fit the network."""
     if network.graph is None or network.lowering is None:
         raise NetworkError(f"network {network.name!r} has no graph")
+    network = schedule_network(result, network)  # the schedule's depthwise pairs fused
+    assert network.graph is not None and network.lowering is not None
     chosen = weights if weights is not None else network.weights
     if chosen is None:
         chosen = seeded_weights(network.graph, seed)

@@ -58,21 +58,28 @@ from typing import Any
 from pydantic import BaseModel
 
 from autotune.chiplets import analyze, refinement_target, simulate
-from autotune.export import graph_of, layer_record, mapping_of, read_schedule, search_report
+from autotune.export import (
+    graph_of,
+    layer_record,
+    lowering_of,
+    mapping_of,
+    read_schedule,
+    search_report,
+)
 from autotune.io.errors import InputError
-from autotune.io.graph_json import graph_record
+from autotune.io.graph_json import fused_steps_of, graph_record
 from autotune.io.machine_yaml import load_preset, preset_names
 from autotune.io.plan_json import plan_from_record
 from autotune.io.schedule_json import LayerRecord, ScheduleFile, layer_from_record
 from autotune.ir.graph import Graph, GraphError
 from autotune.ir.layer import Layer, LayerError
-from autotune.ir.lowering import lower
 from autotune.ir.machine import Machine, whole_pj
 from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
 from autotune.ir.options import OBJECTIVES, SEARCH_MODES
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.model.analysis import Analysis
+from autotune.plans import fused_network
 from autotune.plans.check import plan_findings
 from autotune.result import LayerResult, TuneResult, plan_figures, step_placement
 from autotune.search.ilp.model import count_candidates
@@ -275,7 +282,7 @@ def _graph_findings(schedule: ScheduleFile, path: str | Path) -> tuple[Graph | N
         return None, [Finding(exc.layer, exc.field or "graph", exc.reason)]
     assert graph is not None
     try:
-        lowering = lower(graph)
+        lowering = lowering_of(schedule, graph)
     except GraphError as exc:
         return None, [Finding(exc.op, f"graph.{exc.field}", exc.reason)]
     found = []
@@ -307,6 +314,12 @@ def _graph_findings(schedule: ScheduleFile, path: str | Path) -> tuple[Graph | N
 
 def _network_findings(schedule: ScheduleFile, network: Network) -> list[Finding]:
     found = []
+    if schedule.graph is not None and network.lowering is not None:
+        # the network as the schedule runs it: the depthwise pairs its graph fuses fused
+        try:
+            network = fused_network(network, fused_steps_of(schedule.graph))
+        except GraphError as exc:
+            return [Finding(exc.op, f"graph.{exc.field}", exc.reason)]
     names = [rec.name for rec in schedule.layers]
     expected = [layer.name for layer in network.layers]
     if names != expected:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.chiplets import refinement_target
-from autotune.io.graph_json import graph_from_record
+from autotune.io.graph_json import fused_steps_of, graph_from_record
 from autotune.io.machine_yaml import machine_from_description
 from autotune.io.schedule_json import (
     LayerRecord,
@@ -28,8 +28,10 @@ from autotune.io.schedule_json import (
     shape_record,
 )
 from autotune.io.schedule_json import load as load_schedule_file
+from autotune.ir.fusion import fuse_depthwise
 from autotune.ir.graph import Graph
 from autotune.ir.layer import Layer
+from autotune.ir.lowering import Lowering, lower
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Buffers, Mapping
 from autotune.ir.precision import word_bytes
@@ -116,6 +118,14 @@ def graph_of(schedule: ScheduleFile, path: str | Path) -> Graph | None:
     if schedule.graph is None:
         return None
     return graph_from_record(schedule.graph, path, schedule.network)
+
+
+def lowering_of(schedule: ScheduleFile, graph: Graph) -> Lowering:
+    """The lowering a schedule file's graph records: lowered again, with the depthwise pairs
+    its fates say were fused (``ir.fusion``). Raises ``GraphError`` for a pair that cannot
+    fuse (a forged file)."""
+    assert schedule.graph is not None
+    return fuse_depthwise(lower(graph), fused_steps_of(schedule.graph))
 
 
 def search_report(record: SearchRecord) -> SearchReport:

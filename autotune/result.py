@@ -12,7 +12,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autotune.chiplets import analyze
-from autotune.export import graph_of, layer_record, mapping_of, read_schedule, search_report
+from autotune.export import (
+    graph_of,
+    layer_record,
+    lowering_of,
+    mapping_of,
+    read_schedule,
+    search_report,
+)
 from autotune.graphs.execute import NetworkVerification
 from autotune.io.graph_json import graph_record
 from autotune.io.plan_json import plan_from_record, plan_record
@@ -27,7 +34,7 @@ from autotune.io.schedule_json import (
 )
 from autotune.ir.graph import Graph
 from autotune.ir.layer import Layer
-from autotune.ir.lowering import Lowering, lower
+from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, Placement
@@ -188,7 +195,7 @@ class TuneResult:
         """A result with a schedule file's header (network, batch, precision, objective, seed)
         and ``layers`` rebuilt from it; the totals are recomputed from the layers. ``graph``:
         the file's graph, rebuilt (``graph_of``); its lowering is derived again."""
-        lowering = None if graph is None else lower(graph)
+        lowering = None if graph is None else lowering_of(schedule, graph)
         return cls(
             schedule.network,
             schedule.batch,

@@ -2,9 +2,12 @@
 
 For each network and each L2 bandwidth of the sweep (1x, 2x, 4x the chiplet's HBM bandwidth;
 the machine file's default is 2x, an assumption), the same run builds every step's options
-(the integer program per placement), then three plans of them: ``per-layer`` (today's: all
-in HBM), ``greedy`` (first-fit L2 allocation, each step the option its levels allow) and the
-network CP-SAT; and simulates each plan step by step (``plans.simulation``). It prints:
+(the integer program per placement), then four plans of them: ``per-layer`` (today's: all
+in HBM), ``greedy`` (first-fit L2 allocation, each step the option its levels allow), the
+network CP-SAT without depthwise fusion (``unfused``: ``--no-fuse``) and with it (``network``,
+as ``tune`` plans: the CP-SAT fuses a depthwise conv into the 1x1 after it where that pays,
+``autotune.ir.fusion``); and simulates each plan step by step (``plans.simulation``). It
+prints:
 
 * predicted and simulated network cycles of each plan and the speed-up over per-layer;
 * the network bound: max(peak MACs, compulsory HBM bytes at the HBM bandwidth), compulsory
@@ -20,8 +23,9 @@ network CP-SAT; and simulates each plan step by step (``plans.simulation``). It 
 * the fused bound: the same, where each chain of a 1x1 conv, a depthwise conv and a 1x1
   conv (MobileNet's inverted residual; or two of them) whose inner tensors have no other
   reader ran as one step that keeps those tensors in the clusters: the chain's MACs at peak,
-  its outside reads and its last write through the tree. What fusing such chains (not
-  implemented) could gain at most.
+  its outside reads and its last write through the tree. What fusing such chains could gain
+  at most (the plan fuses the depthwise-then-1x1 pairs only, and recomputes the depthwise
+  once per output stack).
 
     python benchmarks/bench_plan.py [--networks mobilenetv2,resnet50] [--sweep 1,2,4]
         [--batches 1,4,16,64] [--time-limit 60] [--machine manticore] [--precision fp16]
@@ -56,6 +60,7 @@ from autotune.ir.options import TuneOptions  # noqa: E402
 from autotune.ir.plan import NetworkPlan  # noqa: E402
 from autotune.ir.precision import word_bytes  # noqa: E402
 from autotune.plans import (  # noqa: E402
+    fused_network,
     greedy_plan,
     network_problem,
     per_layer_plan,
@@ -221,12 +226,20 @@ def fused_bound(
 def simulated(
     problem: PlanProblem, plan: NetworkPlan, network: Network, machine: Machine, opts: TuneOptions
 ) -> int:
-    mappings = [
-        problem.options[i][[o.placement for o in problem.options[i]].index(step.placement)].mapping
-        for i, step in enumerate(plan.steps)
-    ]
+    """The plan's steps simulated (a fused step: the fused layer's option at its placement)."""
+    index = {name: i for i, name in enumerate(problem.steps)}
+    mappings = []
+    for step in plan.steps:
+        role = "fused" if step.name in plan.fused else "own"
+        mappings.append(
+            next(
+                o.mapping
+                for o in problem.options[index[step.name]]
+                if o.role == role and o.placement == step.placement
+            )
+        )
     runs = simulate_plan(
-        network.layers,
+        fused_network(network, plan.fused).layers,
         mappings,
         plan,
         machine,
@@ -235,6 +248,16 @@ def simulated(
         simulate=simulate,
     )
     return sum(r.cycles for r in runs)
+
+
+def without_fusion(problem: PlanProblem) -> PlanProblem:
+    """The same problem without its fused options (``--no-fuse``)."""
+    return replace(
+        problem,
+        options=tuple(tuple(o for o in row if o.role == "own") for row in problem.options),
+        tensors=tuple(t for t in problem.tensors if t.name not in problem.pair_weights),
+        fused=(),
+    )
 
 
 def precision_of(network: Network, machine: Machine, asked: str | None) -> str:
@@ -275,19 +298,27 @@ def run(
     base = per_layer_plan(problem)
     greedy = greedy_plan(problem)
     t0 = time.perf_counter()
+    unfused_plan = solve_network_plan(without_fusion(problem), time_limit, 1, 0)
+    t_unfused = time.perf_counter() - t0
+    t0 = time.perf_counter()
     plan = solve_network_plan(problem, time_limit, 1, 0)  # as ``tune`` solves it
     t_solve = time.perf_counter() - t0
     bound = network_bound(network, machine, precision, batch)
     compulsory = compulsory_bytes(network, precision, batch)
-    sims = {p.status: simulated(problem, p, network, machine, opts) for p in (base, greedy, plan)}
-    s_base, s_greedy, s_plan = sims["PER_LAYER"], sims["GREEDY"], sims[plan.status]
+    plans = (base, greedy, unfused_plan, plan)
+    s_base, s_greedy, s_unfused, s_plan = (
+        simulated(problem, p, network, machine, opts) for p in plans
+    )
     print(
-        f"  {precision}; options: {n_options} ({len(problem.steps)} steps) in "
-        f"{t_options:.1f} s; CP-SAT {plan.status} in {t_solve:.1f} s, gap {plan.gap:.2%}"
+        f"  {precision}; options: {n_options} ({len(problem.steps)} steps, "
+        f"{len(problem.fused)} fusable pairs) in {t_options:.1f} s; CP-SAT {plan.status} in "
+        f"{t_solve:.1f} s, gap {plan.gap:.2%} (without fusion {unfused_plan.status} in "
+        f"{t_unfused:.1f} s); the plan fuses {len(plan.fused)} pairs"
     )
     for label, p, s in (
         ("per-layer", base, s_base),
         ("greedy", greedy, s_greedy),
+        ("unfused", unfused_plan, s_unfused),
         ("network", plan, s_plan),
     ):
         print(
@@ -312,7 +343,7 @@ def run(
         fused = fused_bound(problem, network, machine, precision, batch)
         print(
             f"  fused bound {fused:,} cycles ({len(chains)} depthwise-separable chains, "
-            f"{sum(map(len, chains))} steps, fused: not implemented): at most "
+            f"{sum(map(len, chains))} steps): at most "
             f"{bound / fused:.1%} of the network bound and x{s_base / fused:.2f} vs per-layer"
         )
     print(
@@ -325,6 +356,7 @@ def run(
     return {
         "per_layer": s_base,
         "greedy": s_greedy,
+        "unfused_plan": s_unfused,
         "plan": s_plan,
         "bound": bound,
         "unfused": unfused,

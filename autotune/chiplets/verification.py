@@ -198,6 +198,8 @@ def execute_layer(
     *,
     precision: str = "fp32",
     seed: int = 0,
+    prologue_weights: np.ndarray | None = None,
+    prologue_bias: np.ndarray | None = None,
 ) -> np.ndarray:
     """The output of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package:
     ``autotune.verification.execute_layer``'s operands and arguments, on a package every
@@ -226,11 +228,22 @@ def execute_layer(
             residual,
             precision=precision,
             seed=seed,
+            prologue_weights=prologue_weights,
+            prologue_bias=prologue_bias,
         ).output
     machine.check_precision(precision)
     batch = int(np.shape(x)[0])
     data = layer_inputs(
-        layer, batch, precision, seed, x=x, weights=weights, bias=bias, residual=residual
+        layer,
+        batch,
+        precision,
+        seed,
+        x=x,
+        weights=weights,
+        bias=bias,
+        residual=residual,
+        prologue_weights=prologue_weights,
+        prologue_bias=prologue_bias,
     )
     parts = split_parts(
         layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)

@@ -74,7 +74,12 @@ app = typer.Typer(
 #: ``tune --batch auto`` tries the powers of two up to this batch unless --max-batch says.
 AUTO_MAX_BATCH = 256
 #: Options whose command-line flag is not ``--`` + the field name.
-FLAGS = {"refine_workers": "--workers", "refine_timeout": "--time-limit", "refine": "--no-refine"}
+FLAGS = {
+    "refine_workers": "--workers",
+    "refine_timeout": "--time-limit",
+    "refine": "--no-refine",
+    "fuse_depthwise": "--no-fuse",
+}
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -205,6 +210,13 @@ def tune(
     plan_time_limit: Annotated[
         float, typer.Option(min=0.1, help="seconds for the network CP-SAT (best plan kept)")
     ] = 60.0,
+    no_fuse: Annotated[
+        bool,
+        typer.Option(
+            "--no-fuse",
+            help="the network plan never fuses a depthwise conv into the 1x1 conv after it",
+        ),
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="write the schedules as JSON here")] = None,
 ) -> None:
     """Choose, refine, simulate and verify every layer's mapping; print the schedule table.
@@ -241,6 +253,7 @@ def tune(
             seed=seed,
             plan=plan,
             plan_time_limit=plan_time_limit,
+            fuse_depthwise=not no_fuse,
         )
     _check_out(out, "--out")
     with refusing(network):

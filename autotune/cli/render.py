@@ -144,7 +144,8 @@ def progress_bar(description: str, total: int) -> Iterator[ProgressCallback]:
 
 def absorbed_text(lowering: Lowering | None) -> dict[str, str]:
     """Per layer: what was folded or fused into it ("bn1 relu1"), or where a copy goes; a
-    channel shuffle (a copy layer) says so."""
+    channel shuffle (a copy layer) says so; a fused depthwise, its step before the arrow
+    ("dw dw_bn dw_act → bn2")."""
     if lowering is None:
         return {}
     texts = {}
@@ -152,6 +153,8 @@ def absorbed_text(lowering: Lowering | None) -> dict[str, str]:
         text = " ".join(step.absorbed) if step.op else f"copy into {step.output.buffer}"
         if step.shuffle_groups:
             text = " ".join((f"channel shuffle of {step.shuffle_groups} groups", *step.absorbed))
+        if step.prologue is not None:
+            text = " ".join((step.prologue.op, *step.prologue.absorbed, "→", *step.absorbed))
         texts[step.name] = text
     return texts
 
@@ -161,6 +164,9 @@ def graph_summary(lowering: Lowering | None) -> str | None:
     if lowering is None:
         return None
     kinds: Counter[str] = Counter(f.kind for f in lowering.fates)
+    prologues = [step.prologue for step in lowering.steps if step.prologue is not None]
+    if prologues:  # the depthwise steps' operators are counted apart (their own line)
+        kinds["fused"] -= sum(1 + len(p.absorbed) for p in prologues)
     parts = [f"{kinds.get('layer', 0)} mapped"]
     for kind, words in (
         ("folded", "folded into a conv"),
@@ -173,6 +179,8 @@ def graph_summary(lowering: Lowering | None) -> str | None:
     copies = sum(1 for step in lowering.steps if not step.op)
     if copies:
         parts.append(f"{copies} concat operand copies")
+    if prologues:
+        parts.append(f"{len(prologues)} depthwise steps fused into the 1x1 after them")
     return f"graph: {len(lowering.fates)} operators: " + ", ".join(parts)
 
 

@@ -103,10 +103,22 @@ def execute_on_chiplet(
     residual: Array | None = None,
     *,
     precision: str = "fp32",
+    prologue_weights: Array | None = None,
+    prologue_bias: Array | None = None,
 ) -> Array:
-    """One layer's output on one chiplet (the default ``LayerExecutor``)."""
+    """One layer's output on one chiplet (the default ``LayerExecutor``; a fused pair's
+    depthwise filters and bias as ``prologue_*``)."""
     return execute_layer(
-        layer, mapping, machine, x, weights, bias, residual, precision=precision
+        layer,
+        mapping,
+        machine,
+        x,
+        weights,
+        bias,
+        residual,
+        precision=precision,
+        prologue_weights=prologue_weights,
+        prologue_bias=prologue_bias,
     ).output
 
 
@@ -326,13 +338,28 @@ def _execute(
         filters, bias = step_weights(step, graph, weights)
         residual = None if step.residual is None else _read(buffers, step.residual, batch)
         mapping = mappings[step.name]
-        if step.gate is None:
+        if step.prologue is not None:  # a fused depthwise: its filters after the 1x1's
+            dw_filters, dw_bias = step_weights(step.prologue, graph, weights)
+            read = memory.filters(step.name, [filters, dw_filters])
             output = execute(
                 step.layer,
                 mapping,
                 machine,
                 x,
-                memory.filters(step.name, filters),
+                read[0],
+                bias,
+                residual,
+                precision=precision,
+                prologue_weights=read[1],
+                prologue_bias=dw_bias,
+            )
+        elif step.gate is None:
+            output = execute(
+                step.layer,
+                mapping,
+                machine,
+                x,
+                memory.filters(step.name, [filters])[0],
                 bias,
                 residual,
                 precision=precision,
@@ -386,8 +413,8 @@ class _Memory:
     ) -> None:
         self.dtype = np.dtype(DTYPES[precision])
         self.buffers: dict[str, Array] = {}
-        self._filters: dict[str, Array] = {}  # step -> its weights' view into the L2
-        self._prefetch: dict[int, list[tuple[Step, Array]]] = {}
+        self._filters: dict[str, list[Array]] = {}  # step -> its weights' views into the L2
+        self._prefetch: dict[int, list[tuple[Step, list[Array]]]] = {}
         self._graph, self._weights = graph, weights
         if plan is None:
             for buffer in lowering.buffers:
@@ -416,10 +443,11 @@ class _Memory:
             if weights_tensor(owner) != t.name or owner not in index:
                 raise NetworkError(f"tensor {t.name!r} names no buffer and no step's weights")
             step = lowering.steps[index[owner]]
-            filters, _ = step_weights(step, graph, weights)
-            if filters is None:
+            arrays = self._step_filters(step)
+            if arrays is None:
                 raise NetworkError(f"tensor {t.name!r}: step {owner!r} has no weights")
-            t = self._sized(t, filters.shape, what)
+            shapes = [a.shape for a in arrays]
+            t = self._sized(t, (sum(math.prod(s) for s in shapes),), what)
             if t.level != "l2":
                 continue
             if not 0 <= t.first <= index[owner]:
@@ -427,19 +455,37 @@ class _Memory:
                     f"weights {t.name!r} are prefetched at step {t.first}, step {owner!r} "
                     f"reads them at step {index[owner]}"
                 )
-            view = self._view(t, filters.shape)
-            self._filters[owner] = view
-            self._prefetch.setdefault(t.first, []).append((step, view))
+            views, offset = [], t.offset or 0
+            for shape in shapes:  # one after the other: a fused pair's 1x1, then depthwise
+                views.append(self._view(t, shape, offset))
+                offset += math.prod(shape) * self.dtype.itemsize
+            self._filters[owner] = views
+            self._prefetch.setdefault(t.first, []).append((step, views))
+
+    def _step_filters(self, step: Step) -> list[Array] | None:
+        """The arrays a step's weights tensor holds: its filters, and a fused depthwise's
+        after them; None without filters."""
+        filters, _ = step_weights(step, self._graph, self._weights)
+        if filters is None:
+            return None
+        if step.prologue is None:
+            return [filters]
+        dw_filters, _ = step_weights(step.prologue, self._graph, self._weights)
+        assert dw_filters is not None
+        return [filters, dw_filters]
 
     def prefetch(self, index: int) -> None:
         """Write the weights prefetched during step ``index`` into the L2."""
-        for step, view in self._prefetch.get(index, ()):
-            filters, _ = step_weights(step, self._graph, self._weights)
-            view[...] = np.asarray(filters).astype(self.dtype)
+        for step, views in self._prefetch.get(index, ()):
+            arrays = self._step_filters(step)
+            assert arrays is not None
+            for view, array in zip(views, arrays, strict=True):
+                view[...] = np.asarray(array).astype(self.dtype)
 
-    def filters(self, step: str, filters: Array | None) -> Array | None:
-        """The filters step ``step`` reads: its view into the L2, else ``filters``."""
-        return self._filters.get(step, filters)
+    def filters(self, step: str, filters: list[Array | None]) -> list[Array | None]:
+        """The filters step ``step`` reads: its views into the L2, else ``filters`` (a
+        fused pair's: the 1x1's, the depthwise's)."""
+        return list(self._filters.get(step, filters))
 
     def _sized(self, t: PlannedTensor, shape: tuple[int, ...], what: str) -> PlannedTensor:
         need = math.prod(shape) * self.dtype.itemsize
@@ -449,7 +495,8 @@ class _Memory:
             )
         return t
 
-    def _view(self, t: PlannedTensor, shape: tuple[int, ...]) -> Array:
+    def _view(self, t: PlannedTensor, shape: tuple[int, ...], offset: int | None = None) -> Array:
+        """``shape`` at ``offset`` of the L2 (the tensor's own offset by default)."""
         if t.offset is None:
             raise NetworkError(f"tensor {t.name!r} is in L2 without an offset")
         if t.offset < 0 or t.l2_end > self._capacity:
@@ -457,7 +504,8 @@ class _Memory:
                 f"tensor {t.name!r}: bytes {t.offset}..{t.l2_end - 1} outside the L2's "
                 f"{self._capacity} B"
             )
-        return np.ndarray(shape, self.dtype, buffer=self._l2, offset=t.offset)
+        at = t.offset if offset is None else offset
+        return np.ndarray(shape, self.dtype, buffer=self._l2, offset=at)
 
 
 def _check_steps(plan: NetworkPlan, lowering: Lowering) -> None:

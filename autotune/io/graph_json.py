@@ -157,10 +157,15 @@ class StepRecord(_Record):
     )
     output: RefRecord
     absorbed: list[str] = Field(default_factory=list)
+    prologue: str | None = Field(
+        default=None,
+        description="a 1x1 conv fused with the depthwise step before it: that step's name "
+        "(its operators' fate is 'fused' into this step)",
+    )
 
-    _omit_gate = model_serializer(mode="wrap")(  # absent but for a gated mul's step
+    _omit_gate = model_serializer(mode="wrap")(  # absent but for a gated mul's or fused step
         lambda self, handler: {
-            k: v for k, v in handler(self).items() if k != "gate" or v is not None
+            k: v for k, v in handler(self).items() if k not in ("gate", "prologue") or v is not None
         }
     )
 
@@ -214,9 +219,20 @@ def graph_record(graph: Graph, lowering: Lowering) -> GraphRecord:
                 gate=None if step.gate is None else _ref(step.gate),
                 output=_ref(step.output),
                 absorbed=list(step.absorbed),
+                prologue=None if step.prologue is None else step.prologue.name,
             )
             for step in lowering.steps
         ],
+    )
+
+
+def fused_steps_of(record: GraphRecord) -> tuple[str, ...]:
+    """The 1x1 steps a graph record says took the depthwise before them as their prologue
+    (``ir.fusion``): those a conv operator's fate ``fused`` names, in order."""
+    return tuple(
+        dict.fromkeys(
+            op.into for op in record.operators if op.kind == "conv" and op.fate == "fused"
+        )
     )
 
 

@@ -6,13 +6,15 @@
 ``first``…``last`` (step indices, in the order of ``layers``) and, in L2, its byte ``offset``.
 ``steps`` gives each layer's ``placement`` (the level of its input, weights, residual and
 output streams), the weights it ``prefetch``es into L2 for later steps and the plan's figures
-for it. A compiler allocates the L2 from it; ``verify`` re-derives every figure and executes the
-network with a byte-addressed L2 at those offsets.
+for it. ``fused`` names the 1x1 steps that run with the depthwise step before them fused in
+(``autotune.ir.fusion``: the depthwise's result never leaves the clusters, so it is no tensor
+of the plan; absent when none is). A compiler allocates the L2 from it; ``verify`` re-derives
+every figure and executes the network with a byte-addressed L2 at those offsets.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from autotune.ir.placement import MemoryLevel, Placement
 from autotune.ir.plan import NetworkPlan, PlanMode, PlannedStep, PlannedTensor, TensorRole
@@ -66,6 +68,14 @@ class PlanRecord(_Record):
     solve_s: float = Field(description="informational: the network CP-SAT's wall time")
     tensors: list[PlannedTensorRecord]
     steps: list[PlannedStepRecord]
+    fused: list[str] = Field(
+        default_factory=list,
+        description="the 1x1 steps that run with the depthwise step before them fused in",
+    )
+
+    _omit_unfused = model_serializer(mode="wrap")(  # files without fusion keep their layout
+        lambda self, handler: {k: v for k, v in handler(self).items() if k != "fused" or v}
+    )
 
 
 def plan_record(plan: NetworkPlan) -> PlanRecord:
@@ -103,6 +113,7 @@ def plan_record(plan: NetworkPlan) -> PlanRecord:
             )
             for s in plan.steps
         ],
+        fused=list(plan.fused),
     )
 
 
@@ -132,4 +143,5 @@ def plan_from_record(record: PlanRecord) -> NetworkPlan:
         record.hbm_bytes,
         record.l2_peak_bytes,
         record.solve_s,
+        tuple(record.fused),
     )

@@ -71,6 +71,8 @@ class TuneOptions:
             ``per-layer`` (every tensor in HBM, each layer alone).
         plan_time_limit: seconds for the network CP-SAT (None: no limit); the best plan
             found so far is kept when it runs out.
+        fuse_depthwise: the network plan may fuse a depthwise conv into the 1x1 conv that
+            alone reads it (``autotune.ir.fusion``), where that pays; False: never.
         seed: seeds CP-SAT, Optuna and the verification data.
 
     Example:
@@ -99,6 +101,7 @@ class TuneOptions:
     seed: int = 0
     plan: str = "network"
     plan_time_limit: float | None = 60.0
+    fuse_depthwise: bool = True
 
     def __post_init__(self) -> None:
         _choice("objective", self.objective, OBJECTIVES)
@@ -121,6 +124,8 @@ class TuneOptions:
                 raise OptionsError(name, f"expected seconds, got {value!r}")
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise OptionsError(name, f"must be positive seconds, got {value!r}")
+        if not isinstance(self.fuse_depthwise, bool):
+            raise OptionsError("fuse_depthwise", f"expected a boolean, got {self.fuse_depthwise!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise OptionsError("seed", f"expected an integer, got {self.seed!r}")
         if not 0 <= self.seed <= MAX_SEED:

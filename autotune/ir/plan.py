@@ -82,6 +82,9 @@ class NetworkPlan:
     hbm_bytes: int
     l2_peak_bytes: int
     solve_s: float = 0.0
+    #: the 1x1 steps that run with the depthwise step before them fused in
+    #: (``autotune.ir.fusion``): the plan's steps are those of the lowering so fused
+    fused: tuple[str, ...] = ()
 
     @property
     def gap(self) -> float:

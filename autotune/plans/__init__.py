@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from autotune.ir.fusion import fusable, fuse_depthwise, fused_steps
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
 from autotune.ir.network import Network
@@ -32,6 +33,7 @@ __all__ = [
     "PlannedNetwork",
     "greedy_plan",
     "solve_network_plan",
+    "fused_network",
     "network_problem",
     "per_layer_plan",
     "plan_applies",
@@ -41,11 +43,23 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PlannedNetwork:
-    """A plan and, for every step, the solution of its layer at the plan's placement."""
+    """A plan and, for every step, the solution of its layer at the plan's placement;
+    ``network``: the network as the plan runs it (the depthwise pairs it fuses fused)."""
 
     plan: NetworkPlan
     solutions: tuple[LayerSolution, ...]
     problem: PlanProblem
+    network: Network
+
+
+def fused_network(network: Network, fused: Sequence[str]) -> Network:
+    """``network`` with the depthwise steps before the 1x1 steps ``fused`` fused into them
+    (``ir.fusion``): its lowering and its layers; ``network`` itself when those are the
+    pairs it has fused already. Raises ``GraphError`` for a pair that cannot fuse."""
+    if network.lowering is None or fused_steps(network.lowering) == tuple(fused):
+        return network
+    lowering = fuse_depthwise(network.lowering, fused)
+    return replace(network, layers=lowering.layers, lowering=lowering)
 
 
 def plan_applies(network: Network, machine: Machine) -> bool:
@@ -93,7 +107,10 @@ def network_problem(
     solutions by (shape, placement)."""
     assert network.lowering is not None
     precision, batch = str(options.precision), int(options.batch or 1)
-    tensors = plan_tensors(network.lowering, batch, precision)
+    lowering = network.lowering
+    names = [step.name for step in lowering.steps]
+    fused = [names.index(name) for name in fusable(lowering)] if options.fuse_depthwise else []
+    tensors = plan_tensors(lowering, batch, precision, fused)
     solutions: dict[tuple[object, ...], LayerSolution] = {}
 
     def solve(jobs: Sequence[tuple[Layer, Placement]]) -> list[StepOption]:
@@ -122,8 +139,9 @@ def network_problem(
             )
         return out
 
-    options_per_step = step_options(network.lowering, tensors, machine, solve)
-    return make_problem(network.lowering, tensors, options_per_step, machine), solutions
+    options_per_step = step_options(lowering, tensors, machine, solve, fused)
+    problem = make_problem(lowering, tensors, options_per_step, machine, fused, batch, precision)
+    return problem, solutions
 
 
 def plan_network(
@@ -140,7 +158,8 @@ def plan_network(
     plan = solve_network_plan(
         problem, options.plan_time_limit or 3600.0, options.solver_workers, options.seed
     )
-    return PlannedNetwork(plan, step_solutions(network, plan, solved), problem)
+    runs = fused_network(network, plan.fused)
+    return PlannedNetwork(plan, step_solutions(runs, plan, solved), problem, runs)
 
 
 def solve_network_plan(

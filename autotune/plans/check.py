@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 
+from autotune.ir.fusion import fused_steps
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.plan import NetworkPlan, PlannedStep, PlannedTensor, check_plan
@@ -87,6 +88,8 @@ def plan_findings(
     names = [s.name for s in lowering.steps]
     if [s.name for s in claim.steps] != names:
         return found + [("plan.steps", "are not the layers in order")]
+    if claim.fused != fused_steps(lowering):
+        return found + [("plan.fused", "are not the steps the graph fuses")]
     tensors = plan_tensors(lowering, batch, precision)
     expected = {t.name: t for t in tensors}
     claimed = {t.name: t for t in claim.tensors}

@@ -43,8 +43,8 @@ def greedy_choice(problem: PlanProblem) -> Choice:
     for t in sorted(problem.tensors, key=lambda t: (t.first, t.name)):
         if t.role != "weights" and problem.placeable(t.name):
             place(t.name, t.first, t.last)
-    for t in problem.tensors:
-        if t.role == "weights" and problem.placeable(t.name):
+    for t in problem.tensors:  # (it fuses nothing: a pair's weights are never read)
+        if t.role == "weights" and problem.placeable(t.name) and t.name not in problem.pair_weights:
             reader = t.readers[0]
             if place(t.name, reader - 1, reader):
                 prefetch[t.name] = reader - 1

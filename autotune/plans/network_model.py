@@ -13,6 +13,13 @@ Variables and constraints (time is the step index):
 - Each L2 tensor is a box: steps ``first … last`` by bytes ``offset … offset + size``; the
   boxes never overlap (``AddNoOverlap2D``), so the layout is sound by construction, and their
   sizes never exceed the L2 at any step (``AddCumulative``, implied but propagates faster).
+- Depthwise fusion (``ir.fusion``): ``fuse[c]`` for each pair the problem offers, true
+  exactly when its 1x1 step takes a ``fused`` option and its depthwise step the
+  ``absorbed`` one. The options of each role match the levels of the tensors that role
+  touches (``PlanProblem.option_streams``); a tensor no chosen option touches (the inner
+  tensor and the two steps' own weights when fused, the pair's weights when not) is not in
+  L2; nothing is prefetched during an absorbed step; the depthwise's input lives one step
+  longer when fused (the 1x1 step reads it).
 
 Objectives, ranked: network latency ``sum d[i]``; then HBM bytes; then the L2 high-water
 mark. Each stage keeps the previous optimum (or best found) as a constraint and starts from
@@ -59,6 +66,21 @@ class _Model:
         for t in problem.tensors:
             if problem.placeable(t.name):
                 self.l2[t.name] = m.new_bool_var(f"l2[{t.name}]")
+        # depthwise fusion: one flag per pair
+        self.fuse: dict[int, cp_model.IntVar] = {}
+        for i in problem.fused:
+            flag = self.fuse[i] = m.new_bool_var(f"fuse[{problem.steps[i]}]")
+            roles = [o.role for o in problem.options[i]]
+            m.add(sum(x for x, r in zip(self.x[i], roles, strict=True) if r == "fused") == flag)
+            before = [o.role for o in problem.options[i - 1]]
+            m.add(self.x[i - 1][before.index("absorbed")] == flag)
+            own, pair = problem.streams[i - 1], problem.option_streams(i, problem.options[i][-1])
+            assert pair is not None and pair.weights is not None
+            for name in (own.output, own.weights, problem.streams[i].weights):
+                if name in self.l2:
+                    m.add(self.l2[name] == 0).only_enforce_if(flag)
+            if pair.weights in self.l2:
+                m.add(self.l2[pair.weights] == 0).only_enforce_if(~flag)
         # weights: the step that prefetches them
         self.load: dict[str, dict[int, cp_model.IntVar]] = {}
         for t in problem.tensors:
@@ -67,22 +89,33 @@ class _Model:
                 window = range(max(0, reader - problem.prefetch_window), reader)
                 self.load[t.name] = {j: m.new_bool_var(f"load[{t.name}][{j}]") for j in window}
                 m.add(sum(self.load[t.name].values()) == self.l2[t.name])
-        # placements match tensor levels
-        for i, s in enumerate(problem.streams):
+                for j, flag in self.load[t.name].items():  # not during an absorbed step
+                    if j + 1 in problem.fused:
+                        m.add(flag == 0).only_enforce_if(self.fuse[j + 1])
+        # placements match tensor levels: for each option role, the tensors it touches
+        for i in range(n):
             options = problem.options[i]
-            for stream, names in (
-                ("input", s.inputs),
-                ("weights", (s.weights,) if s.weights else ()),
-                ("residual", (s.residual,) if s.residual else ()),
-                ("output", (s.output,)),
-            ):
-                chosen = sum(
-                    self.x[i][k]
-                    for k, o in enumerate(options)
-                    if getattr(o.placement, stream) == "l2"
-                )
-                for name in names:
-                    m.add(chosen == (self.l2[name] if name in self.l2 else 0))
+            for role in dict.fromkeys(o.role for o in options):
+                ks = [k for k, o in enumerate(options) if o.role == role]
+                s = problem.option_streams(i, options[ks[0]])
+                if s is None:
+                    continue
+                taken = self._role_taken(i, role, len(ks) == len(options))
+                for stream, names in (
+                    ("input", s.inputs),
+                    ("weights", (s.weights,) if s.weights else ()),
+                    ("residual", (s.residual,) if s.residual else ()),
+                    ("output", (s.output,)),
+                ):
+                    chosen = sum(
+                        self.x[i][k] for k in ks if getattr(options[k].placement, stream) == "l2"
+                    )
+                    for name in names:
+                        level = self.l2[name] if name in self.l2 else 0
+                        if taken is None:
+                            m.add(chosen == level)
+                        else:
+                            m.add(chosen == level).only_enforce_if(taken)
         # step durations
         hbm, l2r = problem.hbm_rate, problem.l2_rate
         self.d = []
@@ -126,6 +159,16 @@ class _Model:
                     m.add(start == j).only_enforce_if(flag)
                 length = m.new_int_var(1, t.last + 1 - min(self.load[name]), f"len[{name}]")
                 xi = m.new_optional_interval_var(start, length, t.last + 1, present, f"t[{name}]")
+            elif t.last + 1 in problem.fused and name in problem.streams[t.last].inputs:
+                # a depthwise's input: read by the 1x1 step after it when the pair is fused
+                longer = self.fuse[t.last + 1]
+                xi = m.new_optional_interval_var(
+                    t.first,
+                    t.last - t.first + 1 + longer,
+                    t.last + 1 + longer,
+                    present,
+                    f"t[{name}]",
+                )
             else:
                 xi = m.new_optional_fixed_size_interval_var(
                     t.first, t.last - t.first + 1, present, f"t[{name}]"
@@ -138,6 +181,18 @@ class _Model:
         if xs:
             m.add_no_overlap_2d(xs, ys)
             m.add_cumulative(xs, demands, units)
+
+    def _role_taken(self, i: int, role: str, alone: bool) -> cp_model.LiteralT | None:
+        """The literal that says step ``i`` takes an option of ``role`` (None: always, the
+        step has no other role)."""
+        if alone:
+            return None
+        if role == "fused":
+            return self.fuse[i]
+        if role == "absorbed":
+            return self.fuse[i + 1]
+        # own: the step's pair is not fused (its own pair as 1x1, or the next as depthwise)
+        return ~self.fuse[i] if i in self.fuse else ~self.fuse[i + 1]
 
     def choice(self, solver: cp_model.CpSolver) -> Choice:
         option = tuple(

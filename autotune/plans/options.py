@@ -10,27 +10,45 @@ solved once (``solve`` is called with distinct ``(layer, placement)`` pairs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
+from typing import Literal
 
+from autotune.ir.fusion import fused_layer
 from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, MEMORY_LEVELS, MemoryLevel, Placement
-from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers, weights_stream
+from autotune.plans.tensors import (
+    TensorSpec,
+    fused_weights,
+    may_live_in_l2,
+    step_buffers,
+    weights_stream,
+)
+
+#: What an option runs: the step's own layer; a 1x1 step with the depthwise before it as its
+#: prologue (``ir.fusion``); or nothing, a depthwise step fused into the step after it.
+OptionRole = Literal["own", "fused", "absorbed"]
 
 
 @dataclass(frozen=True)
 class StepOption:
     """One way to run a step: its placement, the mapping chosen for it and the model's
-    figures (cycles of the step alone, bytes it moves to and from HBM and L2)."""
+    figures (cycles of the step alone, bytes it moves to and from HBM and L2); ``role``:
+    ``OptionRole``."""
 
     placement: Placement
     mapping: Mapping
     cycles: int
     hbm_bytes: int
     l2_bytes: int
+    role: OptionRole = "own"
+
+
+#: A depthwise step fused into the step after it: it runs nothing and moves nothing.
+ABSORBED = StepOption(HBM_ONLY, Mapping("output_stack"), 0, 0, 0, "absorbed")
 
 
 #: ``solve(layer, placement)`` -> the option's mapping and figures (the model's best).
@@ -80,19 +98,41 @@ def step_options(
     tensors: Sequence[TensorSpec],
     machine: Machine,
     solve: Callable[[Sequence[tuple[Layer, Placement]]], Sequence[StepOption]],
+    fused: Sequence[int] = (),
 ) -> list[list[StepOption]]:
     """Options of every step; ``solve`` gets each distinct (shape, placement) once, in a
-    list, so that it can spread them over processes, and returns their options in order."""
+    list, so that it can spread them over processes, and returns their options in order.
+
+    ``fused``: the indices of the 1x1 steps that may take the depthwise step before them as
+    their prologue (``ir.fusion``). Such a step also gets the fused layer's options, at
+    every placement of its streams: the depthwise's input, the two steps' weights together
+    (``tensors.fused_weights``), its own residual and output; the depthwise step gets
+    ``ABSORBED``."""
     Key = tuple[tuple[object, ...], Placement]
     wanted: dict[Key, tuple[Layer, Placement]] = {}
-    keys: list[list[Key]] = []
-    for step, levels in zip(lowering.steps, stream_levels(lowering, tensors, machine), strict=True):
-        row = []
-        for placement in step_placements(levels):
+    keys: list[list[tuple[Key, OptionRole]]] = []
+    levels = stream_levels(lowering, tensors, machine)
+    spec = {t.name: t for t in tensors}
+    capacity = machine.l2_bytes if machine.has_l2 else 0
+    for i, step in enumerate(lowering.steps):
+        row: list[tuple[Key, OptionRole]] = []
+        for placement in step_placements(levels[i]):
             key = (step.layer.shape_key(), placement)
             wanted.setdefault(key, (step.layer, placement))
-            row.append(key)
+            row.append((key, "own"))
+        if i in fused:
+            layer = fused_layer(lowering.steps[i - 1].layer, step.layer)
+            weights = spec[fused_weights(step.name)]
+            both = MEMORY_LEVELS if may_live_in_l2(weights, capacity) else ("hbm",)
+            joint = dict(levels[i], input=levels[i - 1]["input"], weights=both)
+            for placement in step_placements(joint):
+                key = (layer.shape_key(), placement)
+                wanted.setdefault(key, (layer, placement))
+                row.append((key, "fused"))
         keys.append(row)
     jobs = list(wanted.items())
     solved = dict(zip([k for k, _ in jobs], solve([job for _, job in jobs]), strict=True))
-    return [[solved[key] for key in row] for row in keys]
+    out = [[replace(solved[key], role=role) for key, role in row] for row in keys]
+    for i in fused:
+        out[i - 1].append(ABSORBED)
+    return out

@@ -20,10 +20,11 @@ are summed over the chiplets and the bandwidths are the package's (per chiplet x
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
 
+from autotune.ir.fusion import fuse_depthwise, fused_steps
 from autotune.ir.lowering import Lowering
 from autotune.ir.machine import Machine
 from autotune.ir.plan import (
@@ -33,9 +34,17 @@ from autotune.ir.plan import (
     PlannedStep,
     PlannedTensor,
     l2_peak,
+    weights_tensor,
 )
 from autotune.plans.options import StepOption
-from autotune.plans.tensors import TensorSpec, may_live_in_l2, step_buffers, weights_stream
+from autotune.plans.tensors import (
+    TensorSpec,
+    fused_weights,
+    may_live_in_l2,
+    plan_tensors,
+    step_buffers,
+    weights_stream,
+)
 
 #: Steps before its reader during which a layer's weights may be prefetched into L2.
 PREFETCH_WINDOW = 4
@@ -72,6 +81,14 @@ class PlanProblem:
     l2_rate: Fraction
     prefetch_window: int = PREFETCH_WINDOW
     copies: int = 1  # chiplets, each with its own L2 and its own copy of prefetched weights
+    #: 1x1 steps that may take the depthwise step before them as their prologue (``fused``
+    #: options at them, ``absorbed`` at the step before: ``options.step_options``), and what
+    #: a choice that fuses some is realized with (``realized``): the lowering, the batch and
+    #: the precision the tensors were sized at
+    fused: tuple[int, ...] = ()
+    lowering: Lowering | None = field(default=None, compare=False, repr=False)
+    batch: int = 1
+    precision: str = "fp32"
 
     @cached_property
     def spec(self) -> dict[str, TensorSpec]:
@@ -80,6 +97,24 @@ class PlanProblem:
     def placeable(self, name: str) -> bool:
         """The tensor can be in L2 at all (``tensors.may_live_in_l2``)."""
         return may_live_in_l2(self.spec[name], self.capacity)
+
+    @cached_property
+    def pair_weights(self) -> frozenset[str]:
+        """The tensors of fused pairs' weights (``tensors.fused_weights``)."""
+        return frozenset(fused_weights(self.steps[i]) for i in self.fused)
+
+    def option_streams(self, i: int, option: StepOption) -> StepStreams | None:
+        """The tensors step ``i`` reads and writes with ``option``: its own; a fused pair's
+        (the depthwise's input, the pair's weights, the 1x1's residual and output); none
+        for an absorbed depthwise."""
+        if option.role == "absorbed":
+            return None
+        own = self.streams[i]
+        if option.role == "own":
+            return own
+        return StepStreams(
+            self.streams[i - 1].inputs, own.residual, own.output, fused_weights(self.steps[i])
+        )
 
     def prefetch_cost(self, weights: str) -> int:
         """Bytes moved from HBM to L2 to prefetch ``weights``: one copy per chiplet."""
@@ -100,23 +135,38 @@ def make_problem(
     tensors: Sequence[TensorSpec],
     options: Sequence[Sequence[StepOption]],
     machine: Machine,
+    fused: Sequence[int] = (),
+    batch: int = 1,
+    precision: str = "fp32",
 ) -> PlanProblem:
-    names = {t.name for t in tensors}
-    streams = []
-    for step in lowering.steps:
-        inputs, residual, output = step_buffers(step)
-        w = weights_stream(step)
-        streams.append(StepStreams(inputs, residual, output, w if w in names else None))
+    """The problem of ``lowering``'s steps with their ``options``; ``fused``, ``batch``,
+    ``precision``: as ``PlanProblem`` says (the tensors' sizes must be at that batch and
+    precision)."""
     return PlanProblem(
         tuple(s.name for s in lowering.steps),
-        tuple(streams),
+        step_streams(lowering, tensors),
         tuple(tensors),
         tuple(tuple(o) for o in options),
         machine.l2_bytes if machine.has_l2 else 0,
         rate(machine.hbm_bytes_per_cycle * machine.chiplets),
         rate(machine.l2_bytes_per_cycle * machine.chiplets) if machine.has_l2 else Fraction(0),
         copies=machine.chiplets,
+        fused=tuple(fused),
+        lowering=lowering,
+        batch=batch,
+        precision=precision,
     )
+
+
+def step_streams(lowering: Lowering, tensors: Sequence[TensorSpec]) -> tuple[StepStreams, ...]:
+    """The tensors of each step's streams (weights only when ``tensors`` has them)."""
+    names = {t.name for t in tensors}
+    streams = []
+    for step in lowering.steps:
+        inputs, residual, output = step_buffers(step)
+        w = weights_stream(step)
+        streams.append(StepStreams(inputs, residual, output, w if w in names else None))
+    return tuple(streams)
 
 
 @dataclass(frozen=True)
@@ -137,7 +187,11 @@ def assemble(
     bound_cycles: int | None = None,
     solve_s: float = 0.0,
 ) -> NetworkPlan:
-    """The plan a choice makes, every figure computed here (not taken from a solver)."""
+    """The plan a choice makes, every figure computed here (not taken from a solver); over
+    the lowering it runs when the problem offers fusion (``realized``)."""
+    if problem.fused:
+        problem, choice = realized(problem, choice)
+    fused = () if problem.lowering is None else fused_steps(problem.lowering)
     prefetch: dict[int, list[str]] = {}
     for name, j in sorted(choice.prefetch_step.items()):
         prefetch.setdefault(j, []).append(name)
@@ -186,6 +240,7 @@ def assemble(
         hbm,
         l2_peak(tensors),
         round(solve_s, 3),
+        fused,
     )
 
 
@@ -210,9 +265,53 @@ def consistent_option(problem: PlanProblem, i: int, in_l2: set[str]) -> int | No
     )
     for k, option in enumerate(problem.options[i]):
         p = option.placement
-        if (p.input, p.weights, p.residual, p.output) == want:
+        if option.role == "own" and (p.input, p.weights, p.residual, p.output) == want:
             return k
     return None
+
+
+def fused_by(problem: PlanProblem, choice: Choice) -> tuple[str, ...]:
+    """The 1x1 steps whose ``fused`` option the choice takes."""
+    return tuple(
+        problem.steps[i]
+        for i in problem.fused
+        if problem.options[i][choice.option[i]].role == "fused"
+    )
+
+
+def realized(problem: PlanProblem, choice: Choice) -> tuple[PlanProblem, Choice]:
+    """A choice of a problem that offers fusion as the problem of the lowering it runs (its
+    pairs fused: ``ir.fusion``), each step with its chosen option alone, and the choice
+    there: the same L2 offsets (a fused pair's weights under their tensor's name),
+    prefetches at the same steps, renumbered. ``assemble`` of the two is the plan; its
+    figures are the choice's (an absorbed step runs and moves nothing)."""
+    assert problem.lowering is not None, "a problem that offers fusion has its lowering"
+    pairs = fused_by(problem, choice)
+    runs = fuse_depthwise(problem.lowering, pairs)
+    absorbed = {problem.steps.index(name) - 1 for name in pairs}
+    renumbered: list[int] = []
+    for i in range(len(problem.steps)):
+        renumbered.append(i - sum(1 for j in absorbed if j < i))
+    chosen = [[problem.options[i][k]] for i, k in enumerate(choice.option) if i not in absorbed]
+    tensors = plan_tensors(runs, problem.batch, problem.precision)
+    final = replace(
+        problem,
+        steps=tuple(s.name for s in runs.steps),
+        streams=step_streams(runs, tensors),
+        tensors=tensors,
+        options=tuple(tuple(o) for o in chosen),
+        fused=(),
+        lowering=runs,
+    )
+    alias = {weights_tensor(name): fused_weights(name) for name in pairs}
+    offsets, prefetch = {}, {}
+    for t in tensors:
+        source = alias.get(t.name, t.name)
+        if source in choice.offsets:
+            offsets[t.name] = choice.offsets[source]
+        if source in choice.prefetch_step:
+            prefetch[t.name] = renumbered[choice.prefetch_step[source]]
+    return final, Choice(tuple(0 for _ in chosen), offsets, prefetch)
 
 
 def aligned_units(nbytes: int) -> int:

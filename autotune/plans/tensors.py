@@ -11,8 +11,10 @@ stream (``ir.lowering``): the gate is an activation, placed as one, with no weig
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.ir.fusion import fused_layer
 from autotune.ir.lowering import Lowering, Step
 from autotune.ir.plan import L2_ALIGN, TensorRole, weights_tensor
 from autotune.ir.precision import word_bytes
@@ -67,8 +69,18 @@ def weights_stream(step: Step) -> str:
     return step.gate.buffer if step.gate is not None else weights_tensor(step.name)
 
 
-def plan_tensors(lowering: Lowering, batch: int, precision: str) -> tuple[TensorSpec, ...]:
-    """Every buffer of ``lowering`` and every step's weights, at ``batch`` and ``precision``."""
+def fused_weights(step: str) -> str:
+    """The problem's name of a fused pair's weights (the 1x1 step ``step``'s and the
+    depthwise's, as one tensor): ``weights_tensor(step)`` once the pair is fused."""
+    return f"{step}:fused-weights"
+
+
+def plan_tensors(
+    lowering: Lowering, batch: int, precision: str, fused: Sequence[int] = ()
+) -> tuple[TensorSpec, ...]:
+    """Every buffer of ``lowering`` and every step's weights, at ``batch`` and ``precision``;
+    for each 1x1 step of ``fused`` (indices: ``ir.fusion``) the weights it and the depthwise
+    before it would have as a fused pair (``fused_weights``), read by the 1x1 step."""
     wb = word_bytes(precision)
     writers: dict[str, list[int]] = {b.name: [] for b in lowering.buffers}
     readers: dict[str, list[int]] = {b.name: [] for b in lowering.buffers}
@@ -114,4 +126,18 @@ def plan_tensors(lowering: Lowering, batch: int, precision: str) -> tuple[Tensor
                     step=step.name,
                 )
             )
+    for i in fused:
+        layer = fused_layer(lowering.steps[i - 1].layer, lowering.steps[i].layer)
+        name = lowering.steps[i].name
+        specs.append(
+            TensorSpec(
+                fused_weights(name),
+                "weights",
+                aligned(layer.weight_words * wb),
+                (),
+                (i,),
+                pinned=False,
+                step=name,
+            )
+        )
     return tuple(specs)

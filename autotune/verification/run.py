@@ -101,6 +101,8 @@ def execute_layer(
     *,
     precision: str = "fp32",
     seed: int = 0,
+    prologue_weights: np.ndarray | None = None,
+    prologue_bias: np.ndarray | None = None,
 ) -> Outputs:
     """Run ``layer`` under ``mapping`` on one chiplet of ``machine`` and return its output.
 
@@ -115,6 +117,9 @@ def execute_layer(
         precision: the storage precision (fp16 data accumulates in fp32 and is rounded once
             at the store, FP16.32).
         seed: draws the weights, bias and residual that are needed but not given.
+        prologue_weights: a fused pair's depthwise filters ``(c_in, 1, kernel_h,
+            kernel_w)`` (its ``weights`` are then the 1×1's, ``(c_out, c_in, 1, 1)``), and
+            ``prologue_bias`` ``(c_in,)`` when the depthwise has one.
 
     Returns:
         ``Outputs``: ``output`` ``(batch, c_out, h_out, w_out)`` in ``precision``'s dtype, and
@@ -135,7 +140,16 @@ def execute_layer(
     """
     batch = int(np.shape(x)[0])
     data = layer_inputs(
-        layer, batch, precision, seed, x=x, weights=weights, bias=bias, residual=residual
+        layer,
+        batch,
+        precision,
+        seed,
+        x=x,
+        weights=weights,
+        bias=bias,
+        residual=residual,
+        prologue_weights=prologue_weights,
+        prologue_bias=prologue_bias,
     )
     return execute(build_program(layer, mapping, machine, precision, batch), data)
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import autotune
-from autotune.api import audit_schedule, run_network, verify_network_schedule
+from autotune.api import audit_schedule, run_network, schedule_network, verify_network_schedule
 from autotune.cli.app import app
 from autotune.graphs.execute import verify_network
 from autotune.graphs.weights import seeded_weights
@@ -99,7 +99,9 @@ def output_moved(channels: int):
 
 
 def verify_forged(net, result, name: str, forge):
-    """The network executed and checked with step ``name`` replaced by ``forge(step)``."""
+    """The network executed and checked with step ``name`` replaced by ``forge(step)``
+    (the network as the schedule runs it: its depthwise pairs fused where the plan did)."""
+    net = schedule_network(result, net)
     assert net.lowering is not None
     steps = tuple(forge(s) if s.name == name else s for s in net.lowering.steps)
     assert steps != net.lowering.steps
@@ -361,7 +363,10 @@ def test_pads_prelu_and_tanh_match_onnxruntime(tmp_path):
     compute what onnxruntime computes; the schedule file keeps the unequal padding."""
     path = padded_prelu_tanh(tmp_path, batch=2)
     result, net = tuned_as_onnxruntime(path, (2, 3, 12, 12), seed=8)
-    dw = next(r.layer for r in result.layers if r.layer.name == "dw")
+    # the depthwise's layer: its own, or the 1x1's it is fused into (the window is its)
+    assert result.lowering is not None
+    step = next(s for s in result.lowering.steps if "dw" in (s.op, s.prologue and s.prologue.op))
+    dw = step.layer
     assert (dw.pad_bottom, dw.pad_right) == (1, 2)
     saved = tmp_path / "edges.json"
     result.save(saved)
