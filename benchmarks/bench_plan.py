@@ -193,7 +193,11 @@ def step_bound_terms(
         touched = min(1.0, layer.kernel_h / layer.stride_h) * min(
             1.0, layer.kernel_w / layer.stride_w
         )
-        weights = sum(t.bytes for t in problem.tensors if t.role == "weights" and i in t.readers)
+        weights = sum(
+            t.bytes
+            for t in problem.tensors
+            if t.role == "weights" and i in t.readers and t.name not in problem.pair_weights
+        )
         inputs = touched * sum(volume(ref) for ref in step.inputs)
         reads = weights + inputs + volume(step.residual) + volume(step.gate)
         terms.append(
