@@ -604,6 +604,9 @@ class TaskTiles:
     """Words of the largest task's tiles, per kind of algorithm (report Sec. 2.1.2-3.2.2)."""
 
     conv_input: Value  # an input step: images x in_c slices x spatial tile (with halo)
+    #: the step's band alone: ``conv_input`` less a fused depthwise's result (what Alg. 3
+    #: forwards)
+    conv_band: Value
     conv_output: Value  # the output stack of a spatial tile: channels x images x pixels
     fc_input: Value  # input_parallel: images x in_c whole input slices
 
@@ -612,11 +615,13 @@ def task_tiles(ops: Ops, q: Quantities, k: Consts) -> TaskTiles:
     """The tiles the largest task holds: the batch tile's images of the largest spatial tile
     (convolutions) or of whole slices (``input_parallel``), ``in_c`` input slices a step."""
     images, step = q.batch_tile_images_max, q.step_in_channels
-    conv_input = ops.mul(ops.mul(images, step), q.tile_in_pixels_max)
+    band = ops.mul(ops.mul(images, step), q.tile_in_pixels_max)
+    conv_input = band
     if k.prologue_pixels:  # a fused depthwise's result, beside its band (``tiling``)
-        conv_input = conv_input + ops.mul(ops.mul(images, step), q.tile_out_pixels_max)
+        conv_input = band + ops.mul(ops.mul(images, step), q.tile_out_pixels_max)
     return TaskTiles(
         conv_input=conv_input,
+        conv_band=band,
         conv_output=ops.mul(ops.mul(q.stack_out_channels_max, images), q.tile_out_pixels_max),
         fc_input=ops.mul(images, step) * k.in_pixels,
     )
@@ -652,7 +657,7 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
         if k.has_filters
         else 0,
         "output": output,
-        "share": ops.choose(alg, [0, tiles.conv_input, 0]),
+        "share": ops.choose(alg, [0, tiles.conv_band, 0]),
         "residual": output if k.has_residual else 0,
     }
 

@@ -7,12 +7,15 @@ import dataclasses
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from autotune import Layer, Mapping, MappingError, Tile, analyze
+from autotune.ir.layer import Activation, Prologue
+from autotune.ir.precision import word_bytes
 from autotune.model import report
 from autotune.model.analysis import compulsory_words
 from autotune.search.space import algorithms_for, in_c_values, minimal_mapping
+from autotune.tiling import declared_buffers, task_grid
 from tests.kinds import BIAS_RESIDUAL_RELU, REALISTIC
 from tests.strategies import mapped_layers
 
@@ -48,6 +51,45 @@ def test_weightless_layers_load_no_filters_and_residuals_are_read_once(manticore
         )
     else:
         assert a.buffer_tile_words["residual"] == a.buffer_bytes["residual"] == 0
+
+
+#: A fused pair under Alg. 3 (EfficientNet-Lite0's second block): its forwarding buffer holds
+#: the band alone, not the depthwise result beside it in the input slot.
+FUSED_SHARED = (
+    Layer(
+        "pwl",
+        "conv",
+        112,
+        112,
+        96,
+        24,
+        3,
+        3,
+        2,
+        2,
+        pad_bottom=1,
+        pad_right=1,
+        prologue=Prologue(bias=True, activation=Activation("clip")),
+    ),
+    Mapping("output_stack_shared", delta_o=12, share_group=4, tile=Tile(out_h=7, out_w=14, in_c=2)),
+    1,
+    "fp32",
+)
+
+
+@SETTINGS
+@example(case=FUSED_SHARED)
+@given(mapped_layers())
+def test_the_model_allocates_the_buffers_the_mapping_declares(manticore, case):
+    """The model's buffers are those ``tiling`` declares, which the simulator and the
+    executor allocate: every operand's tile and allocated bytes."""
+    layer, mapping, batch, precision = case
+    a = analyze(layer, mapping, manticore, precision, batch)
+    wb = word_bytes(precision)
+    declared = declared_buffers(task_grid(layer, mapping, batch, manticore), wb, 8)
+    for op, nbytes in declared.allocated_bytes.items():
+        assert a.buffer_bytes[op] == nbytes, op
+        assert a.buffer_tile_words[op] * wb == declared.tile_bytes[op], op
 
 
 @SETTINGS
