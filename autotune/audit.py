@@ -168,7 +168,7 @@ def audit_schedule(path: str | Path, network: Network | None = None) -> Schedule
         by_name.setdefault(rec.name, None if rebuilt is None else (rebuilt.layer, rebuilt.mapping))
     if len(layers) != len(schedule.layers) or not layers:
         return ScheduleAudit(str(path), findings, None)
-    result = TuneResult.of_schedule(schedule, machine, layers, graph, plan)
+    result = TuneResult.of_schedule(schedule, machine, layers, graph, plan, path=path)
     if plan is not None and result.lowering is not None:
         figures = plan_figures(layers)
         findings += [
@@ -282,9 +282,9 @@ def _graph_findings(schedule: ScheduleFile, path: str | Path) -> tuple[Graph | N
         return None, [Finding(exc.layer, exc.field or "graph", exc.reason)]
     assert graph is not None
     try:
-        lowering = lowering_of(schedule, graph)
-    except GraphError as exc:
-        return None, [Finding(exc.op, f"graph.{exc.field}", exc.reason)]
+        lowering = lowering_of(schedule, graph, path)
+    except InputError as exc:
+        return None, [Finding(exc.layer, exc.field or "graph", exc.reason)]
     found = []
     differ = _differences(_dump(schedule.graph), _dump(graph_record(graph, lowering)), "graph")
     if differ:

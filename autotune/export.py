@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.chiplets import refinement_target
+from autotune.io.errors import InputError
 from autotune.io.graph_json import fused_steps_of, graph_from_record
 from autotune.io.machine_yaml import machine_from_description
 from autotune.io.schedule_json import (
@@ -29,7 +30,7 @@ from autotune.io.schedule_json import (
 )
 from autotune.io.schedule_json import load as load_schedule_file
 from autotune.ir.fusion import fuse_depthwise
-from autotune.ir.graph import Graph
+from autotune.ir.graph import Graph, GraphError
 from autotune.ir.layer import Layer
 from autotune.ir.lowering import Lowering, lower
 from autotune.ir.machine import Machine
@@ -120,12 +121,16 @@ def graph_of(schedule: ScheduleFile, path: str | Path) -> Graph | None:
     return graph_from_record(schedule.graph, path, schedule.network)
 
 
-def lowering_of(schedule: ScheduleFile, graph: Graph) -> Lowering:
+def lowering_of(schedule: ScheduleFile, graph: Graph, path: str | Path) -> Lowering:
     """The lowering a schedule file's graph records: lowered again, with the depthwise pairs
-    its fates say were fused (``ir.fusion``). Raises ``GraphError`` for a pair that cannot
-    fuse (a forged file)."""
+    its fates say were fused (``ir.fusion``). Raises ``InputError`` naming the file, the
+    step and the field for a graph that does not lower or a pair that cannot fuse (a
+    forged file)."""
     assert schedule.graph is not None
-    return fuse_depthwise(lower(graph), fused_steps_of(schedule.graph))
+    try:
+        return fuse_depthwise(lower(graph), fused_steps_of(schedule.graph))
+    except GraphError as exc:
+        raise InputError(path, exc.reason, layer=exc.op, field=f"graph.{exc.field}") from None
 
 
 def search_report(record: SearchRecord) -> SearchReport:

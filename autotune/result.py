@@ -181,7 +181,8 @@ class TuneResult:
                     prefetch_bytes=prefetch,
                 )
             )
-        return cls.of_schedule(schedule, machine, layers, graph_of(schedule, path), plan)
+        graph = graph_of(schedule, path)
+        return cls.of_schedule(schedule, machine, layers, graph, plan, path=path)
 
     @classmethod
     def of_schedule(
@@ -191,11 +192,14 @@ class TuneResult:
         layers: list[LayerResult],
         graph: Graph | None = None,
         plan: NetworkPlan | None = None,
+        *,
+        path: str | Path,
     ) -> TuneResult:
         """A result with a schedule file's header (network, batch, precision, objective, seed)
         and ``layers`` rebuilt from it; the totals are recomputed from the layers. ``graph``:
-        the file's graph, rebuilt (``graph_of``); its lowering is derived again."""
-        lowering = None if graph is None else lowering_of(schedule, graph)
+        the file's graph, rebuilt (``graph_of``); its lowering is derived again (``InputError``
+        naming the file ``path`` if it cannot be)."""
+        lowering = None if graph is None else lowering_of(schedule, graph, path)
         return cls(
             schedule.network,
             schedule.batch,

@@ -179,7 +179,10 @@ class Prologue:
 
     def key(self) -> tuple[object, ...]:
         """The prologue as plain values (as ``Epilogue.key``)."""
-        return Epilogue(self.bias, False, self.activation).key()[:6]
+        act = self.activation
+        if act is None:
+            return (self.bias, None, 0.0, 0.0, 0.0)
+        return (self.bias, act.kind, act.alpha, act.low, act.high)
 
 
 @dataclass(frozen=True)

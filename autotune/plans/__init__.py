@@ -140,7 +140,9 @@ def network_problem(
         return out
 
     options_per_step = step_options(lowering, tensors, machine, solve, fused)
-    problem = make_problem(lowering, tensors, options_per_step, machine, fused, batch, precision)
+    problem = make_problem(
+        lowering, tensors, options_per_step, machine, fused, batch=batch, precision=precision
+    )
     return problem, solutions
 
 

@@ -45,7 +45,10 @@ def restate(
     HBM and L2 bytes there): the same plan after its layers' mappings changed, or what a
     file's plan must equal."""
     tensors = plan_tensors(lowering, batch, precision)
-    return _restated(claim, make_problem(lowering, tensors, [[f] for f in figures], machine))
+    problem = make_problem(
+        lowering, tensors, [[f] for f in figures], machine, batch=batch, precision=precision
+    )
+    return _restated(claim, problem)
 
 
 def _claimed_choice(claim: NetworkPlan) -> Choice:
@@ -99,7 +102,9 @@ def plan_findings(
         return found + [
             ("plan.tensors", f"are not the network's (missing {missing}, extra {extra})")
         ]
-    problem = make_problem(lowering, tensors, [[f] for f in figures], machine)
+    problem = make_problem(
+        lowering, tensors, [[f] for f in figures], machine, batch=batch, precision=precision
+    )
     stated = _claimed_choice(claim)
     offsets, prefetch = stated.offsets, stated.prefetch_step
     for name in offsets:

@@ -74,8 +74,8 @@ class _Model:
             m.add(sum(x for x, r in zip(self.x[i], roles, strict=True) if r == "fused") == flag)
             before = [o.role for o in problem.options[i - 1]]
             m.add(self.x[i - 1][before.index("absorbed")] == flag)
-            own, pair = problem.streams[i - 1], problem.option_streams(i, problem.options[i][-1])
-            assert pair is not None and pair.weights is not None
+            own, pair = problem.streams[i - 1], problem.pair_streams(i)
+            assert pair.weights is not None
             for name in (own.output, own.weights, problem.streams[i].weights):
                 if name in self.l2:
                     m.add(self.l2[name] == 0).only_enforce_if(flag)

@@ -105,13 +105,15 @@ class PlanProblem:
 
     def option_streams(self, i: int, option: StepOption) -> StepStreams | None:
         """The tensors step ``i`` reads and writes with ``option``: its own; a fused pair's
-        (the depthwise's input, the pair's weights, the 1x1's residual and output); none
-        for an absorbed depthwise."""
+        (``pair_streams``); none for an absorbed depthwise."""
         if option.role == "absorbed":
             return None
+        return self.streams[i] if option.role == "own" else self.pair_streams(i)
+
+    def pair_streams(self, i: int) -> StepStreams:
+        """The tensors of the fused pair whose 1x1 step is ``i``: the depthwise's input, the
+        pair's weights, the 1x1's residual and output."""
         own = self.streams[i]
-        if option.role == "own":
-            return own
         return StepStreams(
             self.streams[i - 1].inputs, own.residual, own.output, fused_weights(self.steps[i])
         )
@@ -136,12 +138,12 @@ def make_problem(
     options: Sequence[Sequence[StepOption]],
     machine: Machine,
     fused: Sequence[int] = (),
-    batch: int = 1,
-    precision: str = "fp32",
+    *,
+    batch: int,
+    precision: str,
 ) -> PlanProblem:
     """The problem of ``lowering``'s steps with their ``options``; ``fused``, ``batch``,
-    ``precision``: as ``PlanProblem`` says (the tensors' sizes must be at that batch and
-    precision)."""
+    ``precision``: as ``PlanProblem`` says (``tensors`` sized at that batch and precision)."""
     return PlanProblem(
         tuple(s.name for s in lowering.steps),
         step_streams(lowering, tensors),

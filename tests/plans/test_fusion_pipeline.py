@@ -128,3 +128,13 @@ def test_show_names_the_fused_depthwise_and_tune_no_fuse_fuses_nothing(tuned, tm
     record = json.loads(out.read_text())
     assert [r["name"] for r in record["layers"]][2:] == ["dw", "project", "dw2", "pw2"]
     assert "fused" not in record["plan"]
+
+
+def test_show_refuses_a_forged_fusion_in_one_line_naming_the_file(tuned, tmp_path) -> None:
+    _, _, path = tuned
+    forged = _forged(path, tmp_path, _fate("stem", "fused", "expand"))
+    shown = runner.invoke(app, ["show", str(forged)])
+    assert shown.exit_code == 2
+    line = shown.output.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert str(forged) in line and "'expand'" in line and "graph.fused" in line
