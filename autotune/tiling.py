@@ -492,9 +492,9 @@ def task_grid(
                 f"(dma_multicast is false): multicast mappings do not apply"
             )
         clusters = machine.clusters
-        if layer.prologue is not None:
-            # A wave's tasks would each compute the fused depthwise of the multicast band:
-            # not modelled (the MPPA3's KaNN strategies do not fuse either).
+        if layer.fuses:
+            # A wave's tasks would each compute the fused layer of the multicast band: not
+            # modelled (the MPPA3's KaNN strategies do not fuse either).
             raise MappingError("a fused depthwise and 1x1 pair does not multicast")
     tile = mapping.tile
     if mapping.algorithm == "input_parallel":
@@ -591,6 +591,19 @@ def prologue_tile_words(layer: Layer, in_c: int, images: int, out_pixels: int) -
     return images * in_c * out_pixels, in_c * layer.prologue_pixels
 
 
+def expansion_tile_words(
+    layer: Layer, out_stack: int, images: int, in_pixels: int
+) -> tuple[int, int]:
+    """(accumulator words, weight words) of a task of a fused 1×1 and depthwise (0, 0
+    without one): the 1×1's result over the input band, ``images × out_stack × in_pixels``,
+    accumulated over the steps in the output slot before the output tile (the depthwise reads
+    it there at the end of the task); the depthwise's weights of the stack, ``out_stack ×
+    k²``, loaded into a filter slot after the last step's slices."""
+    if layer.expansion is None:
+        return 0, 0
+    return images * out_stack * in_pixels, out_stack * layer.expansion_pixels
+
+
 def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
     """Words of the largest tile of each operand: what a buffer of depth 1 must hold. The
     residual operand's tile is the output tile (``input_parallel``: the phase's stack, which
@@ -615,10 +628,14 @@ def largest_tile_words(grid: TaskGrid) -> dict[str, int]:
     # A fused depthwise (``prologue_tile_words``): its result beside the band it is computed
     # from; its weights through a filter slot, before the 1x1's slices stream through it.
     result, dw_weights = prologue_tile_words(layer, tile.in_c, images, rows_out * cols_out)
+    # A fused 1x1 (``expansion_tile_words``): its accumulator before the output tile.
+    expanded, ex_weights = expansion_tile_words(layer, out_stack, images, rows_in * cols_in)
     return dict(
         input=band + result,
-        filter=max(min(tile.in_c, layer.cin_per_group) * filter_pixels(layer), dw_weights),
-        output=output,
+        filter=max(
+            min(tile.in_c, layer.cin_per_group) * filter_pixels(layer), dw_weights, ex_weights
+        ),
+        output=output + expanded,
         share=band if grid.algorithm == "output_stack_shared" else 0,
         residual=residual * output,
     )

@@ -14,7 +14,14 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from autotune import Buffers, Layer, Mapping, Tile
-from autotune.ir.layer import ACTIVATION_OPS, LAYER_KINDS, Activation, Epilogue, Prologue
+from autotune.ir.layer import (
+    ACTIVATION_OPS,
+    LAYER_KINDS,
+    Activation,
+    Epilogue,
+    Expansion,
+    Prologue,
+)
 from autotune.ir.resample import UPSAMPLE_MODES
 from autotune.search.space import algorithms_for, delta_o_values
 
@@ -38,11 +45,16 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
     pr = draw(st.sampled_from([pw, pw]) | st.integers(0, span_w - 1))
     h = draw(st.integers(max(1, span_h - ph - pb), max(max_hw, span_h)))
     w = draw(st.integers(max(1, span_w - pw - pr), max(max_hw, span_w)))
-    # a dense conv may be a fused depthwise and 1x1 pair (its window the depthwise's)
-    prologue = None
-    if groups == 1 and draw(st.integers(0, 3)) == 0:
+    # a dense conv may be a fused depthwise and 1x1 pair, or a fused 1x1 and depthwise pair
+    # (its window the depthwise's)
+    prologue, expansion = None, None
+    fused = draw(st.integers(0, 7)) if groups == 1 else 7
+    if fused < 2:
         act = draw(st.none() | activations())
-        prologue = Prologue(bias=draw(st.booleans()), activation=act)
+        if fused == 0:
+            prologue = Prologue(bias=draw(st.booleans()), activation=act)
+        else:
+            expansion = Expansion(bias=draw(st.booleans()), activation=act)
     return Layer(
         "conv",
         "conv",
@@ -62,6 +74,7 @@ def conv_layers(draw, max_hw: int = 40, max_c: int = 96) -> Layer:
         pad_bottom=pb,
         pad_right=pr,
         prologue=prologue,
+        expansion=expansion,
     )
 
 
@@ -203,8 +216,8 @@ def mapped_layers(draw) -> tuple[Layer, Mapping, int, str]:
 def multicast_mapped_layers(draw, every_kind: bool = False) -> tuple[Layer, Mapping, int, str]:
     """Output-stack mappings with DMA multicast (MPPA3-like machines compute fp16), of conv
     and fc layers (``every_kind``: of every kind, with epilogues)."""
-    # a fused depthwise and 1x1 pair does not multicast (``tiling.task_grid``)
-    layer = replace(draw(every_layer() if every_kind else layers()), prologue=None)
+    # a fused pair does not multicast (``tiling.task_grid``)
+    layer = replace(draw(every_layer() if every_kind else layers()), prologue=None, expansion=None)
     batch = draw(st.integers(1, 4))
     mapping = draw(mappings(layer, batch))
     mapping = Mapping(

@@ -217,6 +217,10 @@ def _padding_not_zero(layer: Layer) -> str | None:
     """Why a band of ``layer`` cannot read its padding rows as explicit zeros (None: it can).
     A convolution multiplies padding by weights and a sum with zeros is unchanged; a pool's
     padding is skipped instead."""
+    if layer.expansion is not None and (layer.pad_h or layer.pad_end_h):
+        # explicit zero rows of the narrow input would expand to the 1x1's bias and
+        # activation, not to the zeros the depthwise pads its input with
+        return "a fused 1x1 would expand its padding rows"
     if layer.kind not in ("maxpool", "avgpool"):
         return None
     if (layer.h_out - 1) * layer.stride_h + layer.kernel_h > layer.h_in + 2 * layer.pad_h:

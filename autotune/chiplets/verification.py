@@ -152,6 +152,9 @@ def run_parts(
         for name in ("prologue_filter", "prologue_bias"):  # every part reads every channel
             if name in data:
                 inputs[name] = data[name]
+        for name in ("depthwise_filter", "expansion_bias"):  # per output channel
+            if name in data:
+                inputs[name] = data[name][o0:o1]
         if "residual" in data:
             inputs["residual"] = data["residual"][i0:i1, o0:o1, q0:q1]
         shapes = expected_shapes(part.layer, part.batch)
@@ -200,6 +203,8 @@ def execute_layer(
     seed: int = 0,
     prologue_weights: np.ndarray | None = None,
     prologue_bias: np.ndarray | None = None,
+    depthwise_weights: np.ndarray | None = None,
+    expansion_bias: np.ndarray | None = None,
 ) -> np.ndarray:
     """The output of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package:
     ``autotune.verification.execute_layer``'s operands and arguments, on a package every
@@ -230,6 +235,8 @@ def execute_layer(
             seed=seed,
             prologue_weights=prologue_weights,
             prologue_bias=prologue_bias,
+            depthwise_weights=depthwise_weights,
+            expansion_bias=expansion_bias,
         ).output
     machine.check_precision(precision)
     batch = int(np.shape(x)[0])
@@ -244,6 +251,8 @@ def execute_layer(
         residual=residual,
         prologue_weights=prologue_weights,
         prologue_bias=prologue_bias,
+        depthwise_weights=depthwise_weights,
+        expansion_bias=expansion_bias,
     )
     parts = split_parts(
         layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)

@@ -214,7 +214,7 @@ def tune(
         bool,
         typer.Option(
             "--no-fuse",
-            help="the network plan never fuses a depthwise conv into the 1x1 conv after it",
+            help="the network plan never fuses a depthwise conv with a 1x1 conv next to it",
         ),
     ] = False,
     out: Annotated[Path | None, typer.Option(help="write the schedules as JSON here")] = None,

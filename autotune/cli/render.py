@@ -144,8 +144,8 @@ def progress_bar(description: str, total: int) -> Iterator[ProgressCallback]:
 
 def absorbed_text(lowering: Lowering | None) -> dict[str, str]:
     """Per layer: what was folded or fused into it ("bn1 relu1"), or where a copy goes; a
-    channel shuffle (a copy layer) says so; a fused depthwise, its step before the arrow
-    ("dw dw_bn dw_act → bn2")."""
+    channel shuffle (a copy layer) says so; a fused pair, the step it absorbed before the
+    arrow ("dw dw_bn dw_act → bn2", "expand expand_act → dw_bn dw_act")."""
     if lowering is None:
         return {}
     texts = {}
@@ -179,8 +179,11 @@ def graph_summary(lowering: Lowering | None) -> str | None:
     copies = sum(1 for step in lowering.steps if not step.op)
     if copies:
         parts.append(f"{copies} concat operand copies")
-    if prologues:
-        parts.append(f"{len(prologues)} depthwise steps fused into the 1x1 after them")
+    expansions = sum(1 for step in lowering.steps if step.layer.expansion is not None)
+    if len(prologues) > expansions:
+        parts.append(f"{len(prologues) - expansions} depthwise steps fused into the 1x1 after them")
+    if expansions:
+        parts.append(f"{expansions} 1x1 steps fused into the depthwise after them")
     return f"graph: {len(lowering.fates)} operators: " + ", ".join(parts)
 
 

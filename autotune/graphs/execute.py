@@ -105,9 +105,12 @@ def execute_on_chiplet(
     precision: str = "fp32",
     prologue_weights: Array | None = None,
     prologue_bias: Array | None = None,
+    depthwise_weights: Array | None = None,
+    expansion_bias: Array | None = None,
 ) -> Array:
     """One layer's output on one chiplet (the default ``LayerExecutor``; a fused pair's
-    depthwise filters and bias as ``prologue_*``)."""
+    depthwise filters and bias as ``prologue_*``, a fused expansion's depthwise filters and
+    1x1 bias as ``depthwise_weights`` and ``expansion_bias``)."""
     return execute_layer(
         layer,
         mapping,
@@ -119,6 +122,8 @@ def execute_on_chiplet(
         precision=precision,
         prologue_weights=prologue_weights,
         prologue_bias=prologue_bias,
+        depthwise_weights=depthwise_weights,
+        expansion_bias=expansion_bias,
     ).output
 
 
@@ -338,9 +343,14 @@ def _execute(
         filters, bias = step_weights(step, graph, weights)
         residual = None if step.residual is None else _read(buffers, step.residual, batch)
         mapping = mappings[step.name]
-        if step.prologue is not None:  # a fused depthwise: its filters after the 1x1's
-            dw_filters, dw_bias = step_weights(step.prologue, graph, weights)
-            read = memory.filters(step.name, [filters, dw_filters])
+        if step.prologue is not None:  # a fused pair: the layer's filters, then the other's
+            pair = pair_operands(step, graph, weights)
+            read = memory.filters(step.name, [pair.filters, pair.inner_filters])
+            extra = (
+                dict(depthwise_weights=read[1], expansion_bias=pair.inner_bias)
+                if step.layer.expansion is not None
+                else dict(prologue_weights=read[1], prologue_bias=pair.inner_bias)
+            )
             output = execute(
                 step.layer,
                 mapping,
@@ -350,8 +360,7 @@ def _execute(
                 bias,
                 residual,
                 precision=precision,
-                prologue_weights=read[1],
-                prologue_bias=dw_bias,
+                **extra,
             )
         elif step.gate is None:
             output = execute(
@@ -385,6 +394,30 @@ def _execute(
         if after_step is not None:
             after_step(index, buffers)
     return buffers
+
+
+@dataclass(frozen=True)
+class PairOperands:
+    """A fused step's weights as its layer reads them: ``filters`` (the layer's ``filter``,
+    the 1x1's), ``inner_filters`` (the depthwise's: ``prologue_filter`` or
+    ``depthwise_filter``) and ``inner_bias`` (the bias of the step it absorbed, None without
+    one: ``prologue_bias`` or ``expansion_bias``). The layer's own bias is its step's."""
+
+    filters: Array
+    inner_filters: Array
+    inner_bias: Array | None
+
+
+def pair_operands(step: Step, graph: Graph, weights: Weights) -> PairOperands:
+    """The weights of a fused step (``ir.fusion``): with a depthwise prologue the 1x1 is the
+    step and the depthwise the absorbed one; with an expansion, the other way round."""
+    assert step.prologue is not None, f"step {step.name!r} fuses nothing"
+    own, _ = step_weights(step, graph, weights)
+    inner, inner_bias = step_weights(step.prologue, graph, weights)
+    assert own is not None and inner is not None
+    if step.layer.expansion is not None:
+        return PairOperands(inner, own, inner_bias)
+    return PairOperands(own, inner, inner_bias)
 
 
 class _Memory:
@@ -463,16 +496,13 @@ class _Memory:
             self._prefetch.setdefault(t.first, []).append((step, views))
 
     def _step_filters(self, step: Step) -> list[Array] | None:
-        """The arrays a step's weights tensor holds: its filters, and a fused depthwise's
-        after them; None without filters."""
-        filters, _ = step_weights(step, self._graph, self._weights)
-        if filters is None:
-            return None
+        """The arrays a step's weights tensor holds: its layer's filters, and a fused pair's
+        depthwise filters after them; None without filters."""
         if step.prologue is None:
-            return [filters]
-        dw_filters, _ = step_weights(step.prologue, self._graph, self._weights)
-        assert dw_filters is not None
-        return [filters, dw_filters]
+            filters, _ = step_weights(step, self._graph, self._weights)
+            return None if filters is None else [filters]
+        pair = pair_operands(step, self._graph, self._weights)
+        return [pair.filters, pair.inner_filters]
 
     def prefetch(self, index: int) -> None:
         """Write the weights prefetched during step ``index`` into the L2."""

@@ -11,7 +11,8 @@ layers without epilogues is what it always was, and schema version 1 covers both
 ``upscale``, ``ceil_mode``, ``count_include_pad``, ``dilation_h``, ``dilation_w``,
 ``upsample_mode``, ``pad_bottom``, ``pad_right``, ``epilogue`` (``{bias, residual,
 activation: {kind, alpha, low, high} | null}``), ``prologue`` (a fused depthwise: ``{bias,
-activation}``) and ``digest``. The digest is a checksum of
+activation}``), ``expansion`` (a fused 1x1 before a depthwise: ``{bias, activation}``) and
+``digest``. The digest is a checksum of
 the kind and the shape, written for every layer that is not a plain conv or fc: an edit of a
 field that changes no figure of the file (an activation's parameters, ``count_include_pad``,
 a ``ceil_mode`` that rounds to the same size) would otherwise read as a valid schedule of
@@ -48,6 +49,7 @@ from autotune.ir.layer import (
     Activation,
     ActivationKind,
     Epilogue,
+    Expansion,
     Layer,
     LayerError,
     LayerKind,
@@ -101,6 +103,11 @@ class PrologueRecord(_Model):
     activation: ActivationRecord | None = Field(description="then this function; null: none")
 
 
+class ExpansionRecord(_Model):
+    bias: bool = Field(description="the fused 1x1 adds a per-channel bias")
+    activation: ActivationRecord | None = Field(description="then this function; null: none")
+
+
 #: Shape fields beyond a conv/fc layer's, with the value a record leaves out.
 SHAPE_DEFAULTS: dict[str, Any] = {
     "upscale": 1,
@@ -113,6 +120,7 @@ SHAPE_DEFAULTS: dict[str, Any] = {
     "pad_right": None,
     "epilogue": None,
     "prologue": None,
+    "expansion": None,
     "digest": None,
 }
 
@@ -157,6 +165,11 @@ class ShapeRecord(_Model):
         default=None,
         description="conv: the depthwise fused before this 1x1 (its window is the layer's); "
         "absent: none",
+    )
+    expansion: ExpansionRecord | None = Field(
+        default=None,
+        description="conv: the 1x1 fused before this depthwise (the layer's filter is the "
+        "1x1's, its window and epilogue the depthwise's); absent: none",
     )
     digest: str | None = Field(
         default=None,
@@ -336,7 +349,7 @@ class ScheduleFile(_Model):
 
 #: The shape fields that are ``Layer`` fields of the same name and type.
 _PLAIN_FIELDS = tuple(
-    f for f in ShapeRecord.model_fields if f not in ("epilogue", "prologue", "digest")
+    f for f in ShapeRecord.model_fields if f not in ("epilogue", "prologue", "expansion", "digest")
 )
 
 
@@ -379,13 +392,18 @@ def shape_digest(kind: str, shape: ShapeRecord) -> str:
 
 def shape_record(layer: Layer) -> ShapeRecord:
     """The shape of ``layer`` as a file stores it: with its digest unless a plain conv/fc."""
-    prologue = layer.prologue
+    prologue, expansion = layer.prologue, layer.expansion
     record = ShapeRecord(
         **{f: getattr(layer, f) for f in _PLAIN_FIELDS},
         epilogue=epilogue_record(layer.epilogue),
         prologue=None
         if prologue is None
         else PrologueRecord(bias=prologue.bias, activation=activation_record(prologue.activation)),
+        expansion=None
+        if expansion is None
+        else ExpansionRecord(
+            bias=expansion.bias, activation=activation_record(expansion.activation)
+        ),
     )
     if not _is_plain(layer.kind, record):
         record = record.model_copy(update={"digest": shape_digest(layer.kind, record)})
@@ -444,6 +462,12 @@ def layer_from_record(record: LayerRecord) -> Layer:
         if s.prologue is None
         else Prologue(
             s.prologue.bias, _activation(s.prologue.activation, record.name, "prologue.activation")
+        ),
+        expansion=None
+        if s.expansion is None
+        else Expansion(
+            s.expansion.bias,
+            _activation(s.expansion.activation, record.name, "expansion.activation"),
         ),
     )
 

@@ -46,6 +46,15 @@ halo, every stack reading every channel), while its filters are the 1×1's (``fi
 plus the depthwise's ``c_in × k²`` (``prologue_words``). Each task computes the depthwise
 result of its tile and step in L1 and the 1×1 reads it there: the inner tensor never leaves
 the cluster, at the price of recomputing it once per output stack.
+
+A dense conv may instead carry an ``Expansion``: the 1×1 conv before a depthwise conv, fused
+(MobileNetV2's expansion). The layer is then the 1×1 from the narrow tensor (``c_in``) to the
+expanded one (``c_out``) with the depthwise's window: its data movement is again a dense
+k×k conv's, its filters the 1×1's (``filter_kernel`` 1) plus the depthwise's ``c_out × k²``
+(``expansion_pixels``). Each task accumulates the 1×1 over its input band (the halo too) in
+L1, applies the expansion's bias and activation, and runs the depthwise from there: the
+expanded tensor never leaves the cluster, at the price of computing the halo's 1×1 twice
+(neighbouring tiles overlap); no output stack recomputes another's channels.
 """
 
 from __future__ import annotations
@@ -186,6 +195,30 @@ class Prologue:
 
 
 @dataclass(frozen=True)
+class Expansion:
+    """The 1×1 conv fused before a depthwise conv (``Layer.expansion``, module docstring):
+    its weights are the layer's filter, its result (``c_out`` channels over the input band)
+    stays in L1, where ``bias`` (a folded batch norm) and ``activation`` apply before the
+    depthwise (the layer's window, ``c_out × k²`` weights, the layer's epilogue) reads it."""
+
+    bias: bool = False
+    activation: Activation | None = None
+
+    @property
+    def ops(self) -> int:
+        """FPU operations per result word beyond the MACs: the bias and the activation."""
+        act = self.activation.ops if self.activation is not None else 0
+        return int(self.bias) + act
+
+    def key(self) -> tuple[object, ...]:
+        """The expansion as plain values (as ``Epilogue.key``)."""
+        act = self.activation
+        if act is None:
+            return (self.bias, None, 0.0, 0.0, 0.0)
+        return (self.bias, act.kind, act.alpha, act.low, act.high)
+
+
+@dataclass(frozen=True)
 class Layer:
     """One convolutional or fully-connected layer, per image.
 
@@ -219,6 +252,7 @@ class Layer:
     pad_bottom: int | None = None
     pad_right: int | None = None
     prologue: Prologue | None = None
+    expansion: Expansion | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -259,6 +293,7 @@ class Layer:
             raise LayerError(self.name, "epilogue", f"must be an Epilogue, got {self.epilogue!r}")
         self._check_kind()
         self._check_prologue()
+        self._check_expansion()
         if self.kind == "fc":
             expected = dict(
                 kernel_h=self.h_in,
@@ -319,6 +354,21 @@ class Layer:
             raise LayerError(
                 self.name, "prologue", "only a dense conv (groups 1) reads a fused depthwise"
             )
+
+    def _check_expansion(self) -> None:
+        """An expansion is a 1×1 conv before a depthwise conv, as a dense conv (docstring)."""
+        if self.expansion is None:
+            return
+        if not isinstance(self.expansion, Expansion):
+            raise LayerError(
+                self.name, "expansion", f"must be an Expansion, got {self.expansion!r}"
+            )
+        if self.kind != "conv" or self.groups != 1:
+            raise LayerError(
+                self.name, "expansion", "only a dense conv (groups 1) stands for a fused 1x1"
+            )
+        if self.prologue is not None:
+            raise LayerError(self.name, "expansion", "a layer fuses one neighbour, not two")
 
     def _check_kind(self) -> None:
         """The structure each non-conv kind has by definition (module docstring)."""
@@ -446,7 +496,9 @@ class Layer:
         move per upsampled word (a multiply-add per tap of a bilinear one's 2 × 2), the
         softmax's exp, sum and scale; plus the epilogue's operations."""
         kind = self.kind
-        if kind in WEIGHTED_KINDS:
+        if self.expansion is not None:  # the depthwise's taps (the 1x1's: expansion_ops)
+            body = self.kernel_h * self.kernel_w
+        elif kind in WEIGHTED_KINDS:
             body = self.cin_per_group * self.filter_pixels
         elif kind in ("maxpool", "avgpool"):
             body = self.kernel_h * self.kernel_w
@@ -463,16 +515,21 @@ class Layer:
     @property
     def ops(self) -> int:
         """FPU operations for one image (``ops_per_output`` per output word, and a fused
-        depthwise's ``prologue_ops`` per word of its result, computed once)."""
-        return self.output_words * self.ops_per_output + self.prologue_result_words * (
-            self.prologue_ops
+        depthwise's ``prologue_ops`` per word of its result, computed once; a fused 1×1's
+        ``expansion_ops`` per word of its result, computed once)."""
+        return (
+            self.output_words * self.ops_per_output
+            + self.prologue_result_words * self.prologue_ops
+            + self.expansion_result_words * self.expansion_ops
         )
 
     @property
     def filter_pixels(self) -> int:
         """The filter's pixels per input and output channel: the kernel's, 1 for the 1×1 conv
         of a fused pair (its window is the depthwise's)."""
-        return 1 if self.prologue is not None else self.kernel_h * self.kernel_w
+        if self.prologue is not None or self.expansion is not None:
+            return 1
+        return self.kernel_h * self.kernel_w
 
     @property
     def filter_words_per_output(self) -> int:
@@ -499,12 +556,38 @@ class Layer:
         return 0 if self.prologue is None else self.h_out * self.w_out * self.c_in
 
     @property
+    def fuses(self) -> bool:
+        """Whether the layer is a fused pair (a prologue or an expansion)."""
+        return self.prologue is not None or self.expansion is not None
+
+    @property
+    def expansion_pixels(self) -> int:
+        """Weights of the depthwise after a fused 1×1 per output channel (its kernel), 0
+        without one."""
+        return 0 if self.expansion is None else self.kernel_h * self.kernel_w
+
+    @property
+    def expansion_ops(self) -> int:
+        """FPU operations per word of a fused 1×1's result: its ``c_in`` MACs, bias and
+        activation (0 without one)."""
+        return 0 if self.expansion is None else self.c_in + self.expansion.ops
+
+    @property
+    def expansion_result_words(self) -> int:
+        """Words of a fused 1×1's result (the expanded tensor), per image (0 without one)."""
+        return 0 if self.expansion is None else self.h_in * self.w_in * self.c_out
+
+    @property
     def macs(self) -> int:
         """MACs for one image: every output word sums over its group's inputs and the kernel,
         and a fused depthwise's result words their taps (0 for the kinds without weights:
         their work is ``ops``)."""
         if self.kind not in WEIGHTED_KINDS:
             return 0
+        if self.expansion is not None:  # the depthwise's taps, the 1x1's MACs once
+            return self.output_words * self.expansion_pixels + self.expansion_result_words * (
+                self.c_in
+            )
         own = self.output_words * self.cin_per_group * self.filter_pixels
         return own + self.prologue_result_words * self.prologue_pixels
 
@@ -522,7 +605,11 @@ class Layer:
         the kinds without weights; a fused depthwise adds its ``c_in × k²``. (A folded bias,
         ``c_out`` words, is not counted: it is read once per stack with the epilogue and is
         below 0.1 % of the weights of the example networks; so is a fused depthwise's.)"""
-        return self.c_out * self.filter_words_per_output + self.c_in * self.prologue_pixels
+        return (
+            self.c_out * self.filter_words_per_output
+            + self.c_in * self.prologue_pixels
+            + self.c_out * self.expansion_pixels
+        )
 
     @property
     def residual_words(self) -> int:
@@ -530,9 +617,23 @@ class Layer:
         return self.output_words if self.epilogue.residual else 0
 
     def unfused(self) -> tuple[Layer, Layer]:
-        """A fused pair as its two layers: the depthwise (named ``<name>/depthwise``, its
-        bias and activation its epilogue) and the 1×1 (this layer's name and epilogue).
-        Raises ``ValueError`` for a layer without a prologue."""
+        """A fused pair as its two layers, in order. With a prologue: the depthwise (named
+        ``<name>/depthwise``, its bias and activation its epilogue) and the 1×1 (this
+        layer's name and epilogue). With an expansion: the 1×1 (named ``<name>/expansion``,
+        the expansion's bias and activation its epilogue) and the depthwise (this layer's
+        name, window and epilogue). Raises ``ValueError`` for a layer that fuses nothing."""
+        if self.expansion is not None:
+            pointwise = Layer(
+                f"{self.name}/expansion",
+                "conv",
+                self.h_in,
+                self.w_in,
+                self.c_in,
+                self.c_out,
+                epilogue=Epilogue(self.expansion.bias, activation=self.expansion.activation),
+            )
+            depthwise = replace(self, c_in=self.c_out, groups=self.c_out, expansion=None)
+            return pointwise, depthwise
         if self.prologue is None:
             raise ValueError(f"layer {self.name!r} has no fused depthwise")
         depthwise = replace(
@@ -566,6 +667,8 @@ class Layer:
             extra = (*extra, "pad_end", self.pad_end_h, self.pad_end_w)
         if self.prologue is not None:
             extra = (*extra, "prologue", *self.prologue.key())
+        if self.expansion is not None:
+            extra = (*extra, "expansion", *self.expansion.key())
         return (
             self.h_in,
             self.w_in,

@@ -81,8 +81,9 @@ class Step:
     absorbed: tuple[str, ...] = ()
     op: str = ""  # the graph operator; "" for a copy step
     gate: TensorRef | None = None  # a channel gate, the filter of each image (module docstring)
-    #: a fused depthwise: its step as lowered alone (``autotune.ir.fusion``), whose input
-    #: this step now reads and whose weights its layer's prologue computes with
+    #: the step this one absorbed (``autotune.ir.fusion``: a depthwise before a 1x1, or a
+    #: 1x1 before a depthwise) as lowered alone, whose input this step now reads and whose
+    #: weights and folded operators its fused layer computes with
     prologue: Step | None = None
 
     @property

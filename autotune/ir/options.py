@@ -72,7 +72,8 @@ class TuneOptions:
         plan_time_limit: seconds for the network CP-SAT (None: no limit); the best plan
             found so far is kept when it runs out.
         fuse_depthwise: the network plan may fuse a depthwise conv into the 1x1 conv that
-            alone reads it (``autotune.ir.fusion``), where that pays; False: never.
+            alone reads it, or a 1x1 conv into the depthwise that alone reads it
+            (``autotune.ir.fusion``), where that pays; False: never.
         seed: seeds CP-SAT, Optuna and the verification data.
 
     Example:

@@ -265,6 +265,11 @@ class Consts:
     #: (k x k), and its FPU operations per result word (taps, bias, activation)
     prologue_pixels: int = 0
     prologue_ops: int = 0
+    #: A fused 1x1 before a depthwise (``Layer.expansion``; 0 without one): the depthwise's
+    #: weights per output channel (k x k), and the FPU operations per word of the 1x1's
+    #: result (its c_in MACs, bias, activation)
+    expansion_pixels: int = 0
+    expansion_ops: int = 0
 
     @property
     def has_filters(self) -> bool:
@@ -591,6 +596,8 @@ def consts(
         ),
         prologue_pixels=layer.prologue_pixels,
         prologue_ops=layer.prologue_ops,
+        expansion_pixels=layer.expansion_pixels,
+        expansion_ops=layer.expansion_ops,
         **l2,
         **multicast_constants(machine, placement),
     )
@@ -637,17 +644,24 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
     image (Sec. 3.1.2). A layer without weights has no filter tile; an epilogue's residual
     operand gets a tile of the output's size (read before the store). A fused depthwise's
     weights for the step (``in_c x k x k``) pass through a filter slot before the 1x1's
-    slices do, so a slot holds them (``tiling.prologue_tile_words``).
+    slices do, so a slot holds them (``tiling.prologue_tile_words``). A fused 1x1 before a
+    depthwise accumulates its result over the input band in the output slot, before the
+    output tile, and its depthwise's weights of the stack pass through a filter slot
+    (``tiling.expansion_tile_words``).
     """
     alg = q.algorithm
     conv_filter = q.step_filter_channels * k.filter_pixels
+    conv_output = tiles.conv_output
     if k.prologue_pixels:  # in_c x k x k >= the 1x1's min(in_c, cin) slices
         conv_filter = q.step_in_channels * k.prologue_pixels
+    if k.expansion_pixels:
+        conv_filter = ops.max(conv_filter, q.stack_out_channels_max * k.expansion_pixels)
+        conv_output = conv_output + expanded_words(ops, q)
     output = ops.choose(
         alg,
         [
-            tiles.conv_output,
-            tiles.conv_output,
+            conv_output,
+            conv_output,
             ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
         ],
     )
@@ -658,8 +672,23 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
         else 0,
         "output": output,
         "share": ops.choose(alg, [0, tiles.conv_band, 0]),
-        "residual": output if k.has_residual else 0,
+        "residual": ops.choose(
+            alg,
+            [
+                tiles.conv_output,
+                tiles.conv_output,
+                ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
+            ],
+        )
+        if k.has_residual
+        else 0,
     }
+
+
+def expanded_words(ops: Ops, q: Quantities) -> Value:
+    """Words of a fused 1x1's result in the largest task: its stack over its images' input
+    band (``tiling.expansion_tile_words``)."""
+    return ops.mul(ops.mul(q.stack_out_channels_max, q.batch_tile_images_max), q.tile_in_pixels_max)
 
 
 def bank_aligned(ops: Ops, nbytes: Value, bank_bytes: int) -> Value:
@@ -740,13 +769,17 @@ def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
     whose epilogue has a residual operand reads a tile of the output's size per task. A
     fused depthwise is computed by every task over its tile's outputs and every input
     channel its stack reads (recomputed by each stack of a tile), its weights loaded with
-    each step."""
+    each step. A fused 1x1 before a depthwise is computed by every task over its input band
+    (halo included) for its stack's channels, and the depthwise's weights of the stack are
+    loaded once."""
     alg, images = q.algorithm, q.batch_tile_images_max
     stack, step = q.stack_out_channels_max, q.step_in_channels
     conv_ops = tiles.conv_output * k.ops_per_output
     if k.prologue_pixels:
         result = ops.mul(ops.mul(images, q.tile_out_pixels_max), q.stack_in_channels_max)
         conv_ops = conv_ops + result * k.prologue_ops
+    if k.expansion_ops:
+        conv_ops = conv_ops + expanded_words(ops, q) * k.expansion_ops
     fc_macs = ops.mul(ops.mul(images, step), stack) * k.in_pixels
     task_ops = ops.choose(alg, [conv_ops, conv_ops, fc_macs])
     conv_input = ops.mul(ops.mul(images, q.stack_in_channels_max), q.tile_in_pixels_max)
@@ -756,6 +789,8 @@ def task_work(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> TaskWork:
     conv_filter = stack * k.filter_words_per_output
     if k.prologue_pixels:
         conv_filter = conv_filter + q.stack_in_channels_max * k.prologue_pixels
+    if k.expansion_pixels:
+        conv_filter = conv_filter + stack * k.expansion_pixels
     filter_words = (
         ops.choose(alg, [conv_filter, conv_filter, ops.mul(stack, step) * k.in_pixels])
         if k.has_filters
@@ -1471,6 +1506,8 @@ def dma_cycles(
     filter_loads = ops.mul(per_output, q.stack_out_channels_max) if k.has_filters else 0
     if k.prologue_pixels:  # and a fused depthwise's weights per step
         filter_loads = filter_loads + work.steps
+    if k.expansion_pixels:  # and the depthwise's weights after a fused 1x1, once
+        filter_loads = filter_loads + 1
     stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout, but one set-up for all the images of a step whose
@@ -2094,8 +2131,14 @@ def energy_pj(k: Consts, traffic: Traffic, cycles: Value) -> Value:
     depthwise's operations are counted once (``Layer.ops``): its recomputation by every
     stack costs time, hence static energy, but its dynamic part is not counted."""
     prologue = k.output_words // k.out_channels * k.in_channels * k.prologue_ops
+    expansion = k.in_pixels * k.out_channels * k.expansion_ops
     energy = (
-        whole_pj(k.batch * (k.output_words * k.ops_per_output + prologue) * k.op_energy_fj / 1000)
+        whole_pj(
+            k.batch
+            * (k.output_words * k.ops_per_output + prologue + expansion)
+            * k.op_energy_fj
+            / 1000
+        )
         + traffic.offchip_words() * k.hbm_word_energy
         + traffic.intercluster_words * k.noc_word_energy
     )

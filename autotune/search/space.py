@@ -426,7 +426,7 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     tables["output_tile_rows"] = [ro for _, _, ro, _ in extents]
     tables["output_tile_cols"] = [co for _, _, _, co in extents]
     # Multicast only where the machine can (no new candidates elsewhere: same results).
-    multicast = (False, True) if machine.dma_multicast and layer.prologue is None else (False,)
+    multicast = (False, True) if machine.dma_multicast and not layer.fuses else (False,)
     tables["multicast"] = [int(m) for m in multicast]
     return SearchSpace(
         layer,

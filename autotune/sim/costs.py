@@ -155,6 +155,11 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
     words = images * out_ch * pix_out
     ops = words * layer.ops_per_output
     macs = words * (layer.cin_per_group * layer.filter_pixels if layer.weight_words else 0)
+    if layer.expansion is not None:
+        # the depthwise's taps over the tile's outputs, the fused 1x1 over its input band
+        expanded = images * out_ch * pix_in
+        ops = ops + expanded * layer.expansion_ops
+        macs = words * layer.expansion_pixels + expanded * layer.c_in
     if layer.prologue is not None:
         # the fused depthwise over the tile's outputs and every input channel of the stack
         result = images * in_ch * pix_out
@@ -166,7 +171,9 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
 def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
     """Output-stack tasks' filter slices: one tile ``F[:, :, d_i:d_i+in_c, d_o]`` per output
     channel and step (one run each); with a fused depthwise, its weights of each step's
-    ``in_c`` channels too (one run each: ``in_c x k x k`` contiguous words)."""
+    ``in_c`` channels too (one run each: ``in_c x k x k`` contiguous words); with a fused
+    1x1 before a depthwise, the depthwise's weights of the stack once (one run: ``out_ch x k
+    x k`` contiguous words)."""
     layer, width = grid.layer, machine.dma_bytes_per_cycle
     out_ch = grid.task_out_channels
     k2 = layer.filter_pixels
@@ -181,6 +188,15 @@ def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
     )
     n_f = out_ch * per_out
     pointwise = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
+    if layer.expansion is not None:
+        run = out_ch * layer.expansion_pixels * wb
+        return Transfers(
+            pointwise.bytes + run,
+            pointwise.beats + _beats(run, width),
+            pointwise.count + 1,
+            pointwise.tiles + 1,
+            pointwise.hbm + run / dma_efficiency(machine, run),
+        )
     if layer.prologue is None:
         return pointwise
     in_ch, in_c = grid.task_in_channels, grid.mapping.tile.in_c

@@ -22,6 +22,13 @@ of a dense conv with the depthwise's window. After each input step arrives, its 
 weights pass through a filter slot and a ``Depthwise`` writes the step's result over the
 output tile into the input slot, after the band (``tiling.prologue_tile_words``); the 1×1's
 blocks then read it there with stride 1.
+
+A depthwise conv fused with the 1×1 before it (``Layer.expansion``) has the tasks and steps
+of a dense conv with the depthwise's window. Its task zeroes the output tile and, after it
+in the output slot, the ``expansion`` accumulator over the input band
+(``tiling.expansion_tile_words``); the steps' 1×1 blocks accumulate into that at stride 1;
+after the last step the stack's depthwise weights pass through a filter slot and a
+``Depthwise`` writes the output tile from the accumulator.
 """
 
 from __future__ import annotations
@@ -136,9 +143,11 @@ class _Builder:
         self.stride = (layer.stride_h, layer.stride_w)
         self.weighted = layer.kind in WEIGHTED_KINDS
         self.fused = layer.prologue is not None
-        # a fused pair's blocks are its 1x1's: a 1x1 kernel at stride 1 over the result
-        self.kernel = (1, 1) if self.fused else (layer.kernel_h, layer.kernel_w)
-        self.block_stride = (1, 1) if self.fused else self.stride
+        self.expansion = layer.expansion is not None
+        # a fused pair's blocks are its 1x1's: a 1x1 kernel at stride 1 over the result (a
+        # fused depthwise's) or the band (a fused expansion's)
+        self.kernel = (1, 1) if layer.fuses else (layer.kernel_h, layer.kernel_w)
+        self.block_stride = (1, 1) if layer.fuses else self.stride
         self.ops: list[Op] = []
         self._next_slot: dict[tuple[int, str], int] = {}
         self._blocks: dict[tuple[Span, Span], list[Block]] = {}
@@ -241,6 +250,44 @@ class _Builder:
         )
         return out_offset
 
+    def start_tile(
+        self, cluster: int, out: Region, out_offset: int, rows_in: Span, cols_in: Span
+    ) -> int:
+        """Zero a task's output tile at ``out_offset``; with a fused expansion, also its
+        accumulator over the input band after it. The offset the step's blocks sum into."""
+        self.ops.append(Zero(cluster, "output", out_offset, out))
+        if not self.expansion:
+            return out_offset
+        images, stack = out.box[0], out.box[1]
+        acc = Region("expansion", (images, stack, rows_in, cols_in))
+        self.ops.append(Zero(cluster, "output", out_offset + out.words, acc))
+        return out_offset + out.words
+
+    def finish_tile(self, cluster: int, out: Region, out_offset: int) -> None:
+        """With a fused expansion: the stack's depthwise weights through a filter slot and the
+        ``Depthwise`` from the accumulator into the output tile; then the store."""
+        if self.expansion:
+            layer = self.layer
+            f_offset = self.slot(cluster, "filter")
+            weights = Region(
+                "depthwise_filter", (out.box[1], (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
+            )
+            self.ops.append(Load(cluster, weights, "filter", f_offset))
+            self.ops.append(
+                Depthwise(
+                    cluster,
+                    "output",
+                    out_offset + out.words,
+                    "filter",
+                    f_offset,
+                    "output",
+                    out_offset,
+                    out,
+                    self.stride,
+                )
+            )
+        self.ops.append(Store(cluster, "output", out_offset, out))
+
     def apply(self, cluster: int, in_offset: int, out_offset: int, block: Block) -> Apply:
         oc0, oc1, ic0, ic1, ng = block
         return Apply(
@@ -333,7 +380,7 @@ class _Builder:
         rows_in, cols_in = self.rows_in[rt], self.cols_in[ct]
         out = Region("output", (images, stack, self.rows_out[rt], self.cols_out[ct]))
         out_offset = self.slot(cluster, "output")
-        self.ops.append(Zero(cluster, "output", out_offset, out))
+        acc_offset = self.start_tile(cluster, out, out_offset, rows_in, cols_in)
         for step in self.stack_steps[st]:
             in_offset = self.slot(cluster, "input")
             patch = Region("input", (images, step, rows_in, cols_in))
@@ -341,8 +388,8 @@ class _Builder:
             block_offset = self.depthwise(
                 cluster, in_offset, patch, self.rows_out[rt], self.cols_out[ct]
             )
-            self.convs(cluster, block_offset, out_offset, stack, step)
-        self.ops.append(Store(cluster, "output", out_offset, out))
+            self.convs(cluster, block_offset, acc_offset, stack, step)
+        self.finish_tile(cluster, out, out_offset)
 
     # -- multicast waves (MPPA3, seed 003 Sec. IV) -------------------------------------------
     def output_stack_multicast(self) -> None:
@@ -524,9 +571,10 @@ class _Builder:
             for _, st in members
         ]
         out_offsets = [self.slot(cl, "output") for cl, _ in members]
+        acc_offsets = []
         current = []
         for m, (cl, _) in enumerate(members):
-            self.ops.append(Zero(cl, "output", out_offsets[m], outs[m]))
+            acc_offsets.append(self.start_tile(cl, outs[m], out_offsets[m], rows_in, cols_in))
             current.append(self.slot(cl, "input"))
             self.ops.append(Load(cl, patch(m, 0), "input", current[m]))
         for t in range(n_steps):
@@ -540,7 +588,7 @@ class _Builder:
                     cl, current[m], patch(m, t), self.rows_out[rt], self.cols_out[ct]
                 )
                 self.convs(
-                    cl, block_offset, out_offsets[m], self.stack_out[st], steps[(m + t) % n_steps]
+                    cl, block_offset, acc_offsets[m], self.stack_out[st], steps[(m + t) % n_steps]
                 )
             if last_round:
                 break
@@ -555,7 +603,7 @@ class _Builder:
                         )
                     )
         for m, (cl, _) in enumerate(members):
-            self.ops.append(Store(cl, "output", out_offsets[m], outs[m]))
+            self.finish_tile(cl, outs[m], out_offsets[m])
 
     # -- Alg. 4/5: input slices over clusters, private partials, tree reduction -------------
     def input_parallel(self) -> None:

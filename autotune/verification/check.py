@@ -56,7 +56,9 @@ A fused pair (``Layer.prologue``) is bounded as its two layers one after the oth
 depthwise's error, relative to its own scale, plus the rounding of its result to the storage
 precision in L1 (``2 u``), is carried by the 1×1 as an error of its input, so the tolerance
 is the sum of the two layers' and that rounding, and the scale is the 1×1's ``sum(|w| s)``
-over the depthwise's scale ``s``.
+over the depthwise's scale ``s``. A fused expansion likewise: the 1×1's tolerance, its
+result's rounding and the depthwise's, the scale the depthwise's ``sum(|w| s)`` over the
+1×1's scale ``s``.
 Deviation, noticed and left to the model: the partial sums of an output tile held in L1 are
 fp32 (4 B) on the machine, but the model and the program count output buffers in 2 B words;
 the executor keeps the fp32 partial sums beside the L1 arena, in the words the schedule gave
@@ -210,10 +212,10 @@ def tolerance(layer: Layer, precision: str) -> float:
     """``lambda * sqrt(K + 1) * (u + u_fp64)``: the bound relative to ``sum(|x| |w|)``, with
     ``u`` that of the accumulation; plus ``2 u16`` for the fp16 output's rounding (FP16.32).
     A fused pair: its two layers' and the rounding of the result between them."""
-    if layer.prologue is not None:
-        depthwise, pointwise = layer.unfused()
+    if layer.fuses:
+        first, second = layer.unfused()
         between = 2 * UNIT_ROUNDOFF[precision]
-        return tolerance(depthwise, precision) + tolerance(pointwise, precision) + between
+        return tolerance(first, precision) + tolerance(second, precision) + between
     k = reduction_length(layer)
     u = UNIT_ROUNDOFF[ACCUMULATION[precision]]
     bound = LAMBDA * math.sqrt(k + 1) * (u + UNIT_ROUNDOFF["fp64"])
@@ -250,6 +252,16 @@ def error_scale(
         exact_inner = finish(depthwise, z_inner, wide.get("bias"), None)
         inner_scale = error_scale(depthwise, inner, z_inner, exact_inner, precision)
         scale = body(pointwise, inner_scale, magnitudes["filter"].astype(np.float64))
+    elif layer.expansion is not None:
+        pointwise, depthwise = layer.unfused()
+        inner = {"input": data["input"], "filter": data["filter"]}
+        if "expansion_bias" in data:
+            inner["bias"] = data["expansion_bias"]
+        wide = {name: a.astype(np.float64) for name, a in inner.items()}
+        z_inner = body(pointwise, wide["input"], wide["filter"])
+        exact_inner = finish(pointwise, z_inner, wide.get("bias"), None)
+        inner_scale = error_scale(pointwise, inner, z_inner, exact_inner, precision)
+        scale = body(depthwise, inner_scale, magnitudes["depthwise_filter"].astype(np.float64))
     elif layer.kind == "softmax":
         x = data["input"].astype(np.float64)
         spread = x.max(axis=1, keepdims=True) - x.min(axis=1, keepdims=True)
@@ -348,6 +360,8 @@ def exact_and_scale(
         wide.get("filter"),
         wide.get("prologue_filter"),
         wide.get("prologue_bias"),
+        wide.get("depthwise_filter"),
+        wide.get("expansion_bias"),
     )
     exact = finish(layer, z, wide.get("bias"), wide.get("residual"))
     return z, exact, error_scale(layer, data, z, exact, precision)

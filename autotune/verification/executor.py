@@ -30,6 +30,13 @@ input step: a ``Depthwise`` computes the step's depthwise result over the output
 the loaded patch (checked as a block's: the rows and columns its windows read) and writes it
 to L1, rounded to the storage precision, its bias and activation applied; the 1×1's ``Conv``
 blocks then read that result (the same images, rows and columns as their accumulator).
+
+A depthwise conv fused with the 1×1 before it (``Layer.expansion``) accumulates the 1×1's
+``Conv`` blocks into a region of the ``expansion`` tensor over the input band (checked as
+a block's: the patch holds the same images, rows and columns); once every input channel is
+summed in, a ``Depthwise`` applies the expansion's bias and activation, rounds to the
+storage precision, and computes the output tile (checked: the accumulator is complete and
+holds the rows and columns the tile's windows read), which the store then finishes.
 """
 
 from __future__ import annotations
@@ -262,7 +269,7 @@ def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
     out = (batch, layer.c_out, layer.h_out, layer.w_out)
     shapes: dict[str, tuple[int, ...]] = {"input": (batch, layer.c_in, layer.h_in, layer.w_in)}
     if layer.kind in WEIGHTED_KINDS:
-        side = 1 if layer.prologue is not None else None
+        side = 1 if layer.fuses else None
         shapes["filter"] = (
             layer.c_out,
             layer.cin_per_group,
@@ -273,6 +280,10 @@ def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
         shapes["prologue_filter"] = (layer.c_in, 1, layer.kernel_h, layer.kernel_w)
         if layer.prologue.bias:
             shapes["prologue_bias"] = (layer.c_in,)
+    if layer.expansion is not None:
+        shapes["depthwise_filter"] = (layer.c_out, 1, layer.kernel_h, layer.kernel_w)
+        if layer.expansion.bias:
+            shapes["expansion_bias"] = (layer.c_out,)
     if layer.epilogue.bias:
         shapes["bias"] = (layer.c_out,)
     if layer.epilogue.residual:
@@ -317,7 +328,7 @@ def _alloc(m: _Machine, op: Alloc) -> None:
 
 
 #: The main-memory tensors a DMA load may read (the epilogue's are read by the store).
-LOADABLE = ("input", "filter", "prologue_filter")
+LOADABLE = ("input", "filter", "prologue_filter", "depthwise_filter")
 
 
 def _load(m: _Machine, op: Load) -> None:
@@ -351,7 +362,10 @@ def _multicast(m: _Machine, op: Multicast) -> None:
 
 def _zero(m: _Machine, op: Zero) -> None:
     buffer = m.buffer(op.cluster, op.buffer)
-    m.tensor(op.region, ("output",))
+    if op.region.tensor == "expansion":
+        _check_expansion_region(m, op.region)
+    else:
+        m.tensor(op.region, ("output",))
     data = buffer.span(op.offset, op.region.words, op.region)
     if m.acc_dtype != m.dtype:
         # FP16.32: the partial sums are float32. They occupy the words the schedule gave the
@@ -486,9 +500,104 @@ def _block(m: _Machine, op: Conv | Apply) -> _Block:
     return _Block(patch, acc, rows, cols, in_n)
 
 
+def _check_expansion_region(m: _Machine, region: Region) -> None:
+    """``region`` must be a box of a fused expansion's result (the layer must have one)."""
+    layer = m.layer
+    full = (m.main["output"].shape[0], layer.c_out, layer.h_in, layer.w_in)
+    if (
+        layer.expansion is None
+        or len(region.box) != 4
+        or not all(0 <= a < b <= n for (a, b), n in zip(region.box, full, strict=True))
+    ):
+        raise ScheduleError(f"{region} is not a region of the expansion tensor {full}")
+
+
+def _expand_block(m: _Machine, op: Conv) -> None:
+    """A block of a fused expansion's 1×1: it sums its input channels into the expansion
+    accumulator of the same images, rows and columns as the patch."""
+    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "input")
+    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "expansion")
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
+    images, out_ch, rows, cols = acc.region.box
+    p_images, p_ch, p_rows, p_cols = patch.region.box
+    (i0, i1), (o0, o1) = op.in_channels, op.out_channels
+    if (p_images, p_rows, p_cols) != (images, rows, cols) or op.stride != (1, 1):
+        raise ScheduleError(
+            f"a 1x1 block of {acc.region} reads the input of its own images, rows and columns "
+            f"with stride (1, 1), but buffer {op.in_buffer!r} holds {patch.region} (stride "
+            f"{op.stride})"
+        )
+    if op.groups != 1 or not (p_ch[0] <= i0 < i1 <= p_ch[1] and out_ch[0] <= o0 < o1 <= out_ch[1]):
+        raise ScheduleError(
+            f"block reads channels {i0}:{i1} into channels {o0}:{o1} ({op.groups} groups), "
+            f"but the patch holds {patch.region} and the accumulator {acc.region}"
+        )
+    _sum_pointwise(m, op, patch, acc, filt)
+
+
+def _expanded_depthwise(m: _Machine, op: Depthwise) -> None:
+    """A fused expansion's depthwise: from the complete accumulator into the output tile."""
+    layer = m.layer
+    expansion = layer.expansion
+    assert expansion is not None
+    src = _held(m, op.cluster, op.in_buffer, op.in_offset, True, "expansion")
+    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "depthwise_filter")
+    result = op.result
+    images, (c0, c1), out_rows, out_cols = result.box
+    if acc.region != result:
+        raise ScheduleError(f"depthwise into {result}, but the accumulator holds {acc.region}")
+    s_images, s_ch, s_rows, s_cols = src.region.box
+    sh, sw = op.stride
+    rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in)
+    cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in)
+    if (
+        (sh, sw) != (layer.stride_h, layer.stride_w)
+        or s_rows != rows[:2]
+        or s_cols != cols[:2]
+        or s_images != images
+        or s_ch != (c0, c1)
+    ):
+        raise ScheduleError(
+            f"{result} with stride {op.stride} needs the expansion of images "
+            f"{images[0]}:{images[1]}, channels {c0}:{c1}, rows {rows[0]}:{rows[1]}, columns "
+            f"{cols[0]}:{cols[1]}, but buffer {op.in_buffer!r} holds {src.describe()}"
+        )
+    if src.pairs != (c1 - c0) * layer.c_in:
+        raise ScheduleError(
+            f"depthwise reads {src.describe()} with {src.pairs} of the {(c1 - c0) * layer.c_in} "
+            f"(channel, input channel) pairs summed in"
+        )
+    need = ((c0, c1), (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
+    if filt.region.box != need:
+        raise ScheduleError(
+            f"{result} needs depthwise_filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
+            f"but buffer {op.filter_buffer!r} holds {filt.region}"
+        )
+    e = src.view
+    if expansion.bias:
+        e = e + m.main["expansion_bias"][c0:c1].astype(e.dtype)[None, :, None, None]
+    act = expansion.activation
+    if act is not None:
+        e = activate(e, act.kind, act.alpha, act.low, act.high)
+    x, w = e.astype(m.dtype), filt.view  # the expanded words, rounded as stored in L1
+    if m.acc_dtype != m.dtype:
+        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
+    pads = (rows[2], rows[3], cols[2], cols[3])
+    z = conv_block(x, w, c1 - c0, op.stride, pads, (layer.dilation_h, layer.dilation_w))
+    if z.shape != acc.view.shape:
+        raise ScheduleError(f"depthwise computes {z.shape} but the tile is {acc.view.shape}")
+    acc.view[...] = z
+    acc.pairs = src.pairs
+    m.stats.macs += z.size * layer.kernel_h * layer.kernel_w
+
+
 def _depthwise(m: _Machine, op: Depthwise) -> None:
     """A fused depthwise's result over an output tile (module docstring)."""
     layer = m.layer
+    if layer.expansion is not None:
+        _expanded_depthwise(m, op)
+        return
     prologue = layer.prologue
     if prologue is None:
         raise ScheduleError(f"layer {layer.name!r} has no fused depthwise to compute")
@@ -558,6 +667,13 @@ def _pointwise(m: _Machine, op: Conv) -> None:
             f"block reads channels {i0}:{i1} into output channels {o0}:{o1} ({op.groups} "
             f"groups), but the result holds {patch.region} and the accumulator {acc.region}"
         )
+    _sum_pointwise(m, op, patch, acc, filt)
+
+
+def _sum_pointwise(m: _Machine, op: Conv, patch: _Content, acc: _Content, filt: _Content) -> None:
+    """Sum a 1×1 block (channels checked by the caller) of ``patch`` into ``acc``."""
+    (i0, i1), (o0, o1) = op.in_channels, op.out_channels
+    p_ch, out_ch = patch.region.box[1], acc.region.box[1]
     need = ((o0, o1), (i0, i1), (0, 1), (0, 1))
     if filt.region.box != need:
         raise ScheduleError(
@@ -582,6 +698,9 @@ def _conv(m: _Machine, op: Conv) -> None:
         raise ScheduleError(f"a {layer.kind} layer has no weights: its blocks are Apply, not Conv")
     if layer.prologue is not None:
         _pointwise(m, op)
+        return
+    if layer.expansion is not None:
+        _expand_block(m, op)
         return
     block = _block(m, op)
     patch, acc, rows, cols, in_n = block.patch, block.acc, block.rows, block.cols, block.in_n

@@ -23,6 +23,16 @@ and its ``filter`` is the 1×1's, ``(c_out, c_in, 1, 1)``. The depthwise's resul
 ``prologue`` tensor, ``(batch, c_in, h_out, w_out)``: it exists only in L1 (a ``Depthwise``
 writes a region of it, the 1×1's ``Conv`` blocks read it), never in main memory.
 
+A depthwise conv fused with the 1×1 before it (``Layer.expansion``) reads the narrow tensor
+as ``input``, the 1×1's weights as ``filter`` ``(c_out, c_in, 1, 1)``, and two more:
+
+``depthwise_filter``  ``(c_out, 1, kernel_h, kernel_w)``, the depthwise's weights
+``expansion_bias``    ``(c_out,)``, when the 1×1 adds a bias
+
+while ``bias`` is the depthwise's (the layer's epilogue). The 1×1's result is the
+``expansion`` tensor, ``(batch, c_out, h_in, w_in)``: it exists only in L1 (the 1×1's
+``Conv`` blocks accumulate a band of it, a ``Depthwise`` reads it), never in main memory.
+
 ``bias`` and ``residual`` are read by the output store, which applies the layer's epilogue
 (``autotune.ir.layer.Epilogue``) once, after all accumulation: what the schedule decides is
 only *which* output region a store writes, and the epilogue's operands are those of that
@@ -152,7 +162,14 @@ class Depthwise:
     (``in_buffer``, ``in_offset``) with the depthwise weights at (``filter_buffer``,
     ``filter_offset``) and ``stride``, its bias and activation applied, rounded to the storage
     precision and written to ``out_buffer`` at ``out_offset``. The 1×1's ``Conv`` blocks
-    then read it there (their stride 1)."""
+    then read it there (their stride 1).
+
+    With a fused 1×1 before it (``Layer.expansion``): ``result`` is a region of the
+    ``output`` (the task's output tile), computed from the ``expansion`` accumulator at
+    (``in_buffer``, ``in_offset``), once all its input channels are summed in: the
+    expansion's bias and activation applied, rounded to the storage precision, then the
+    depthwise with the weights at (``filter_buffer``, ``filter_offset``), written over the
+    output tile's accumulator at (``out_buffer``, ``out_offset``) for the store."""
 
     cluster: int
     in_buffer: str

@@ -16,9 +16,9 @@ tensor:
 - activation: the input itself; upsample: ``np.repeat`` along rows and columns;
 - softmax: ``exp(x - max) / sum(exp(x - max))`` over the channels of each pixel;
 
-A fused pair (``Layer.prologue``) is its two layers (``Layer.unfused``) one after the other,
-each with its own epilogue, the depthwise's result kept in float64 (the executor rounds it
-to the storage precision in L1: within the tolerance, ``check``).
+A fused pair (``Layer.prologue``, ``Layer.expansion``) is its two layers (``Layer.unfused``)
+one after the other, each with its own epilogue, the first's result kept in float64 (the
+executor rounds it to the storage precision in L1: within the tolerance, ``check``).
 
 then the epilogue: ``+ bias[c]``, ``+ residual``, the activation as ``Activation``'s
 docstring defines it (the logistic function through ``tanh``, which the executor does not
@@ -45,11 +45,15 @@ def reference(
     residual: np.ndarray | None = None,
     prologue_filter: np.ndarray | None = None,
     prologue_bias: np.ndarray | None = None,
+    depthwise_filter: np.ndarray | None = None,
+    expansion_bias: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(batch, c_out, h_out, w_out)`` output of ``layer`` for input ``x``, filters ``w``
     (the kinds with weights only), and the epilogue's ``bias`` and ``residual`` (exactly when
     the epilogue reads them); a fused pair's depthwise weights ``prologue_filter``
-    ``(c_in, 1, kh, kw)`` and bias ``prologue_bias`` ``(c_in,)``.
+    ``(c_in, 1, kh, kw)`` and bias ``prologue_bias`` ``(c_in,)``; a fused expansion's
+    depthwise weights ``depthwise_filter`` ``(c_out, 1, kh, kw)`` and 1×1 bias
+    ``expansion_bias`` ``(c_out,)`` (``w`` the 1×1's, ``bias`` the depthwise's).
 
     ``x`` is ``(batch, c_in, h_in, w_in)`` (an add's operands interleaved: channel
     ``g·n + i`` is channel ``g`` of operand ``i``), ``w`` is ``(c_out, c_in / groups, kh,
@@ -64,18 +68,20 @@ def reference(
         >>> reference(fc, np.ones((1, 3, 1, 1)), np.ones((2, 3, 1, 1))).ravel().tolist()
         [3.0, 3.0]
     """
-    epilogue, prologue = layer.epilogue, layer.prologue
+    epilogue, prologue, expansion = layer.epilogue, layer.prologue, layer.expansion
     for name, given, needed in (
         ("weights", w, layer.kind in WEIGHTED_KINDS),
         ("bias", bias, epilogue.bias),
         ("residual", residual, epilogue.residual),
         ("prologue_filter", prologue_filter, prologue is not None),
         ("prologue_bias", prologue_bias, prologue is not None and prologue.bias),
+        ("depthwise_filter", depthwise_filter, expansion is not None),
+        ("expansion_bias", expansion_bias, expansion is not None and expansion.bias),
     ):
         if (given is not None) != needed:
             what = "needs" if needed else "has no"
             raise ValueError(f"layer {layer.name!r} ({layer.kind}) {what} {name}")
-    z = body(layer, x, w, prologue_filter, prologue_bias)
+    z = body(layer, x, w, prologue_filter, prologue_bias, depthwise_filter, expansion_bias)
     return finish(layer, z, bias, residual)
 
 
@@ -101,9 +107,16 @@ def body(
     w: np.ndarray | None = None,
     prologue_filter: np.ndarray | None = None,
     prologue_bias: np.ndarray | None = None,
+    depthwise_filter: np.ndarray | None = None,
+    expansion_bias: np.ndarray | None = None,
 ) -> np.ndarray:
     """The layer's operator alone, without its epilogue (see ``reference``); a fused pair's
-    depthwise with its own epilogue, then the 1×1."""
+    first layer with its own epilogue, then the second's operator."""
+    if layer.expansion is not None:
+        assert w is not None and depthwise_filter is not None, "a fused pair needs both weights"
+        pointwise, depthwise = layer.unfused()
+        y = finish(pointwise, convolution(pointwise, x, w), expansion_bias, None)
+        return convolution(depthwise, y, depthwise_filter)
     if layer.prologue is not None:
         assert w is not None and prologue_filter is not None, "a fused pair needs both weights"
         depthwise, pointwise = layer.unfused()

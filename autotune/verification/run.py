@@ -32,6 +32,8 @@ OPERANDS = {
     "residual": "residual",
     "prologue_weights": "prologue_filter",
     "prologue_bias": "prologue_bias",
+    "depthwise_weights": "depthwise_filter",
+    "expansion_bias": "expansion_bias",
 }
 
 
@@ -47,12 +49,14 @@ def layer_inputs(
     residual: np.ndarray | None = None,
     prologue_weights: np.ndarray | None = None,
     prologue_bias: np.ndarray | None = None,
+    depthwise_weights: np.ndarray | None = None,
+    expansion_bias: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The main-memory inputs of ``layer`` (``expected_shapes`` without the output) in the
     storage dtype of ``precision``: the arrays given, the others uniform in [-1, 1) from
     ``numpy.random.default_rng(seed)``, drawn in the order input, filter (a fused pair's
-    depthwise weights and bias next), bias, residual whether given or not (so a given operand
-    does not change the others).
+    depthwise weights and bias next; a fused expansion's depthwise weights and 1×1 bias), bias,
+    residual whether given or not (so a given operand does not change the others).
 
     Raises ``ValueError`` for an operand of the wrong shape or one the layer does not read.
     """
@@ -69,6 +73,8 @@ def layer_inputs(
             residual=residual,
             prologue_weights=prologue_weights,
             prologue_bias=prologue_bias,
+            depthwise_weights=depthwise_weights,
+            expansion_bias=expansion_bias,
         ).items()
         if v is not None
     }
@@ -103,6 +109,8 @@ def execute_layer(
     seed: int = 0,
     prologue_weights: np.ndarray | None = None,
     prologue_bias: np.ndarray | None = None,
+    depthwise_weights: np.ndarray | None = None,
+    expansion_bias: np.ndarray | None = None,
 ) -> Outputs:
     """Run ``layer`` under ``mapping`` on one chiplet of ``machine`` and return its output.
 
@@ -120,6 +128,10 @@ def execute_layer(
         prologue_weights: a fused pair's depthwise filters ``(c_in, 1, kernel_h,
             kernel_w)`` (its ``weights`` are then the 1×1's, ``(c_out, c_in, 1, 1)``), and
             ``prologue_bias`` ``(c_in,)`` when the depthwise has one.
+        depthwise_weights: a fused expansion's depthwise filters ``(c_out, 1, kernel_h,
+            kernel_w)`` (its ``weights`` are then the 1×1's, ``(c_out, c_in, 1, 1)``, and
+            ``bias`` the depthwise's), and ``expansion_bias`` ``(c_out,)`` when the 1×1 has
+            one.
 
     Returns:
         ``Outputs``: ``output`` ``(batch, c_out, h_out, w_out)`` in ``precision``'s dtype, and
@@ -150,6 +162,8 @@ def execute_layer(
         residual=residual,
         prologue_weights=prologue_weights,
         prologue_bias=prologue_bias,
+        depthwise_weights=depthwise_weights,
+        expansion_bias=expansion_bias,
     )
     return execute(build_program(layer, mapping, machine, precision, batch), data)
 

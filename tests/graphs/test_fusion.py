@@ -36,23 +36,32 @@ layers:
 """
 
 
-@pytest.fixture(scope="module")
-def fused_network():
+#: The pairs fused, and the layers that run: the depthwise and 1x1 pairs, or the expansion
+#: and its depthwise (a stride-2 depthwise with padding) with the second depthwise pair.
+FUSIONS = {
+    ("project", "pw2"): ["stem", "expand", "project", "pw2"],
+    ("dw", "pw2"): ["stem", "dw", "project", "pw2"],
+}
+
+
+@pytest.fixture(scope="module", params=list(FUSIONS), ids=["depthwise", "expansion"])
+def fused_network(request):
     net = parse_network(yaml.safe_load(MOBILE_BLOCKS), "<test>")
     assert net.lowering is not None
-    pairs = fusable(net.lowering)
-    assert pairs == ("project", "pw2")
-    lowering = fuse_depthwise(net.lowering, pairs)
+    assert fusable(net.lowering) == ("dw", "project", "pw2")
+    lowering = fuse_depthwise(net.lowering, request.param)
     return dataclasses.replace(net, layers=lowering.layers, lowering=lowering)
 
 
 def test_fused_pairs_match_the_graph(fused_network, manticore):
     net = fused_network
-    assert [layer.name for layer in net.layers] == ["stem", "expand", "project", "pw2"]
+    assert [layer.name for layer in net.layers] in FUSIONS.values()
     sols = solve_network(net, manticore, options=TuneOptions(processes=1))
     mappings = {s.layer.name: s.mapping for s in sols}
     assert net.graph is not None
     checked = verify_network(net, mappings, manticore, weights=seeded_weights(net.graph))
     assert checked.ok, [c for c in checked.tensors if not c.ok]
     # the inner tensors exist nowhere: only the stored ones are compared
-    assert {c.tensor for c in checked.tensors} == {"stem_act", "expand_act", "project_bn", "add"}
+    stored = {"stem_act", "expand_act", "dw_act", "project_bn", "add"}
+    inner = {"dw_act"} if net.layers[1].name == "expand" else {"expand_act"}
+    assert {c.tensor for c in checked.tensors} == stored - inner

@@ -15,17 +15,28 @@ def mobilenetv2():
     return load_network(EXAMPLES / "mobilenetv2.yaml")
 
 
+def _pairs(lowering):
+    """The fusable steps, split: 1x1s that absorb a depthwise, depthwises an expansion."""
+    pairs = fusable(lowering)
+    expansions = tuple(n for n in pairs if lowering.step(n).layer.groups > 1)
+    return tuple(n for n in pairs if n not in expansions), expansions
+
+
 def test_mobilenetv2_has_a_fusable_pair_per_depthwise(mobilenetv2):
     lowering = mobilenetv2.lowering
-    pairs = fusable(lowering)
+    projects, expansions = _pairs(lowering)
     depthwise = [s for s in lowering.steps if s.layer.groups > 1 and s.layer.kind == "conv"]
-    assert len(pairs) == len(depthwise) == 17
+    assert len(projects) == len(depthwise) == 17
+    # every block's depthwise but the first's follows its expansion 1x1
+    assert expansions == tuple(s.name for s in depthwise[1:])
     assert fusion_problem(lowering, 0) == "it has no step before it"
 
 
-def test_a_fused_step_is_its_two_steps(mobilenetv2):
+@pytest.mark.parametrize("kind", ["projects", "expansions"])
+def test_a_fused_step_is_its_two_steps(mobilenetv2, kind):
     lowering = mobilenetv2.lowering
-    pairs = fusable(lowering)
+    projects, expansions = _pairs(lowering)
+    pairs = projects if kind == "projects" else expansions
     fused = fuse_depthwise(lowering, pairs)
     assert fused_steps(fused) == pairs
     assert len(fused.steps) == len(lowering.steps) - len(pairs)
@@ -33,17 +44,25 @@ def test_a_fused_step_is_its_two_steps(mobilenetv2):
     for name in pairs:
         step = fused.step(name)
         index = [s.name for s in lowering.steps].index(name)
-        dw, pw = lowering.steps[index - 1], lowering.steps[index]
-        assert step.prologue == dw and step.inputs == dw.inputs and step.output == pw.output
-        depthwise, pointwise = step.layer.unfused()
-        assert depthwise.shape_key() == dw.layer.shape_key()
-        assert pointwise.shape_key() == pw.layer.shape_key()
-        assert step.layer.macs == dw.layer.macs + pw.layer.macs
-        assert step.layer.weight_words == dw.layer.weight_words + pw.layer.weight_words
-        # every operator of the depthwise step is now the fused step's
+        first, second = lowering.steps[index - 1], lowering.steps[index]
+        assert step.prologue == first and step.inputs == first.inputs
+        assert step.output == second.output
+        one, two = step.layer.unfused()
+        assert one.shape_key() == first.layer.shape_key()
+        assert two.shape_key() == second.layer.shape_key()
+        assert step.layer.macs == first.layer.macs + second.layer.macs
+        assert step.layer.ops == first.layer.ops + second.layer.ops
+        assert step.layer.weight_words == first.layer.weight_words + second.layer.weight_words
+        # every operator of the absorbed step is now the fused step's
         for fate in fused.fates:
-            if fate.op == dw.op or fate.op in dw.absorbed:
+            if fate.op == first.op or fate.op in first.absorbed:
                 assert (fate.kind, fate.into) == ("fused", name)
+
+
+def test_a_depthwise_joins_one_neighbour_not_both(mobilenetv2):
+    lowering = mobilenetv2.lowering
+    with pytest.raises(GraphError, match="is fused already"):
+        fuse_depthwise(lowering, ["features.2.conv.1.0", "features.2.conv.2"])
 
 
 def test_fusing_only_some_pairs_keeps_the_others(mobilenetv2):

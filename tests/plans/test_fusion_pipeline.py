@@ -21,7 +21,8 @@ from tests.plans.test_plan_pipeline import live_overlaps, quiet
 
 runner = CliRunner()
 
-#: The blocks at 56 x 56, where fusing both pairs pays (at 11 x 10 it does not).
+#: The blocks at 56 x 56, where fusing pays (at 11 x 10 it does not): the first block's
+#: expansion into its depthwise, the second block's depthwise into its 1x1.
 LARGE = MOBILE_BLOCKS.replace("in: [11, 10, 3]", "in: [56, 56, 3]").replace("batch: 2", "batch: 1")
 
 
@@ -46,22 +47,24 @@ def tuned(manticore, tmp_path_factory):
 def test_the_plan_fuses_and_the_fused_network_verifies(tuned) -> None:
     fused, unfused, path = tuned
     plan = fused.plan
-    assert plan is not None and plan.fused == ("project", "pw2")
-    assert [r.layer.name for r in fused.layers] == ["stem", "expand", "project", "pw2"]
-    assert all(r.layer.prologue is not None for r in fused.layers[2:])
+    assert plan is not None and plan.fused == ("dw", "pw2")
+    assert [r.layer.name for r in fused.layers] == ["stem", "dw", "project", "pw2"]
+    assert fused.layers[1].layer.expansion is not None
+    assert fused.layers[3].layer.prologue is not None
     assert unfused.plan is not None and unfused.plan.fused == ()
     assert len(unfused.layers) == 6
     assert plan.cycles <= unfused.plan.cycles
     assert check_plan(plan) == []
     assert fused.network_verified is not None and fused.network_verified.ok
     record = json.loads(Path(path).read_text())
-    assert record["plan"]["fused"] == ["project", "pw2"]
+    assert record["plan"]["fused"] == ["dw", "pw2"]
     assert live_overlaps(record) == []
     # the inner tensors are no tensors of the plan: they never leave the clusters
     names = {t["name"] for t in record["plan"]["tensors"]}
-    assert "dw_act" not in names and "dw2" not in names and "project:weights" in names
+    assert "expand_act" not in names and "dw2" not in names and "dw:weights" in names
     fates = {op["name"]: (op["fate"], op["into"]) for op in record["graph"]["operators"]}
-    assert fates["dw"] == fates["dw_bn"] == fates["dw_act"] == ("fused", "project")
+    assert fates["expand"] == fates["expand_act"] == ("fused", "dw")
+    assert fates["dw2"] == ("fused", "pw2")
     assert audit_schedule(path).ok
 
 
@@ -87,10 +90,10 @@ def _fate(name: str, fate: str, into: str):
     [
         # a conv "fused" into a 1x1 step whose step before is no depthwise
         (_fate("stem", "fused", "expand"), "graph.fused"),
-        # a conv "fused" into a step that has its depthwise already
-        (_fate("expand", "fused", "project"), "graph.operators[3].fate"),
+        # a depthwise "fused" into its 1x1 while it has its expansion fused into it
+        (_fate("dw", "fused", "project"), "graph.fused"),
         # the plan says a pair is not fused that the graph fuses
-        (lambda r: r["plan"].update(fused=["project"]), "plan.fused"),
+        (lambda r: r["plan"].update(fused=["pw2"]), "plan.fused"),
     ],
     ids=["not-a-pair", "twice", "plan"],
 )
@@ -114,8 +117,9 @@ def test_show_names_the_fused_depthwise_and_tune_no_fuse_fuses_nothing(tuned, tm
     _, _, path = tuned
     shown = runner.invoke(app, ["show", str(path)])
     assert shown.exit_code == 0, shown.output
-    assert "dw dw_bn dw_act →" in shown.output
-    assert "2 depthwise steps fused into the 1x1 after them" in shown.output
+    assert "expand expand_act →" in shown.output
+    assert "1 depthwise steps fused into the 1x1 after them" in shown.output
+    assert "1 1x1 steps fused into the depthwise after them" in shown.output
     net = tmp_path / "large.yaml"
     net.write_text(LARGE)
     out = tmp_path / "no_fuse.json"

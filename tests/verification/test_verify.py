@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import autotune
 from autotune import Layer, Mapping, MappingError, Tile, analyze, load_network, verify
 from autotune.search.space import fits, hand_choice
-from autotune.tiling import output_stacks
+from autotune.tiling import col_axis, output_stacks, row_axis
 from autotune.verification.check import compare, tolerance
 from tests.conftest import EXAMPLES
 from tests.strategies import conv_layers, fc_layers, mappings
@@ -126,9 +126,16 @@ def test_random_legal_mappings_verify_on_a_large_l1(manticore, case):
     assert v.ok, (layer, mapping, batch, v.errors)
     a = analyze(layer, mapping, big, precision, batch)
     wb = a.word_bytes
-    # the layer's MACs; a fused depthwise is computed again by every stack of a tile
+    # the layer's MACs; a fused depthwise is computed again by every stack of a tile, a
+    # fused expansion over every tile's input band (halos twice, skipped pixels never)
     stacks = output_stacks(layer, mapping.delta_o).count
     again = (stacks - 1) * batch * layer.prologue_result_words * layer.prologue_pixels
+    if layer.expansion is not None:
+        rows, cols = row_axis(layer, mapping.tile.out_h), col_axis(layer, mapping.tile.out_w)
+        bands = int(rows.in_size.sum()) * int(cols.in_size.sum())
+        again = batch * layer.c_out * layer.c_in * bands - batch * layer.expansion_result_words * (
+            layer.c_in
+        )
     assert v.macs == a.macs + again
     assert v.bytes_moved["store"] == a.offchip_store_words * wb
     moved = v.bytes_moved["load"] + v.bytes_moved["intercluster"]
