@@ -42,7 +42,7 @@ activation.
 A 1×1 conv may carry a ``Prologue``: the depthwise conv before it, fused (MobileNet's
 depthwise-separable pair). The layer's window fields (kernel, stride, padding, dilation) are
 then the depthwise's, so its data movement is a dense k×k conv's (input bands with their
-halo, every stack reading every channel), while its filters are the 1×1's (``filter_kernel``)
+halo, every stack reading every channel), while its filters are the 1×1's (``filter_pixels``)
 plus the depthwise's ``c_in × k²`` (``prologue_words``). Each task computes the depthwise
 result of its tile and step in L1 and the 1×1 reads it there: the inner tensor never leaves
 the cluster, at the price of recomputing it once per output stack.
@@ -50,7 +50,7 @@ the cluster, at the price of recomputing it once per output stack.
 A dense conv may instead carry an ``Expansion``: the 1×1 conv before a depthwise conv, fused
 (MobileNetV2's expansion). The layer is then the 1×1 from the narrow tensor (``c_in``) to the
 expanded one (``c_out``) with the depthwise's window: its data movement is again a dense
-k×k conv's, its filters the 1×1's (``filter_kernel`` 1) plus the depthwise's ``c_out × k²``
+k×k conv's, its filters the 1×1's (``filter_pixels`` 1) plus the depthwise's ``c_out × k²``
 (``expansion_pixels``). Each task accumulates the 1×1 over its input band (the halo too) in
 L1, applies the expansion's bias and activation, and runs the depthwise from there: the
 expanded tensor never leaves the cluster, at the price of computing the halo's 1×1 twice
@@ -172,22 +172,21 @@ class Epilogue:
 
 
 @dataclass(frozen=True)
-class Prologue:
-    """The depthwise conv fused before a 1×1 conv (``Layer.prologue``, module docstring): its
-    window is the layer's, its channels the layer's ``c_in``; ``bias`` (a folded batch norm)
-    and ``activation`` apply to its result in L1, before the 1×1 reads it."""
+class _Fused:
+    """What a fused pair applies to its inner result in L1 (``Prologue``, ``Expansion``)."""
 
     bias: bool = False
     activation: Activation | None = None
 
     @property
     def ops(self) -> int:
-        """FPU operations per result word beyond the taps: the bias and the activation."""
+        """FPU operations per result word beyond the taps or MACs: the bias and the
+        activation."""
         act = self.activation.ops if self.activation is not None else 0
         return int(self.bias) + act
 
     def key(self) -> tuple[object, ...]:
-        """The prologue as plain values (as ``Epilogue.key``)."""
+        """As plain values (as ``Epilogue.key``)."""
         act = self.activation
         if act is None:
             return (self.bias, None, 0.0, 0.0, 0.0)
@@ -195,27 +194,18 @@ class Prologue:
 
 
 @dataclass(frozen=True)
-class Expansion:
+class Prologue(_Fused):
+    """The depthwise conv fused before a 1×1 conv (``Layer.prologue``, module docstring): its
+    window is the layer's, its channels the layer's ``c_in``; ``bias`` (a folded batch norm)
+    and ``activation`` apply to its result in L1, before the 1×1 reads it."""
+
+
+@dataclass(frozen=True)
+class Expansion(_Fused):
     """The 1×1 conv fused before a depthwise conv (``Layer.expansion``, module docstring):
     its weights are the layer's filter, its result (``c_out`` channels over the input band)
     stays in L1, where ``bias`` (a folded batch norm) and ``activation`` apply before the
     depthwise (the layer's window, ``c_out × k²`` weights, the layer's epilogue) reads it."""
-
-    bias: bool = False
-    activation: Activation | None = None
-
-    @property
-    def ops(self) -> int:
-        """FPU operations per result word beyond the MACs: the bias and the activation."""
-        act = self.activation.ops if self.activation is not None else 0
-        return int(self.bias) + act
-
-    def key(self) -> tuple[object, ...]:
-        """The expansion as plain values (as ``Epilogue.key``)."""
-        act = self.activation
-        if act is None:
-            return (self.bias, None, 0.0, 0.0, 0.0)
-        return (self.bias, act.kind, act.alpha, act.low, act.high)
 
 
 @dataclass(frozen=True)
@@ -602,9 +592,10 @@ class Layer:
     @property
     def weight_words(self) -> int:
         """Filter parameters, F·F·D_I·D_O for a dense layer (report Sec. 1.1), per group; 0 for
-        the kinds without weights; a fused depthwise adds its ``c_in × k²``. (A folded bias,
-        ``c_out`` words, is not counted: it is read once per stack with the epilogue and is
-        below 0.1 % of the weights of the example networks; so is a fused depthwise's.)"""
+        the kinds without weights; a fused depthwise adds its ``c_in × k²``, the depthwise
+        after a fused 1×1 its ``c_out × k²``. (A folded bias, ``c_out`` words, is not
+        counted: it is read once per stack with the epilogue and is below 0.1 % of the
+        weights of the example networks; so is a fused layer's other one.)"""
         return (
             self.c_out * self.filter_words_per_output
             + self.c_in * self.prologue_pixels

@@ -651,20 +651,20 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
     """
     alg = q.algorithm
     conv_filter = q.step_filter_channels * k.filter_pixels
-    conv_output = tiles.conv_output
     if k.prologue_pixels:  # in_c x k x k >= the 1x1's min(in_c, cin) slices
         conv_filter = q.step_in_channels * k.prologue_pixels
-    if k.expansion_pixels:
-        conv_filter = ops.max(conv_filter, q.stack_out_channels_max * k.expansion_pixels)
-        conv_output = conv_output + expanded_words(ops, q)
-    output = ops.choose(
+    stored = ops.choose(
         alg,
         [
-            conv_output,
-            conv_output,
+            tiles.conv_output,
+            tiles.conv_output,
             ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
         ],
     )
+    output = stored
+    if k.expansion_pixels:  # a conv: never input_parallel, whose tile ``stored`` has too
+        conv_filter = ops.max(conv_filter, q.stack_out_channels_max * k.expansion_pixels)
+        output = stored + expanded_words(ops, q)
     return {
         "input": ops.choose(alg, [tiles.conv_input, tiles.conv_input, tiles.fc_input]),
         "filter": ops.choose(alg, [conv_filter, conv_filter, q.step_in_channels * k.in_pixels])
@@ -672,16 +672,7 @@ def buffer_tile_words(ops: Ops, q: Quantities, k: Consts, tiles: TaskTiles) -> d
         else 0,
         "output": output,
         "share": ops.choose(alg, [0, tiles.conv_band, 0]),
-        "residual": ops.choose(
-            alg,
-            [
-                tiles.conv_output,
-                tiles.conv_output,
-                ops.mul(q.stack_out_channels_max, q.batch_tile_images_max),
-            ],
-        )
-        if k.has_residual
-        else 0,
+        "residual": stored if k.has_residual else 0,
     }
 
 
@@ -2129,7 +2120,8 @@ def energy_pj(k: Consts, traffic: Traffic, cycles: Value) -> Value:
     cycle at the machine's static energy (what the chip draws whatever it does: without it
     a slower schedule that moves a few bytes less would count as cheaper). A fused
     depthwise's operations are counted once (``Layer.ops``): its recomputation by every
-    stack costs time, hence static energy, but its dynamic part is not counted."""
+    stack costs time, hence static energy, but its dynamic part is not counted; so are a
+    fused 1x1's (its halos computed twice)."""
     prologue = k.output_words // k.out_channels * k.in_channels * k.prologue_ops
     expansion = k.in_pixels * k.out_channels * k.expansion_ops
     energy = (

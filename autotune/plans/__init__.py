@@ -53,7 +53,7 @@ class PlannedNetwork:
 
 
 def fused_network(network: Network, fused: Sequence[str]) -> Network:
-    """``network`` with the depthwise steps before the 1x1 steps ``fused`` fused into them
+    """``network`` with the steps before the steps ``fused`` fused into them
     (``ir.fusion``): its lowering and its layers; ``network`` itself when those are the
     pairs it has fused already. Raises ``GraphError`` for a pair that cannot fuse."""
     if network.lowering is None or fused_steps(network.lowering) == tuple(fused):

@@ -17,11 +17,12 @@ Variables and constraints (time is the step index):
   depthwise and the 1x1 after it, or an expansion 1x1 and the depthwise after it), true
   exactly when its second step takes a ``fused`` option and its first step the
   ``absorbed`` one (a depthwise between two 1x1s is in two pairs: it takes one option, so
-  at most one of them fuses). The options of each role match the levels of the tensors that role
-  touches (``PlanProblem.option_streams``); a tensor no chosen option touches (the inner
-  tensor and the two steps' own weights when fused, the pair's weights when not) is not in
-  L2; nothing is prefetched during an absorbed step; the depthwise's input lives one step
-  longer when fused (the 1x1 step reads it).
+  at most one of them fuses). The options of each role match the levels of the tensors
+  that role touches (``PlanProblem.option_streams``); a tensor no chosen option touches
+  (the inner tensor and the two steps' own weights when fused, the pair's weights when
+  not) is not in L2; nothing is prefetched during an absorbed step; the absorbed step's
+  input lives one step longer when fused (the second step reads it). Every stage
+  runs with CP-SAT's full LP relaxation (``linearization_level`` 2; ``solve_plan``).
 
 Objectives, ranked: network latency ``sum d[i]``; then HBM bytes; then the L2 high-water
 mark. Each stage keeps the previous optimum (or best found) as a constraint and starts from
@@ -162,7 +163,7 @@ class _Model:
                 length = m.new_int_var(1, t.last + 1 - min(self.load[name]), f"len[{name}]")
                 xi = m.new_optional_interval_var(start, length, t.last + 1, present, f"t[{name}]")
             elif t.last + 1 in problem.fused and name in problem.streams[t.last].inputs:
-                # a depthwise's input: read by the 1x1 step after it when the pair is fused
+                # an absorbable step's input: read by the step after it when the pair is fused
                 longer = self.fuse[t.last + 1]
                 xi = m.new_optional_interval_var(
                     t.first,

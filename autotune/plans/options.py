@@ -28,8 +28,9 @@ from autotune.plans.tensors import (
     weights_stream,
 )
 
-#: What an option runs: the step's own layer; a 1x1 step with the depthwise before it as its
-#: prologue (``ir.fusion``); or nothing, a depthwise step fused into the step after it.
+#: What an option runs: the step's own layer; the step with the step before it fused into it
+#: (a 1x1 with its depthwise, a depthwise with its expansion: ``ir.fusion``); or nothing, a
+#: step fused into the step after it.
 OptionRole = Literal["own", "fused", "absorbed"]
 
 
@@ -47,7 +48,7 @@ class StepOption:
     role: OptionRole = "own"
 
 
-#: A depthwise step fused into the step after it: it runs nothing and moves nothing.
+#: A step fused into the step after it: it runs nothing and moves nothing.
 ABSORBED = StepOption(HBM_ONLY, Mapping("output_stack"), 0, 0, 0, "absorbed")
 
 
@@ -103,10 +104,10 @@ def step_options(
     """Options of every step; ``solve`` gets each distinct (shape, placement) once, in a
     list, so that it can spread them over processes, and returns their options in order.
 
-    ``fused``: the indices of the 1x1 steps that may take the depthwise step before them as
-    their prologue (``ir.fusion``). Such a step also gets the fused layer's options, at
-    every placement of its streams: the depthwise's input, the two steps' weights together
-    (``tensors.fused_weights``), its own residual and output; the depthwise step gets
+    ``fused``: the indices of the steps that may absorb the step before them
+    (``ir.fusion``). Such a step also gets the fused layer's options, at every placement of
+    its streams: the input of the step before, the two steps' weights together
+    (``tensors.fused_weights``), its own residual and output; the step before gets
     ``ABSORBED``."""
     Key = tuple[tuple[object, ...], Placement]
     wanted: dict[Key, tuple[Layer, Placement]] = {}

@@ -81,8 +81,8 @@ class PlanProblem:
     l2_rate: Fraction
     prefetch_window: int = PREFETCH_WINDOW
     copies: int = 1  # chiplets, each with its own L2 and its own copy of prefetched weights
-    #: 1x1 steps that may take the depthwise step before them as their prologue (``fused``
-    #: options at them, ``absorbed`` at the step before: ``options.step_options``), and what
+    #: steps that may absorb the step before them (``ir.fusion``: ``fused`` options at them,
+    #: ``absorbed`` at the step before: ``options.step_options``), and what
     #: a choice that fuses some is realized with (``realized``): the lowering, the batch and
     #: the precision the tensors were sized at
     fused: tuple[int, ...] = ()
@@ -105,14 +105,14 @@ class PlanProblem:
 
     def option_streams(self, i: int, option: StepOption) -> StepStreams | None:
         """The tensors step ``i`` reads and writes with ``option``: its own; a fused pair's
-        (``pair_streams``); none for an absorbed depthwise."""
+        (``pair_streams``); none for an absorbed step."""
         if option.role == "absorbed":
             return None
         return self.streams[i] if option.role == "own" else self.pair_streams(i)
 
     def pair_streams(self, i: int) -> StepStreams:
-        """The tensors of the fused pair whose 1x1 step is ``i``: the depthwise's input, the
-        pair's weights, the 1x1's residual and output."""
+        """The tensors of the fused pair whose second step is ``i``: the first's input, the
+        pair's weights, the second's residual and output."""
         own = self.streams[i]
         return StepStreams(
             self.streams[i - 1].inputs, own.residual, own.output, fused_weights(self.steps[i])
@@ -273,7 +273,7 @@ def consistent_option(problem: PlanProblem, i: int, in_l2: set[str]) -> int | No
 
 
 def fused_by(problem: PlanProblem, choice: Choice) -> tuple[str, ...]:
-    """The 1x1 steps whose ``fused`` option the choice takes."""
+    """The steps whose ``fused`` option the choice takes."""
     return tuple(
         problem.steps[i]
         for i in problem.fused

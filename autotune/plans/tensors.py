@@ -70,8 +70,8 @@ def weights_stream(step: Step) -> str:
 
 
 def fused_weights(step: str) -> str:
-    """The problem's name of a fused pair's weights (the 1x1 step ``step``'s and the
-    depthwise's, as one tensor): ``weights_tensor(step)`` once the pair is fused."""
+    """The problem's name of a fused pair's weights (its second step ``step``'s and the
+    step before's, as one tensor): ``weights_tensor(step)`` once the pair is fused."""
     return f"{step}:fused-weights"
 
 
@@ -79,8 +79,8 @@ def plan_tensors(
     lowering: Lowering, batch: int, precision: str, fused: Sequence[int] = ()
 ) -> tuple[TensorSpec, ...]:
     """Every buffer of ``lowering`` and every step's weights, at ``batch`` and ``precision``;
-    for each 1x1 step of ``fused`` (indices: ``ir.fusion``) the weights it and the depthwise
-    before it would have as a fused pair (``fused_weights``), read by the 1x1 step."""
+    for each step of ``fused`` (indices: ``ir.fusion``) the weights it and the step before
+    it would have as a fused pair (``fused_weights``), read by that step."""
     wb = word_bytes(precision)
     writers: dict[str, list[int]] = {b.name: [] for b in lowering.buffers}
     readers: dict[str, list[int]] = {b.name: [] for b in lowering.buffers}

@@ -242,26 +242,22 @@ def error_scale(
         name: np.abs(a).astype(np.float64 if a.dtype == np.float64 else np.float32)
         for name, a in data.items()
     }
-    if layer.prologue is not None:
-        depthwise, pointwise = layer.unfused()
-        inner = {"input": data["input"], "filter": data["prologue_filter"]}
-        if "prologue_bias" in data:
-            inner["bias"] = data["prologue_bias"]
+    if layer.fuses:
+        # (first layer's filter, its bias, the second's filter) as main memory names them
+        names = (
+            ("filter", "expansion_bias", "depthwise_filter")
+            if layer.expansion is not None
+            else ("prologue_filter", "prologue_bias", "filter")
+        )
+        first, second = layer.unfused()
+        inner = {"input": data["input"], "filter": data[names[0]]}
+        if names[1] in data:
+            inner["bias"] = data[names[1]]
         wide = {name: a.astype(np.float64) for name, a in inner.items()}
-        z_inner = body(depthwise, wide["input"], wide["filter"])
-        exact_inner = finish(depthwise, z_inner, wide.get("bias"), None)
-        inner_scale = error_scale(depthwise, inner, z_inner, exact_inner, precision)
-        scale = body(pointwise, inner_scale, magnitudes["filter"].astype(np.float64))
-    elif layer.expansion is not None:
-        pointwise, depthwise = layer.unfused()
-        inner = {"input": data["input"], "filter": data["filter"]}
-        if "expansion_bias" in data:
-            inner["bias"] = data["expansion_bias"]
-        wide = {name: a.astype(np.float64) for name, a in inner.items()}
-        z_inner = body(pointwise, wide["input"], wide["filter"])
-        exact_inner = finish(pointwise, z_inner, wide.get("bias"), None)
-        inner_scale = error_scale(pointwise, inner, z_inner, exact_inner, precision)
-        scale = body(depthwise, inner_scale, magnitudes["depthwise_filter"].astype(np.float64))
+        z_inner = body(first, wide["input"], wide["filter"])
+        exact_inner = finish(first, z_inner, wide.get("bias"), None)
+        inner_scale = error_scale(first, inner, z_inner, exact_inner, precision)
+        scale = body(second, inner_scale, magnitudes[names[2]].astype(np.float64))
     elif layer.kind == "softmax":
         x = data["input"].astype(np.float64)
         spread = x.max(axis=1, keepdims=True) - x.min(axis=1, keepdims=True)

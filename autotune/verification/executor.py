@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.ir.layer import OPERAND_KINDS, WEIGHTED_KINDS, Layer
+from autotune.ir.layer import OPERAND_KINDS, WEIGHTED_KINDS, Expansion, Layer, Prologue
 from autotune.ir.resample import source_range, source_taps
 from autotune.verification.kernels import (
     activate,
@@ -512,84 +512,100 @@ def _check_expansion_region(m: _Machine, region: Region) -> None:
         raise ScheduleError(f"{region} is not a region of the expansion tensor {full}")
 
 
-def _expand_block(m: _Machine, op: Conv) -> None:
-    """A block of a fused expansion's 1×1: it sums its input channels into the expansion
-    accumulator of the same images, rows and columns as the patch."""
-    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "input")
-    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "expansion")
-    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
-    images, out_ch, rows, cols = acc.region.box
-    p_images, p_ch, p_rows, p_cols = patch.region.box
-    (i0, i1), (o0, o1) = op.in_channels, op.out_channels
-    if (p_images, p_rows, p_cols) != (images, rows, cols) or op.stride != (1, 1):
-        raise ScheduleError(
-            f"a 1x1 block of {acc.region} reads the input of its own images, rows and columns "
-            f"with stride (1, 1), but buffer {op.in_buffer!r} holds {patch.region} (stride "
-            f"{op.stride})"
-        )
-    if op.groups != 1 or not (p_ch[0] <= i0 < i1 <= p_ch[1] and out_ch[0] <= o0 < o1 <= out_ch[1]):
-        raise ScheduleError(
-            f"block reads channels {i0}:{i1} into channels {o0}:{o1} ({op.groups} groups), "
-            f"but the patch holds {patch.region} and the accumulator {acc.region}"
-        )
-    _sum_pointwise(m, op, patch, acc, filt)
-
-
-def _expanded_depthwise(m: _Machine, op: Depthwise) -> None:
-    """A fused expansion's depthwise: from the complete accumulator into the output tile."""
+def _depthwise_window(
+    m: _Machine, op: Depthwise, src: _Content, what: str, own_channels: bool
+) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The rows and columns (``extent``) a fused depthwise's ``op.result`` reads, checked
+    against what ``src`` holds: the same images, those rows and columns, the result's
+    channels (exactly them when ``own_channels``), at the layer's stride."""
     layer = m.layer
-    expansion = layer.expansion
-    assert expansion is not None
-    src = _held(m, op.cluster, op.in_buffer, op.in_offset, True, "expansion")
-    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
-    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "depthwise_filter")
-    result = op.result
-    images, (c0, c1), out_rows, out_cols = result.box
-    if acc.region != result:
-        raise ScheduleError(f"depthwise into {result}, but the accumulator holds {acc.region}")
+    images, (c0, c1), out_rows, out_cols = op.result.box
     s_images, s_ch, s_rows, s_cols = src.region.box
     sh, sw = op.stride
     rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in)
     cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in)
+    channels = s_ch == (c0, c1) if own_channels else s_ch[0] <= c0 < c1 <= s_ch[1]
     if (
         (sh, sw) != (layer.stride_h, layer.stride_w)
         or s_rows != rows[:2]
         or s_cols != cols[:2]
         or s_images != images
-        or s_ch != (c0, c1)
+        or not channels
     ):
         raise ScheduleError(
-            f"{result} with stride {op.stride} needs the expansion of images "
-            f"{images[0]}:{images[1]}, channels {c0}:{c1}, rows {rows[0]}:{rows[1]}, columns "
-            f"{cols[0]}:{cols[1]}, but buffer {op.in_buffer!r} holds {src.describe()}"
+            f"{op.result} with stride {op.stride} needs {what} images {images[0]}:{images[1]}, "
+            f"channels {c0}:{c1}, rows {rows[0]}:{rows[1]}, columns {cols[0]}:{cols[1]}, but "
+            f"buffer {op.in_buffer!r} holds {src.describe()}"
         )
+    return rows, cols
+
+
+def _depthwise_weights(m: _Machine, op: Depthwise, tensor: str) -> _Content:
+    """The fused depthwise's weights of the result's channels, checked where ``op`` reads
+    them (``tensor``: ``prologue_filter`` or ``depthwise_filter``)."""
+    layer = m.layer
+    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, tensor)
+    need = (op.result.box[1], (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
+    if filt.region.box != need:
+        raise ScheduleError(
+            f"{op.result} needs {tensor}[{', '.join(f'{a}:{b}' for a, b in need)}] "
+            f"but buffer {op.filter_buffer!r} holds {filt.region}"
+        )
+    return filt
+
+
+def _finished(z: np.ndarray, fused: Prologue | Expansion, bias: np.ndarray | None) -> np.ndarray:
+    """``z`` with a fused layer's inner bias (``bias``: its channels) and activation."""
+    if fused.bias:
+        assert bias is not None
+        z = z + bias.astype(z.dtype)[None, :, None, None]
+    act = fused.activation
+    return z if act is None else activate(z, act.kind, act.alpha, act.low, act.high)
+
+
+def _depthwise_of(
+    m: _Machine,
+    op: Depthwise,
+    x: np.ndarray,
+    w: np.ndarray,
+    window: tuple[tuple[int, int, int, int], tuple[int, int, int, int]],
+) -> np.ndarray:
+    """The depthwise of ``x`` (the source, clipped) with ``w`` over the result's tile, in
+    the accumulation precision; counted."""
+    layer = m.layer
+    if m.acc_dtype != m.dtype:  # FP16.32, as a Conv block
+        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
+    rows, cols = window
+    pads = (rows[2], rows[3], cols[2], cols[3])
+    z = conv_block(x, w, x.shape[1], op.stride, pads, (layer.dilation_h, layer.dilation_w))
+    m.stats.macs += z.size * layer.kernel_h * layer.kernel_w
+    return z
+
+
+def _expanded_depthwise(m: _Machine, op: Depthwise) -> None:
+    """A fused expansion's depthwise: from the complete accumulator into the output tile."""
+    layer = m.layer
+    assert layer.expansion is not None
+    src = _held(m, op.cluster, op.in_buffer, op.in_offset, True, "expansion")
+    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
+    (c0, c1) = op.result.box[1]
+    if acc.region != op.result:
+        raise ScheduleError(f"depthwise into {op.result}, but the accumulator holds {acc.region}")
+    window = _depthwise_window(m, op, src, "the expansion of", True)
     if src.pairs != (c1 - c0) * layer.c_in:
         raise ScheduleError(
             f"depthwise reads {src.describe()} with {src.pairs} of the {(c1 - c0) * layer.c_in} "
             f"(channel, input channel) pairs summed in"
         )
-    need = ((c0, c1), (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
-    if filt.region.box != need:
-        raise ScheduleError(
-            f"{result} needs depthwise_filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
-            f"but buffer {op.filter_buffer!r} holds {filt.region}"
-        )
-    e = src.view
-    if expansion.bias:
-        e = e + m.main["expansion_bias"][c0:c1].astype(e.dtype)[None, :, None, None]
-    act = expansion.activation
-    if act is not None:
-        e = activate(e, act.kind, act.alpha, act.low, act.high)
-    x, w = e.astype(m.dtype), filt.view  # the expanded words, rounded as stored in L1
-    if m.acc_dtype != m.dtype:
-        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
-    pads = (rows[2], rows[3], cols[2], cols[3])
-    z = conv_block(x, w, c1 - c0, op.stride, pads, (layer.dilation_h, layer.dilation_w))
+    filt = _depthwise_weights(m, op, "depthwise_filter")
+    bias = m.main["expansion_bias"][c0:c1] if layer.expansion.bias else None
+    e = _finished(src.view, layer.expansion, bias)
+    # the expanded words, rounded as they would be stored
+    z = _depthwise_of(m, op, e.astype(m.dtype), filt.view, window)
     if z.shape != acc.view.shape:
         raise ScheduleError(f"depthwise computes {z.shape} but the tile is {acc.view.shape}")
     acc.view[...] = z
     acc.pairs = src.pairs
-    m.stats.macs += z.size * layer.kernel_h * layer.kernel_w
 
 
 def _depthwise(m: _Machine, op: Depthwise) -> None:
@@ -602,70 +618,45 @@ def _depthwise(m: _Machine, op: Depthwise) -> None:
     if prologue is None:
         raise ScheduleError(f"layer {layer.name!r} has no fused depthwise to compute")
     result = op.result
-    images, (c0, c1), out_rows, out_cols = result.box
+    (c0, c1) = result.box[1]
     full = (m.main["output"].shape[0], layer.c_in, layer.h_out, layer.w_out)
     if result.tensor != "prologue" or not all(
         0 <= a < b <= n for (a, b), n in zip(result.box, full, strict=True)
     ):
         raise ScheduleError(f"{result} is not a region of the prologue tensor {full}")
     patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "input")
-    filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "prologue_filter")
-    p_images, p_ch, p_rows, p_cols = patch.region.box
-    sh, sw = op.stride
-    rows = extent(out_rows, sh, layer.pad_h, layer.span_h, layer.h_in)
-    cols = extent(out_cols, sw, layer.pad_w, layer.span_w, layer.w_in)
-    if (
-        (sh, sw) != (layer.stride_h, layer.stride_w)
-        or p_rows != rows[:2]
-        or p_cols != cols[:2]
-        or p_images != images
-        or not p_ch[0] <= c0 < c1 <= p_ch[1]
-    ):
-        raise ScheduleError(
-            f"{result} with stride {op.stride} needs input images {images[0]}:{images[1]}, "
-            f"channels {c0}:{c1}, rows {rows[0]}:{rows[1]}, columns {cols[0]}:{cols[1]}, but "
-            f"buffer {op.in_buffer!r} holds {patch.region}"
-        )
-    need = ((c0, c1), (0, 1), (0, layer.kernel_h), (0, layer.kernel_w))
-    if filt.region.box != need:
-        raise ScheduleError(
-            f"{result} needs prologue_filter[{', '.join(f'{a}:{b}' for a, b in need)}] "
-            f"but buffer {op.filter_buffer!r} holds {filt.region}"
-        )
-    x, w = patch.view[:, c0 - p_ch[0] : c1 - p_ch[0]], filt.view
-    if m.acc_dtype != m.dtype:  # FP16.32, as a Conv block
-        x, w = x.astype(m.acc_dtype), w.astype(m.acc_dtype)
-    pads = (rows[2], rows[3], cols[2], cols[3])
-    z = conv_block(x, w, c1 - c0, op.stride, pads, (layer.dilation_h, layer.dilation_w))
-    if prologue.bias:
-        z = z + m.main["prologue_bias"][c0:c1].astype(z.dtype)[None, :, None, None]
-    act = prologue.activation
-    if act is not None:
-        z = activate(z, act.kind, act.alpha, act.low, act.high)
+    window = _depthwise_window(m, op, patch, "input", False)
+    filt = _depthwise_weights(m, op, "prologue_filter")
+    p0 = patch.region.box[1][0]
+    z = _depthwise_of(m, op, patch.view[:, c0 - p0 : c1 - p0], filt.view, window)
+    bias = m.main["prologue_bias"][c0:c1] if prologue.bias else None
+    z = _finished(z, prologue, bias)
     out = m.buffer(op.cluster, op.out_buffer)
     data = out.span(op.out_offset, result.words, result)
     out.write(op.out_offset, data, result, -1).view[...] = z
-    m.stats.macs += z.size * layer.kernel_h * layer.kernel_w
 
 
-def _pointwise(m: _Machine, op: Conv) -> None:
-    """A block of a fused pair's 1×1: it reads the depthwise result of its tile."""
-    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, "prologue")
-    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, "output")
+def _pointwise(m: _Machine, op: Conv, source: str, target: str) -> None:
+    """A 1×1 block of a fused pair: it sums its ``source`` channels (a fused depthwise's
+    ``prologue`` result, or the ``input`` band of a fused expansion) into the ``target``
+    accumulator (the ``output`` tile, or the ``expansion``) of the same images, rows and
+    columns as the source."""
+    patch = _held(m, op.cluster, op.in_buffer, op.in_offset, False, source)
+    acc = _held(m, op.cluster, op.out_buffer, op.out_offset, True, target)
     filt = _held(m, op.cluster, op.filter_buffer, op.filter_offset, False, "filter")
     images, out_ch, out_rows, out_cols = acc.region.box
     p_images, p_ch, p_rows, p_cols = patch.region.box
     (i0, i1), (o0, o1) = op.in_channels, op.out_channels
     if (p_images, p_rows, p_cols) != (images, out_rows, out_cols) or op.stride != (1, 1):
         raise ScheduleError(
-            f"a 1x1 block of output tile {acc.region} reads the depthwise result of its own "
-            f"images, rows and columns with stride (1, 1), but buffer {op.in_buffer!r} holds "
-            f"{patch.region} (stride {op.stride})"
+            f"a 1x1 block of {acc.region} reads the {source} of its own images, rows and "
+            f"columns with stride (1, 1), but buffer {op.in_buffer!r} holds {patch.region} "
+            f"(stride {op.stride})"
         )
     if op.groups != 1 or not (p_ch[0] <= i0 < i1 <= p_ch[1] and out_ch[0] <= o0 < o1 <= out_ch[1]):
         raise ScheduleError(
-            f"block reads channels {i0}:{i1} into output channels {o0}:{o1} ({op.groups} "
-            f"groups), but the result holds {patch.region} and the accumulator {acc.region}"
+            f"block reads channels {i0}:{i1} into channels {o0}:{o1} ({op.groups} groups), "
+            f"but buffer {op.in_buffer!r} holds {patch.region} and the accumulator {acc.region}"
         )
     _sum_pointwise(m, op, patch, acc, filt)
 
@@ -697,10 +688,10 @@ def _conv(m: _Machine, op: Conv) -> None:
     if layer.kind not in WEIGHTED_KINDS:
         raise ScheduleError(f"a {layer.kind} layer has no weights: its blocks are Apply, not Conv")
     if layer.prologue is not None:
-        _pointwise(m, op)
+        _pointwise(m, op, "prologue", "output")
         return
     if layer.expansion is not None:
-        _expand_block(m, op)
+        _pointwise(m, op, "input", "expansion")
         return
     block = _block(m, op)
     patch, acc, rows, cols, in_n = block.patch, block.acc, block.rows, block.cols, block.in_n

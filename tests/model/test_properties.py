@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 
 from autotune import Layer, Mapping, MappingError, Tile, analyze
-from autotune.ir.layer import Activation, Prologue
+from autotune.ir.layer import Activation, Epilogue, Expansion, Prologue
 from autotune.ir.precision import word_bytes
 from autotune.model import report
 from autotune.model.analysis import compulsory_words
@@ -76,9 +76,33 @@ FUSED_SHARED = (
     "fp32",
 )
 
+#: A fused expansion under Alg. 3 with a residual (MobileNetV2's third block, widened): its
+#: output slot holds the accumulator over the band beside the tile, its residual the tile,
+#: its filter slot the stack's depthwise weights (9 x 12 words > 2 slices).
+EXPANSION_SHARED = (
+    Layer(
+        "dw",
+        "conv",
+        56,
+        56,
+        24,
+        144,
+        3,
+        3,
+        pad_h=1,
+        pad_w=1,
+        epilogue=Epilogue(bias=True, residual=True),
+        expansion=Expansion(bias=True, activation=Activation("clip")),
+    ),
+    Mapping("output_stack_shared", delta_o=12, share_group=4, tile=Tile(out_h=14, in_c=2)),
+    1,
+    "fp32",
+)
+
 
 @SETTINGS
 @example(case=FUSED_SHARED)
+@example(case=EXPANSION_SHARED)
 @given(mapped_layers())
 def test_the_model_allocates_the_buffers_the_mapping_declares(manticore, case):
     """The model's buffers are those ``tiling`` declares, which the simulator and the

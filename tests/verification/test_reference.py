@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune import Layer, Mapping, Tile
-from autotune.ir.layer import Activation, Prologue
+from autotune.ir.layer import Activation, Expansion, Prologue
 from autotune.search.space import minimal_mapping
 from autotune.verification.build import build_program
 from autotune.verification.check import exact_and_scale, random_inputs, tolerance
@@ -47,12 +47,41 @@ TINY = {
         pad_right=0,
         prologue=Prologue(bias=True, activation=Activation("clip", low=0.0, high=0.5)),
     ),
+    # the expansion's bias and activation make the padding differ from the expansion of
+    # zeros (act(bias) != 0): a band that expanded its padding would be caught
+    "fused 1x1 and depthwise 3x3 stride 2": Layer(
+        "k",
+        "conv",
+        7,
+        6,
+        3,
+        5,
+        3,
+        3,
+        2,
+        2,
+        1,
+        1,
+        pad_right=0,
+        expansion=Expansion(bias=True, activation=Activation("clip", low=0.25, high=0.5)),
+    ),
+    "fused 1x1 and dilated depthwise": Layer(
+        "l", "conv", 6, 7, 2, 3, 3, 2, pad_h=2, pad_w=1, dilation_h=2, expansion=Expansion()
+    ),
 }
 
 
 def naive_layer(layer: Layer, data: dict[str, np.ndarray]) -> np.ndarray:
-    """The naive loops of the layer; a fused pair's two convs one after the other (its
-    depthwise's bias and activation between them)."""
+    """The naive loops of the layer (its operator, no epilogue); a fused pair's two convs
+    one after the other (the first's bias and activation between them)."""
+    if layer.expansion is not None:
+        pointwise, depthwise = layer.unfused()
+        y = naive_conv(pointwise, data["input"], data["filter"])
+        if layer.expansion.bias:
+            y = y + data["expansion_bias"][None, :, None, None]
+        if layer.expansion.activation is not None:
+            y = activation(layer.expansion.activation, y)
+        return naive_conv(depthwise, y, data["depthwise_filter"])
     if layer.prologue is None:
         return naive_conv(layer, data["input"], data["filter"])
     depthwise, pointwise = layer.unfused()
@@ -66,7 +95,8 @@ def naive_layer(layer: Layer, data: dict[str, np.ndarray]) -> np.ndarray:
 
 def fused_operands(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``reference``'s keyword operands of a fused pair (none for other layers)."""
-    return {name: data[name] for name in ("prologue_filter", "prologue_bias") if name in data}
+    names = ("prologue_filter", "prologue_bias", "depthwise_filter", "expansion_bias")
+    return {name: data[name] for name in names if name in data}
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -105,9 +135,9 @@ def test_reference_and_executor_equal_naive_on_random_tiny_layers(
     data = random_inputs(layer, 1, "fp32", seed)
     wide = {name: a.astype(np.float64) for name, a in data.items()}
     expected = naive_layer(layer, wide)
-    if layer.prologue is None:
+    if not layer.fuses:
         scale = naive_conv(layer, np.abs(wide["input"]), np.abs(wide["filter"]))
-    else:  # the depthwise's scale carried through the 1x1 (``check.error_scale``)
+    else:  # the first layer's scale carried through the second (``check.error_scale``)
         scale = exact_and_scale(layer, data, "fp32")[2]
     np.testing.assert_allclose(
         reference(layer, wide["input"], wide["filter"], **fused_operands(wide)),
