@@ -313,11 +313,16 @@ def run(
     s_base, s_greedy, s_unfused, s_plan = (
         simulated(problem, p, network, machine, opts) for p in plans
     )
+    # a step that absorbs its expansion is a depthwise (the other kind: a 1x1)
+    expansions = sum(
+        1 for name in plan.fused if network.layers[problem.steps.index(name)].groups > 1
+    )
     print(
         f"  {precision}; options: {n_options} ({len(problem.steps)} steps, "
         f"{len(problem.fused)} fusable pairs) in {t_options:.1f} s; CP-SAT {plan.status} in "
         f"{t_solve:.1f} s, gap {plan.gap:.2%} (without fusion {unfused_plan.status} in "
-        f"{t_unfused:.1f} s); the plan fuses {len(plan.fused)} pairs"
+        f"{t_unfused:.1f} s); the plan fuses {len(plan.fused)} pairs ({expansions} of them "
+        f"an expansion into its depthwise)"
     )
     for label, p, s in (
         ("per-layer", base, s_base),

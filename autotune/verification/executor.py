@@ -393,7 +393,7 @@ def _held(
             f"{offset} (never loaded there, or overwritten)"
         )
     if (content.pairs >= 0) != accumulator or content.region.tensor != tensor:
-        kind = "an accumulator of output" if accumulator else f"{tensor} data"
+        kind = f"an accumulator of {tensor}" if accumulator else f"{tensor} data"
         raise ScheduleError(
             f"buffer {name!r} of cluster {cluster} holds "
             f"{content.describe()} at word {offset}, not {kind}"

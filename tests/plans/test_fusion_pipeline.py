@@ -85,6 +85,10 @@ def _fate(name: str, fate: str, into: str):
     return edit
 
 
+def _shape(record: dict, name: str) -> dict:
+    return next(layer["shape"] for layer in record["layers"] if layer["name"] == name)
+
+
 @pytest.mark.parametrize(
     "edit, field",
     [
@@ -94,8 +98,11 @@ def _fate(name: str, fate: str, into: str):
         (_fate("dw", "fused", "project"), "graph.fused"),
         # the plan says a pair is not fused that the graph fuses
         (lambda r: r["plan"].update(fused=["pw2"]), "plan.fused"),
+        # the fused expansion dropped from its layer, or its activation
+        (lambda r: _shape(r, "dw").pop("expansion"), "shape"),
+        (lambda r: _shape(r, "dw")["expansion"].update(activation=None), "shape"),
     ],
-    ids=["not-a-pair", "twice", "plan"],
+    ids=["not-a-pair", "twice", "plan", "expansion-dropped", "expansion-activation"],
 )
 def test_a_forged_fusion_is_refused(tuned, tmp_path, edit, field) -> None:
     _, _, path = tuned

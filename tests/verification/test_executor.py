@@ -8,10 +8,20 @@ import numpy as np
 import pytest
 
 from autotune import Buffers, Layer, Machine, Mapping, Tile
+from autotune.ir.layer import Activation, Expansion
 from autotune.verification.build import build_program
 from autotune.verification.check import random_inputs
 from autotune.verification.executor import AllocationError, ScheduleError, execute
-from autotune.verification.program import Alloc, Conv, Load, Reduce, Region, Store
+from autotune.verification.program import (
+    Alloc,
+    Conv,
+    Depthwise,
+    Load,
+    Reduce,
+    Region,
+    Store,
+    Zero,
+)
 
 CONV = Layer("c", "conv", 6, 6, 2, 4, 3, 3, pad_h=1, pad_w=1)
 FC = Layer.fc("fc", 1, 2, 8, 4)
@@ -162,3 +172,46 @@ def test_inputs_of_the_wrong_shape(program):
     data = random_inputs(CONV, 2, "fp32")
     with pytest.raises(ValueError, match="input has shape"):
         execute(program, data)
+
+
+# -- a fused 1x1 and depthwise (Layer.expansion) ------------------------------------------
+
+EXPANDED = Layer(
+    "x", "conv", 6, 6, 3, 4, 3, 3, 2, 2, 1, 1, expansion=Expansion(True, Activation("relu"))
+)
+
+
+@pytest.fixture
+def expanded(manticore):
+    mapping = Mapping("output_stack", delta_o=2, tile=Tile(out_h=2, in_c=1))
+    return build_program(EXPANDED, mapping, manticore)
+
+
+def test_a_fused_expansion_runs(expanded):
+    assert run(expanded).output.shape == (1, 4, 3, 3)
+
+
+def test_a_depthwise_before_its_expansion_is_summed_is_refused(expanded):
+    # drop the task's last 1x1 block: its accumulator misses an input channel
+    index = first(expanded, Depthwise) - 2
+    assert isinstance(expanded.ops[index], Conv)
+    ops = list(expanded.ops)
+    del ops[index - 1 : index + 1]  # its filter load and its block
+    rejected(expanded.replace_ops(ops), "pairs summed in")
+
+
+def test_a_depthwise_over_the_wrong_rows_is_refused(expanded):
+    index = first(expanded, Depthwise)
+    op = expanded.ops[index]
+    images, channels, rows, cols = op.result.box
+    moved = Region("output", (images, channels, (rows[0] + 1, rows[1] + 1), cols))
+    rejected(mutate(expanded, index, result=moved), "holds")
+
+
+def test_an_expansion_block_into_the_output_tile_is_refused(expanded):
+    index = first(expanded, Conv)
+    zero = first(expanded, Zero)
+    rejected(
+        mutate(expanded, index, out_offset=expanded.ops[zero].offset),
+        "not an accumulator of expansion",
+    )
