@@ -197,8 +197,14 @@ def split_parts(
     per_row = batch * layer.w_in * layer.c_in * word_bytes
     for i, (r0, r1) in enumerate(bands):
         lo, hi = r0 * s, (r1 - 1) * s + k  # padded input rows the band reads
-        sub = replace(layer, name=f"{layer.name}/rows{i}", h_in=hi - lo, pad_h=0, pad_bottom=None)
         needed = (max(lo - p, 0), min(hi - p, layer.h_in))  # real input rows
+        sub = replace(layer, name=f"{layer.name}/rows{i}", h_in=hi - lo, pad_h=0, pad_bottom=None)
+        if layer.expansion is not None:
+            # explicit zero rows would be expanded to the 1x1's bias and activation, not to
+            # the depthwise's zeros: a band at an edge keeps its share of the padding instead
+            top, bottom = needed[0] + p - lo, hi - (needed[1] + p)
+            sub = replace(sub, h_in=needed[1] - needed[0], pad_h=top, pad_bottom=bottom)
+            lo, hi = needed[0] + p, needed[1] + p
         remote = {j: _overlap(needed, rows) * per_row for j, rows in enumerate(held_rows) if j != i}
         parts.append(
             replace(
@@ -217,10 +223,6 @@ def _padding_not_zero(layer: Layer) -> str | None:
     """Why a band of ``layer`` cannot read its padding rows as explicit zeros (None: it can).
     A convolution multiplies padding by weights and a sum with zeros is unchanged; a pool's
     padding is skipped instead."""
-    if layer.expansion is not None and (layer.pad_h or layer.pad_end_h):
-        # explicit zero rows of the narrow input would expand to the 1x1's bias and
-        # activation, not to the zeros the depthwise pads its input with
-        return "a fused 1x1 would expand its padding rows"
     if layer.kind not in ("maxpool", "avgpool"):
         return None
     if (layer.h_out - 1) * layer.stride_h + layer.kernel_h > layer.h_in + 2 * layer.pad_h:

@@ -9,7 +9,7 @@ import pytest
 from autotune import Layer, Mapping, verify
 from autotune.chiplets import SPLITS, execute_layer, split_parts
 from autotune.chiplets.verification import drop_part, duplicate_part, verify_package
-from autotune.ir.layer import Activation, Epilogue
+from autotune.ir.layer import Activation, Epilogue, Expansion
 from autotune.verification.check import random_inputs
 from autotune.verification.reference import reference
 from tests.package_machine import small_package
@@ -130,3 +130,38 @@ def test_execute_layer_on_a_package_equals_the_reference():
             **operands,
         )
         np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12, err_msg=split)
+
+
+#: Fused expansions (``Layer.expansion``) whose padding a band must not expand: stride 1 and
+#: 2, the 1x1's bias and a clip above 0, so that an expanded zero row would show.
+EXPANSIONS = [
+    Layer(
+        f"expand_s{stride}",
+        "conv",
+        11,
+        7,
+        3,
+        4,
+        3,
+        3,
+        stride,
+        stride,
+        1,
+        1,
+        epilogue=Epilogue(bias=True),
+        expansion=Expansion(bias=True, activation=Activation("clip", low=0.25, high=1.0)),
+    )
+    for stride in (1, 2)
+]
+
+
+@pytest.mark.parametrize("layer", EXPANSIONS, ids=lambda la: la.name)
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_fused_expansion_verifies_on_a_package(layer, split):
+    """A band keeps its share of the padding (an edge band pads, the others do not)."""
+    v = verify(layer, _mapping(layer, split), PACKAGE, "fp32", batch=4, seed=5)
+    assert v.ok, v.errors
+    if split == "spatial":
+        parts = split_parts(layer, split, PACKAGE.chiplets, 4)
+        assert [(p.layer.pad_h, p.layer.pad_end_h) for p in parts][0][0] == 1
+        assert all(p.layer.pad_h == 0 for p in parts[1:])
