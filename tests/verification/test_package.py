@@ -163,5 +163,6 @@ def test_a_fused_expansion_verifies_on_a_package(layer, split):
     assert v.ok, v.errors
     if split == "spatial":
         parts = split_parts(layer, split, PACKAGE.chiplets, 4)
-        assert [(p.layer.pad_h, p.layer.pad_end_h) for p in parts][0][0] == 1
+        assert parts[0].layer.pad_h == 1 and parts[-1].layer.pad_end_h == 1
         assert all(p.layer.pad_h == 0 for p in parts[1:])
+        assert all(p.layer.pad_end_h == 0 for p in parts[:-1])
