@@ -201,10 +201,7 @@ def execute_layer(
     *,
     precision: str = "fp32",
     seed: int = 0,
-    prologue_weights: np.ndarray | None = None,
-    prologue_bias: np.ndarray | None = None,
-    depthwise_weights: np.ndarray | None = None,
-    expansion_bias: np.ndarray | None = None,
+    fused: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The output of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package:
     ``autotune.verification.execute_layer``'s operands and arguments, on a package every
@@ -233,10 +230,7 @@ def execute_layer(
             residual,
             precision=precision,
             seed=seed,
-            prologue_weights=prologue_weights,
-            prologue_bias=prologue_bias,
-            depthwise_weights=depthwise_weights,
-            expansion_bias=expansion_bias,
+            fused=fused,
         ).output
     machine.check_precision(precision)
     batch = int(np.shape(x)[0])
@@ -249,10 +243,7 @@ def execute_layer(
         weights=weights,
         bias=bias,
         residual=residual,
-        prologue_weights=prologue_weights,
-        prologue_bias=prologue_bias,
-        depthwise_weights=depthwise_weights,
-        expansion_bias=expansion_bias,
+        fused=fused,
     )
     parts = split_parts(
         layer, mapping.chiplet_split, machine.chiplets, batch, word_bytes(precision)

@@ -40,7 +40,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping as LayerMapping
 from autotune.ir.network import Network
 from autotune.ir.plan import NetworkPlan, PlannedTensor, weights_tensor
-from autotune.verification.executor import DTYPES
+from autotune.verification.executor import DTYPES, fused_operand_names
 from autotune.verification.run import execute_layer, interleave
 
 #: Largest relative error of a tensor against the float64 reference, by storage precision.
@@ -103,14 +103,10 @@ def execute_on_chiplet(
     residual: Array | None = None,
     *,
     precision: str = "fp32",
-    prologue_weights: Array | None = None,
-    prologue_bias: Array | None = None,
-    depthwise_weights: Array | None = None,
-    expansion_bias: Array | None = None,
+    fused: dict[str, Array] | None = None,
 ) -> Array:
     """One layer's output on one chiplet (the default ``LayerExecutor``; a fused pair's
-    depthwise filters and bias as ``prologue_*``, a fused expansion's depthwise filters and
-    1x1 bias as ``depthwise_weights`` and ``expansion_bias``)."""
+    other operands as ``fused``, by name: ``verification.run.execute_layer``)."""
     return execute_layer(
         layer,
         mapping,
@@ -120,10 +116,7 @@ def execute_on_chiplet(
         bias,
         residual,
         precision=precision,
-        prologue_weights=prologue_weights,
-        prologue_bias=prologue_bias,
-        depthwise_weights=depthwise_weights,
-        expansion_bias=expansion_bias,
+        fused=fused,
     ).output
 
 
@@ -346,11 +339,6 @@ def _execute(
         if step.prologue is not None:  # a fused pair: the layer's filters, then the other's
             pair = pair_operands(step, graph, weights)
             read = memory.filters(step.name, [pair.filters, pair.inner_filters])
-            extra = (
-                dict(depthwise_weights=read[1], expansion_bias=pair.inner_bias)
-                if step.layer.expansion is not None
-                else dict(prologue_weights=read[1], prologue_bias=pair.inner_bias)
-            )
             output = execute(
                 step.layer,
                 mapping,
@@ -360,7 +348,7 @@ def _execute(
                 bias,
                 residual,
                 precision=precision,
-                **extra,
+                fused=pair.operands(read[1]),
             )
         elif step.gate is None:
             output = execute(
@@ -399,13 +387,22 @@ def _execute(
 @dataclass(frozen=True)
 class PairOperands:
     """A fused step's weights as its layer reads them: ``filters`` (the layer's ``filter``,
-    the 1x1's), ``inner_filters`` (the depthwise's: ``prologue_filter`` or
-    ``depthwise_filter``) and ``inner_bias`` (the bias of the step it absorbed, None without
-    one: ``prologue_bias`` or ``expansion_bias``). The layer's own bias is its step's."""
+    the 1x1's), ``inner_filters`` (the depthwise's) and ``inner_bias`` (the bias of the step
+    it absorbed, None without one), the last two under ``names``
+    (``verification.executor.fused_operand_names``). The layer's own bias is its step's."""
 
     filters: Array
     inner_filters: Array
     inner_bias: Array | None
+    names: tuple[str, str]
+
+    def operands(self, inner_filters: Array | None) -> dict[str, Array]:
+        """``execute_layer``'s ``fused`` with ``inner_filters`` (as read back from the L2)."""
+        assert inner_filters is not None, "a fused pair's depthwise has filters"
+        out = {self.names[0]: inner_filters}
+        if self.inner_bias is not None:
+            out[self.names[1]] = self.inner_bias
+        return out
 
 
 def pair_operands(step: Step, graph: Graph, weights: Weights) -> PairOperands:
@@ -415,9 +412,10 @@ def pair_operands(step: Step, graph: Graph, weights: Weights) -> PairOperands:
     own, _ = step_weights(step, graph, weights)
     inner, inner_bias = step_weights(step.prologue, graph, weights)
     assert own is not None and inner is not None
+    names = fused_operand_names(step.layer)
     if step.layer.expansion is not None:
-        return PairOperands(inner, own, inner_bias)
-    return PairOperands(own, inner, inner_bias)
+        return PairOperands(inner, own, inner_bias, names)
+    return PairOperands(own, inner, inner_bias, names)
 
 
 class _Memory:

@@ -76,7 +76,7 @@ from autotune.ir.layer import OPERAND_KINDS, SOFTMAX_OPS, WEIGHTED_KINDS, Layer
 from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.verification.build import build_program
-from autotune.verification.executor import ScheduleError, execute
+from autotune.verification.executor import ScheduleError, execute, fused_operand_names
 from autotune.verification.program import Program
 from autotune.verification.reference import body, finish
 from autotune.verification.run import layer_inputs
@@ -243,21 +243,18 @@ def error_scale(
         for name, a in data.items()
     }
     if layer.fuses:
-        # (first layer's filter, its bias, the second's filter) as main memory names them
-        names = (
-            ("filter", "expansion_bias", "depthwise_filter")
-            if layer.expansion is not None
-            else ("prologue_filter", "prologue_bias", "filter")
-        )
+        # the first layer's filter and the second's, as main memory names them
+        depthwise, bias_name = fused_operand_names(layer)
+        names = (depthwise, "filter") if layer.prologue is not None else ("filter", depthwise)
         first, second = layer.unfused()
         inner = {"input": data["input"], "filter": data[names[0]]}
-        if names[1] in data:
-            inner["bias"] = data[names[1]]
+        if bias_name in data:
+            inner["bias"] = data[bias_name]
         wide = {name: a.astype(np.float64) for name, a in inner.items()}
         z_inner = body(first, wide["input"], wide["filter"])
         exact_inner = finish(first, z_inner, wide.get("bias"), None)
         inner_scale = error_scale(first, inner, z_inner, exact_inner, precision)
-        scale = body(second, inner_scale, magnitudes[names[2]].astype(np.float64))
+        scale = body(second, inner_scale, magnitudes[names[1]].astype(np.float64))
     elif layer.kind == "softmax":
         x = data["input"].astype(np.float64)
         spread = x.max(axis=1, keepdims=True) - x.min(axis=1, keepdims=True)

@@ -276,20 +276,32 @@ def expected_shapes(layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
             side or layer.kernel_h,
             side or layer.kernel_w,
         )
-    if layer.prologue is not None:
-        shapes["prologue_filter"] = (layer.c_in, 1, layer.kernel_h, layer.kernel_w)
-        if layer.prologue.bias:
-            shapes["prologue_bias"] = (layer.c_in,)
-    if layer.expansion is not None:
-        shapes["depthwise_filter"] = (layer.c_out, 1, layer.kernel_h, layer.kernel_w)
-        if layer.expansion.bias:
-            shapes["expansion_bias"] = (layer.c_out,)
+    fused = layer.prologue or layer.expansion
+    if fused is not None:  # the depthwise's channels: the 1x1's input or its output
+        filter_name, bias_name = fused_operand_names(layer)
+        channels = layer.c_in if layer.prologue is not None else layer.c_out
+        shapes[filter_name] = (channels, 1, layer.kernel_h, layer.kernel_w)
+        if fused.bias:
+            shapes[bias_name] = (channels,)
     if layer.epilogue.bias:
         shapes["bias"] = (layer.c_out,)
     if layer.epilogue.residual:
         shapes["residual"] = out
     shapes["output"] = out
     return shapes
+
+
+def fused_operand_names(layer: Layer) -> tuple[str, str]:
+    """(the depthwise's filter, the absorbed layer's bias) of a fused pair, as main memory
+    names them (``expected_shapes``): ``prologue_filter`` and ``prologue_bias`` with a
+    depthwise prologue, ``depthwise_filter`` and ``expansion_bias`` with an expansion. Its
+    ``filter`` is the 1×1's either way. Raises ``ValueError`` for a layer that fuses
+    nothing."""
+    if layer.expansion is not None:
+        return "depthwise_filter", "expansion_bias"
+    if layer.prologue is not None:
+        return "prologue_filter", "prologue_bias"
+    raise ValueError(f"layer {layer.name!r} fuses nothing")
 
 
 def _epilogue_words(layer: Layer) -> str:

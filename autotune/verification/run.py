@@ -30,10 +30,6 @@ OPERANDS = {
     "weights": "filter",
     "bias": "bias",
     "residual": "residual",
-    "prologue_weights": "prologue_filter",
-    "prologue_bias": "prologue_bias",
-    "depthwise_weights": "depthwise_filter",
-    "expansion_bias": "expansion_bias",
 }
 
 
@@ -47,16 +43,13 @@ def layer_inputs(
     weights: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
-    prologue_weights: np.ndarray | None = None,
-    prologue_bias: np.ndarray | None = None,
-    depthwise_weights: np.ndarray | None = None,
-    expansion_bias: np.ndarray | None = None,
+    fused: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """The main-memory inputs of ``layer`` (``expected_shapes`` without the output) in the
     storage dtype of ``precision``: the arrays given, the others uniform in [-1, 1) from
-    ``numpy.random.default_rng(seed)``, drawn in the order input, filter (a fused pair's
-    depthwise weights and bias next; a fused expansion's depthwise weights and 1×1 bias), bias,
-    residual whether given or not (so a given operand does not change the others).
+    ``numpy.random.default_rng(seed)``, drawn in the order of ``expected_shapes`` whether
+    given or not (so a given operand does not change the others). ``fused``: a fused pair's
+    other operands by their main-memory names (``fused_operand_names``).
 
     Raises ``ValueError`` for an operand of the wrong shape or one the layer does not read.
     """
@@ -71,13 +64,9 @@ def layer_inputs(
             weights=weights,
             bias=bias,
             residual=residual,
-            prologue_weights=prologue_weights,
-            prologue_bias=prologue_bias,
-            depthwise_weights=depthwise_weights,
-            expansion_bias=expansion_bias,
         ).items()
         if v is not None
-    }
+    } | dict(fused or {})
     for name in given:
         if name not in shapes:
             raise ValueError(f"layer {layer.name!r} ({layer.kind}) reads no {name}")
@@ -107,10 +96,7 @@ def execute_layer(
     *,
     precision: str = "fp32",
     seed: int = 0,
-    prologue_weights: np.ndarray | None = None,
-    prologue_bias: np.ndarray | None = None,
-    depthwise_weights: np.ndarray | None = None,
-    expansion_bias: np.ndarray | None = None,
+    fused: dict[str, np.ndarray] | None = None,
 ) -> Outputs:
     """Run ``layer`` under ``mapping`` on one chiplet of ``machine`` and return its output.
 
@@ -125,13 +111,12 @@ def execute_layer(
         precision: the storage precision (fp16 data accumulates in fp32 and is rounded once
             at the store, FP16.32).
         seed: draws the weights, bias and residual that are needed but not given.
-        prologue_weights: a fused pair's depthwise filters ``(c_in, 1, kernel_h,
-            kernel_w)`` (its ``weights`` are then the 1×1's, ``(c_out, c_in, 1, 1)``), and
-            ``prologue_bias`` ``(c_in,)`` when the depthwise has one.
-        depthwise_weights: a fused expansion's depthwise filters ``(c_out, 1, kernel_h,
-            kernel_w)`` (its ``weights`` are then the 1×1's, ``(c_out, c_in, 1, 1)``, and
-            ``bias`` the depthwise's), and ``expansion_bias`` ``(c_out,)`` when the 1×1 has
-            one.
+        fused: a fused pair's other operands by their main-memory names
+            (``autotune.verification.program``): a depthwise prologue's ``prologue_filter``
+            ``(c_in, 1, kernel_h, kernel_w)`` and ``prologue_bias`` ``(c_in,)``, or an
+            expansion's ``depthwise_filter`` ``(c_out, 1, kernel_h, kernel_w)`` and
+            ``expansion_bias`` ``(c_out,)``; its ``weights`` are then the 1×1's, ``(c_out,
+            c_in, 1, 1)``. Those not given are drawn as the weights are.
 
     Returns:
         ``Outputs``: ``output`` ``(batch, c_out, h_out, w_out)`` in ``precision``'s dtype, and
@@ -160,10 +145,7 @@ def execute_layer(
         weights=weights,
         bias=bias,
         residual=residual,
-        prologue_weights=prologue_weights,
-        prologue_bias=prologue_bias,
-        depthwise_weights=depthwise_weights,
-        expansion_bias=expansion_bias,
+        fused=fused,
     )
     return execute(build_program(layer, mapping, machine, precision, batch), data)
 
