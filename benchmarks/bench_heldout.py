@@ -9,20 +9,33 @@ this runs, each as its own process with a time limit:
     autotune run M.onnx --schedules S.json --input X.npy --output Y.npz
 
 with a random input ``X`` (seeded), and compares every output with onnxruntime's on the same
-model and input (the largest absolute difference over the largest reference value). Each
-model is then one of:
+model and input (the largest absolute difference over the largest reference value). Then,
+as issues 15 and 17 judge a held-out network, from the exported files alone:
+
+    autotune tune M.onnx --plan per-layer --no-refine --no-verify --storage memory --out P.json
+    python benchmarks/check_plans.py S.json          (the plan re-checked independently)
+    python benchmarks/check_plans.py --tamper S.json T.json && autotune verify T.json ...
+
+that is, the network plan's simulated cycles against the per-layer baseline's (``x``: how
+much faster), the plan's L2 layout checked by a script that does not import autotune, and a
+forged plan (one L2 tensor moved onto another live beside it) that ``verify`` must refuse
+with exit code 1; and the model's agreement with the simulator over the layers of ``S.json``
+(its ``predicted`` and ``simulated`` cycles per layer): the share within 5 % and 10 %, the
+whole network's ratio and the worst layer. ``--no-compare`` skips these. Each model is then
+one of:
 
 * ``ok``: every command exits 0 and the outputs agree within ``--tolerance``;
 * ``refused``: ``check`` and ``tune`` refuse the model in one line with exit code 2 (an
   operator autotune does not map); the line is printed;
 * ``BUG``: anything else (a traceback, another exit code, a refusal of more than one line,
-  a time-out, outputs that differ or are missing).
+  a time-out, outputs that differ or are missing, an unsound plan, a forged plan that
+  ``verify`` does not refuse).
 
 It prints one row per model (exit codes and seconds of each command, the error) and the
 refusals by reason, and exits 1 if any model is a ``BUG``. ``--json FILE`` keeps the rows.
 
     python benchmarks/bench_heldout.py MODELS_DIR [--timeout 1500] [--tolerance 1e-4]
-        [--work DIR] [--json FILE]
+        [--work DIR] [--json FILE] [--no-compare]
 
 Needs onnxruntime (the ``dev`` extra). A model whose output is independent of its input
 (random weights can do that: see ``export_torchvision.py --calibrate``) agrees trivially;
@@ -43,7 +56,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import check_plans  # noqa: E402  (the independent plan checker beside this script)
+
 COMMANDS = ("check", "tune", "verify", "run")
+#: What ``--no-compare`` skips: the per-layer baseline and the forged plan's verify.
+COMPARE = ("per-layer", "tamper")
 
 
 @dataclass
@@ -55,6 +73,11 @@ class Row:
     reference: float | None = None  # max |onnxruntime|
     verdict: str = ""
     detail: str = ""
+    #: simulated network cycles of the plan (S.json) and of the per-layer baseline (P.json)
+    plan_cycles: int | None = None
+    per_layer_cycles: int | None = None
+    plan_check: str = ""  # check_plans' verdict on S.json's plan
+    fidelity: dict[str, float | str] = field(default_factory=dict)
 
 
 def command(name: str, model: Path, work: Path) -> list[str]:
@@ -73,6 +96,19 @@ def command(name: str, model: Path, work: Path) -> list[str]:
             "--output",
             str(work / "Y.npz"),
         ],
+        "per-layer": [
+            "tune",
+            str(model),
+            "--plan",
+            "per-layer",
+            "--no-refine",
+            "--no-verify",
+            "--storage",
+            "memory",
+            "--out",
+            str(work / "P.json"),
+        ],
+        "tamper": ["verify", str(work / "T.json"), "--network", str(model)],
     }[name]
     return [sys.executable, "-m", "autotune", *args]
 
@@ -107,21 +143,84 @@ def judge(row: Row, outputs: dict[str, str]) -> None:
     row.verdict = "ok"
 
 
-def run_model(model: Path, work: Path, timeout: float, tolerance: float) -> Row:
+def execute(name: str, model: Path, work: Path, timeout: float) -> tuple[int, str, float]:
+    """Run one of ``COMMANDS`` or ``COMPARE``: (exit code, its output, seconds); -1 on a
+    time-out."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command(name, model, work), capture_output=True, text=True, timeout=timeout
+        )
+        code, output = done.returncode, done.stderr + done.stdout
+    except subprocess.TimeoutExpired:
+        code, output = -1, f"timed out after {timeout:g} s"
+    return code, output, round(time.perf_counter() - start, 1)
+
+
+def fidelity(schedules: dict) -> dict[str, float | str]:
+    """The model against the simulator over a schedule file's layers (module docstring)."""
+    pairs = [
+        (x["predicted"]["cycles"], x["simulated"]["cycles"], x["name"]) for x in schedules["layers"]
+    ]
+    ratios = [(p / s if s else float("inf"), name) for p, s, name in pairs]
+    worst = max(ratios, key=lambda r: abs(r[0] - 1))
+    return {
+        "layers": len(pairs),
+        "within_5": sum(abs(r - 1) <= 0.05 for r, _ in ratios) / len(ratios),
+        "within_10": sum(abs(r - 1) <= 0.10 for r, _ in ratios) / len(ratios),
+        "network": sum(p for p, _, _ in pairs) / max(sum(s for _, s, _ in pairs), 1),
+        "worst": worst[0],
+        "worst_layer": worst[1],
+    }
+
+
+def compare(row: Row, model: Path, work: Path, timeout: float) -> None:
+    """The per-layer baseline, the independent plan check, the forged plan and the model's
+    agreement (module docstring), into ``row``; a failure makes it a ``BUG``."""
+    schedules = json.loads((work / "S.json").read_text())
+    row.plan_cycles = schedules["totals"]["cycles"]
+    row.fidelity = fidelity(schedules)
+    try:
+        found = check_plans.problems(check_plans.load_plan(work / "S.json"))
+        row.plan_check = "sound" if not found else f"UNSOUND: {found[0]}"
+    except check_plans.NotAPlanError as e:  # a machine without an L2: per-layer only
+        row.plan_check, found = f"no plan ({e})", []
+    if found:
+        row.verdict, row.detail = "BUG", f"plan unsound: {found[0]}"
+    code, output, row.seconds["per-layer"] = execute("per-layer", model, work, timeout)
+    row.exits["per-layer"] = code
+    if code != 0:
+        row.verdict, row.detail = "BUG", f"per-layer tune exited {code}: {_last_line(output)}"
+        return
+    row.per_layer_cycles = json.loads((work / "P.json").read_text())["totals"]["cycles"]
+    if not row.plan_check.startswith("sound"):
+        return
+    try:
+        check_plans.tamper(work / "S.json", work / "T.json")
+    except check_plans.NotAPlanError:
+        row.plan_check += "; nothing to forge (fewer than two L2 tensors live together)"
+        return
+    code, output, row.seconds["tamper"] = execute("tamper", model, work, timeout)
+    row.exits["tamper"] = code
+    if code != 1 or "Traceback" in output:
+        row.verdict = "BUG"
+        row.detail = f"verify of a forged plan exited {code}: {_last_line(output)}"
+
+
+def _last_line(output: str) -> str:
+    lines = [x for x in output.splitlines() if x.strip()]
+    return lines[-1] if lines else ""
+
+
+def run_model(
+    model: Path, work: Path, timeout: float, tolerance: float, comparing: bool = True
+) -> Row:
     row = Row(model.stem)
     outputs: dict[str, str] = {}
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     feeds = write_inputs(session, work)
     for name in COMMANDS:
-        start = time.perf_counter()
-        try:
-            done = subprocess.run(
-                command(name, model, work), capture_output=True, text=True, timeout=timeout
-            )
-            row.exits[name], outputs[name] = done.returncode, done.stderr + done.stdout
-        except subprocess.TimeoutExpired:
-            row.exits[name], outputs[name] = -1, f"timed out after {timeout:g} s"
-        row.seconds[name] = round(time.perf_counter() - start, 1)
+        row.exits[name], outputs[name], row.seconds[name] = execute(name, model, work, timeout)
         if row.exits[name] != 0 and not (name == "check" and row.exits[name] == 2):
             break  # (a refusal by check: tune is asked too, to be judged together)
     judge(row, outputs)
@@ -143,7 +242,33 @@ def run_model(model: Path, work: Path, timeout: float, tolerance: float) -> Row:
     row.error = diff / max(scale, 1e-30)
     if not row.error <= tolerance:
         row.verdict, row.detail = "BUG", f"outputs differ from onnxruntime by {row.error:.2e}"
+        return row
+    if comparing:
+        compare(row, model, work, timeout)
     return row
+
+
+def print_comparison(rows: list[Row]) -> None:
+    """The second table: plan against per-layer, the plan check, the model's agreement."""
+    done = [r for r in rows if r.per_layer_cycles and r.plan_cycles]
+    if not done:
+        return
+    print(
+        "\nmodel".ljust(29)
+        + "per-layer".rjust(12)
+        + "plan".rjust(12)
+        + "x".rjust(7)
+        + "  <=5%  <=10%  model/sim  worst layer (model/sim)   plan check"
+    )
+    for r in done:
+        f = r.fidelity
+        speedup = r.per_layer_cycles / r.plan_cycles
+        worst = f"{str(f['worst_layer'])[-28:]} ({f['worst']:.3f})"
+        print(
+            f"{r.model:28s}{r.per_layer_cycles:>12,}{r.plan_cycles:>12,}{speedup:>7.2f}"
+            f"  {f['within_5']:4.0%}  {f['within_10']:5.0%}  {f['network']:9.3f}  {worst}"
+            f"   {r.plan_check}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=1e-4, help="relative to max |ref|")
     parser.add_argument("--work", type=Path, help="keep each model's files here")
     parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    parser.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="skip the per-layer baseline, the plan checks and the model's agreement",
+    )
     args = parser.parse_args(argv)
     paths = sorted(args.models.glob("*.onnx"), key=lambda p: (p.stat().st_size, p.name))
     if not paths:
@@ -165,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp) if args.work is None else args.work / path.stem
             work.mkdir(parents=True, exist_ok=True)
-            row = run_model(path, work, args.timeout, args.tolerance)
+            row = run_model(path, work, args.timeout, args.tolerance, not args.no_compare)
         rows.append(row)
         cells = "".join(
             (f"{row.exits[c]} / {row.seconds[c]:g}s" if c in row.exits else "-").rjust(13)
@@ -173,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         error = "" if row.error is None else f"   {row.error:.1e} ({row.reference:.2g})"
         print(f"{row.model:28s}{cells}{error}   {row.verdict} {row.detail}".rstrip(), flush=True)
+    print_comparison(rows)
     counts = {v: sum(r.verdict == v for r in rows) for v in ("ok", "refused", "BUG")}
     print(f"\n{len(rows)} models: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     if args.json is not None:
