@@ -433,7 +433,15 @@ def finish_layer(
     if options.verify:
         verified = verify(layer, mapping, machine, precision, batch, seed=options.seed)
         progress("verify", layer.name)
-    predicted = analyze(layer, mapping, machine, precision, batch, placement=placement)
+    predicted = analyze(
+        layer,
+        mapping,
+        machine,
+        precision,
+        batch,
+        placement=placement,
+        prefetch_bytes=prefetch_bytes,
+    )
     return LayerResult(
         layer,
         mapping,

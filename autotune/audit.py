@@ -78,7 +78,7 @@ from autotune.ir.mapping import Mapping
 from autotune.ir.network import Network
 from autotune.ir.options import OBJECTIVES, SEARCH_MODES
 from autotune.ir.placement import HBM_ONLY, Placement
-from autotune.model.analysis import Analysis
+from autotune.model.analysis import Analysis, with_prefetch
 from autotune.plans import fused_network
 from autotune.plans.check import plan_findings
 from autotune.result import LayerResult, TuneResult, plan_figures, step_placement
@@ -419,6 +419,9 @@ def _audit_layer(
         return None
     package = machine.chiplets > 1
     before = len(findings)
+    # The search's claims are the layer's own figures; the prediction is the layer's as the
+    # plan runs it, beside the weights it prefetches (``model.analysis.with_prefetch``).
+    alone, predicted = predicted, with_prefetch(predicted, machine, prefetch)
     expected = layer_record(
         layer, mapping, predicted, search_report(rec.search), None, None, 0, package
     )
@@ -429,7 +432,7 @@ def _audit_layer(
     }.items():
         for path in _differences(_dump(claim), _dump(derived), where):
             report(path, f"{_at(claim, path)} in the file, {_at(derived, path)} re-derived")
-    _audit_search(rec, schedule, layer, mapping, predicted, machine, earlier, report)
+    _audit_search(rec, schedule, layer, mapping, alone, machine, earlier, report)
     if rec.verified is not None and rec.verified.ok == bool(rec.verified.errors):
         report("verified.ok", "contradicts its own error list")
     if len(findings) > before:

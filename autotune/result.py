@@ -169,7 +169,13 @@ class TuneResult:
             mapping = mapping_of(rec.mapping, layer, machine, schedule.precision, schedule.batch)
             placement, prefetch = step_placement(plan, rec.name)
             predicted = analyze(
-                layer, mapping, machine, schedule.precision, schedule.batch, placement=placement
+                layer,
+                mapping,
+                machine,
+                schedule.precision,
+                schedule.batch,
+                placement=placement,
+                prefetch_bytes=prefetch,
             )
             layers.append(
                 LayerResult(

@@ -42,7 +42,7 @@ from autotune.ir.machine import Machine
 from autotune.ir.mapping import Mapping
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
-from autotune.model.analysis import Analysis, bound_of
+from autotune.model.analysis import Analysis, bound_of, with_prefetch
 from autotune.model.analysis import analyze as analyze_chiplet
 from autotune.model.formulas import SCALE
 
@@ -55,12 +55,17 @@ def analyze(
     batch: int = 1,
     *,
     placement: Placement = HBM_ONLY,
+    prefetch_bytes: int = 0,
 ) -> Analysis:
     """Analytical cost of ``layer`` under ``mapping`` on ``machine``, one chiplet or a package.
 
     On one chiplet this is ``autotune.model.analysis.analyze`` (each stream at the memory
     level ``placement`` gives it); on a package, the figures of the whole split layer
     (``analyze_package``), every part with that placement in its own chiplet's L2 and HBM.
+    ``prefetch_bytes``: later layers' weights a network plan copies from HBM into L2 beside
+    the layer (one copy; every chiplet loads its own), as ``simulate`` takes them: the layer
+    lasts at least as long as both memories take for its traffic and the copy
+    (``model.analysis.with_prefetch``).
     Raises ``autotune.MappingError`` when the mapping does not apply, ``ValueError`` for an
     L2 stream on a machine without an L2; a mapping that overflows L1 returns ``fits=False``.
 
@@ -74,10 +79,12 @@ def analyze(
         (4, True, True)
     """
     if machine.chiplets == 1:
-        return analyze_chiplet(layer, mapping, machine, precision, batch, placement=placement)
-    placement.check(machine)
-    machine.check_precision(precision)
-    return analyze_package(layer, mapping, machine, precision, batch, placement)
+        analysis = analyze_chiplet(layer, mapping, machine, precision, batch, placement=placement)
+    else:
+        placement.check(machine)
+        machine.check_precision(precision)
+        analysis = analyze_package(layer, mapping, machine, precision, batch, placement)
+    return with_prefetch(analysis, machine, prefetch_bytes)
 
 
 def d2d_cycles(max_link_bytes: int, machine: Machine) -> int:

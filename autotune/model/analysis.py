@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from autotune.ir.layer import Layer
 from autotune.ir.machine import Machine
@@ -245,6 +246,58 @@ def analyze_grid(
         placement=k.placement,
         l2_load_words=l2["loads"],
         l2_store_words=l2["stores"],
+    )
+
+
+def rate(bytes_per_cycle: float) -> Fraction:
+    """A bandwidth as an exact fraction (bytes per cycle), for integer constraints."""
+    return Fraction(bytes_per_cycle).limit_denominator(1000)
+
+
+def cdiv_rate(nbytes: int, bandwidth: Fraction) -> int:
+    """Cycles to move ``nbytes`` at ``bandwidth``: ceil(nbytes / bandwidth)."""
+    return -(-nbytes * bandwidth.denominator // bandwidth.numerator)
+
+
+def memory_rates(machine: Machine) -> tuple[Fraction, Fraction]:
+    """(HBM, L2) bytes per cycle of the whole machine (every chiplet's; 0: no L2)."""
+    hbm = rate(machine.hbm_bytes_per_cycle * machine.chiplets)
+    l2 = rate(machine.l2_bytes_per_cycle * machine.chiplets) if machine.has_l2 else Fraction(0)
+    return hbm, l2
+
+
+def prefetch_floor_cycles(
+    hbm_bytes: int, l2_bytes: int, prefetch_bytes: int, hbm_rate: Fraction, l2_rate: Fraction
+) -> int:
+    """The fewest cycles of a layer that moves ``hbm_bytes`` to and from the HBM and
+    ``l2_bytes`` to and from the L2 while a network plan copies ``prefetch_bytes`` of later
+    layers' weights from the HBM into the L2 beside it (all chiplets' copies): the copy
+    shares both memories with the layer's own transfers, so the layer cannot end before
+    either memory has moved its share and the copy (``plans.problem``'s step equation)."""
+    hbm = cdiv_rate(hbm_bytes + prefetch_bytes, hbm_rate)
+    return max(hbm, cdiv_rate(l2_bytes + prefetch_bytes, l2_rate) if l2_rate else 0)
+
+
+def with_prefetch(analysis: Analysis, machine: Machine, prefetch_bytes: int) -> Analysis:
+    """``analysis`` of a layer that runs beside a network plan's prefetch of
+    ``prefetch_bytes`` (one copy; every chiplet loads its own): its cycles and memory floor
+    are at least ``prefetch_floor_cycles``, which the simulator's background copy also takes
+    (``sim.engine``), so the model's claim for the layer is the plan's for its step."""
+    if not prefetch_bytes:
+        return analysis
+    floor = prefetch_floor_cycles(
+        analysis.offchip_bytes,
+        analysis.l2_bytes,
+        prefetch_bytes * machine.chiplets,
+        *memory_rates(machine),
+    )
+    cycles = max(analysis.cycles, floor)
+    memory = max(analysis.memory_cycles, float(floor))
+    return replace(
+        analysis,
+        cycles=cycles,
+        memory_cycles=memory,
+        bound=bound_of(analysis.compute_cycles, memory, cycles),
     )
 
 

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from autotune.ir.plan import L2_ALIGN
-from autotune.plans.problem import Choice, PlanProblem, aligned_units, cdiv_rate
+from autotune.model.analysis import cdiv_rate
+from autotune.plans.problem import Choice, PlanProblem, aligned_units
 from autotune.search import cpsat
 
 #: Share of the time limit each stage may use at most (latency, HBM bytes, L2 peak); a

@@ -36,6 +36,7 @@ from autotune.ir.plan import (
     l2_peak,
     weights_tensor,
 )
+from autotune.model.analysis import memory_rates, prefetch_floor_cycles
 from autotune.plans.options import StepOption
 from autotune.plans.tensors import (
     TensorSpec,
@@ -48,16 +49,6 @@ from autotune.plans.tensors import (
 
 #: Steps before its reader during which a layer's weights may be prefetched into L2.
 PREFETCH_WINDOW = 4
-
-
-def rate(bytes_per_cycle: float) -> Fraction:
-    """A bandwidth as an exact fraction (bytes per cycle), for integer constraints."""
-    return Fraction(bytes_per_cycle).limit_denominator(1000)
-
-
-def cdiv_rate(nbytes: int, bandwidth: Fraction) -> int:
-    """Cycles to move ``nbytes`` at ``bandwidth``: ceil(nbytes / bandwidth)."""
-    return -(-nbytes * bandwidth.denominator // bandwidth.numerator)
 
 
 @dataclass(frozen=True)
@@ -125,11 +116,10 @@ class PlanProblem:
     def step_cycles(self, i: int, option: StepOption, prefetch_bytes: int) -> int:
         """Step ``i``'s time with ``option`` while prefetching ``prefetch_bytes`` (all
         copies: ``prefetch_cost``); the module docstring's equation."""
-        return max(
-            option.cycles,
-            cdiv_rate(option.hbm_bytes + prefetch_bytes, self.hbm_rate),
-            cdiv_rate(option.l2_bytes + prefetch_bytes, self.l2_rate) if self.l2_rate else 0,
+        floor = prefetch_floor_cycles(
+            option.hbm_bytes, option.l2_bytes, prefetch_bytes, self.hbm_rate, self.l2_rate
         )
+        return max(option.cycles, floor)
 
 
 def make_problem(
@@ -150,8 +140,7 @@ def make_problem(
         tuple(tensors),
         tuple(tuple(o) for o in options),
         machine.l2_bytes if machine.has_l2 else 0,
-        rate(machine.hbm_bytes_per_cycle * machine.chiplets),
-        rate(machine.l2_bytes_per_cycle * machine.chiplets) if machine.has_l2 else Fraction(0),
+        *memory_rates(machine),
         copies=machine.chiplets,
         fused=tuple(fused),
         lowering=lowering,

@@ -391,3 +391,22 @@ def test_network_trace_zeroes_the_l2_rate_of_a_layer_without_l2(manticore):
     # a network without L2 traffic gets no L2 counter at all
     only_hbm = network_trace([("a", "conv", in_hbm), ("b", "conv", in_hbm)])
     assert not [e for e in only_hbm["traceEvents"] if e.get("pid") == L2_PID]
+
+
+@pytest.mark.parametrize("times", [0.25, 4.0])
+def test_the_model_takes_a_prefetch_as_the_simulator_does(manticore, times):
+    """The model's claim for a layer beside a network plan's prefetch is the plan's step
+    equation (``model.analysis.with_prefetch``): the layer alone while the copy fits in the
+    HBM time it leaves, else the copy's end; the simulator agrees within issue 15's 5 %."""
+    layer, mapping, batch = COMPUTE_BOUND
+    alone = analyze(layer, mapping, manticore, batch=batch)
+    spare = alone.cycles * manticore.hbm_bytes_per_cycle - alone.offchip_bytes
+    nbytes = int(times * spare)
+    a = analyze(layer, mapping, manticore, batch=batch, prefetch_bytes=nbytes)
+    r = simulate(layer, mapping, manticore, batch=batch, prefetch_bytes=nbytes)
+    floor = -(-(alone.offchip_bytes + nbytes) // int(manticore.hbm_bytes_per_cycle))
+    assert a.cycles == max(alone.cycles, floor)
+    assert (a.cycles > alone.cycles) == (times > 1)
+    assert a.bound == ("memory" if times > 1 else alone.bound)
+    assert a.offchip_bytes == alone.offchip_bytes  # the copy is the plan's bytes, not the layer's
+    assert a.cycles == pytest.approx(r.cycles, rel=0.05)
