@@ -1303,6 +1303,17 @@ def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
     )
 
 
+def first_filter_words(q: Quantities, k: Consts, l1: L1Buffers) -> Value:
+    """Words of a task's first filter tile: a filter slot's (``buffer_tile_words``); for a
+    fused 1x1 before a depthwise, the 1x1's slice of one output channel, which its first step
+    needs: the depthwise's weights of the stack, which the slot is sized for, are needed
+    only after the last step (``tiling.expansion_tile_words``; the simulator loads them
+    then)."""
+    if k.expansion_pixels:
+        return q.step_filter_channels * k.filter_pixels
+    return l1.tile_words["filter"]
+
+
 def load_streams(
     ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, work: TaskWork, sched: Schedule
 ) -> Loads:
@@ -1314,7 +1325,7 @@ def load_streams(
     w = k.word_bytes
     in_bytes, filter_bytes = work.offchip_input_words * w, work.filter_words * w
     first_in = ops.min(l1.tile_words["input"] * w, in_bytes)
-    first_filter = ops.min(l1.tile_words["filter"] * w, filter_bytes)
+    first_filter = ops.min(first_filter_words(q, k, l1) * w, filter_bytes)
     # Alg. 3's first member loads the whole first input step itself, even when its group
     # has more members than steps (slice d goes to member d mod m).
     lead_in = ops.min(l1.tile_words["input"] * w, work.input_words * w)
@@ -1626,7 +1637,7 @@ def dma_cycles(
         per_group,
         q.share_group,
         sched.active,
-        ops.min(l1.tile_words["filter"] * k.word_bytes, work.filter_words * k.word_bytes),
+        ops.min(first_filter_words(q, k, l1) * k.word_bytes, work.filter_words * k.word_bytes),
         members=ops.min(q.share_group, q.stacks),
     )
     first = ops.max(first, ops.mul(lead_flag, lead))
@@ -1893,12 +1904,25 @@ def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Val
     return ops.choose(q.algorithm, [0, 0, reduce])
 
 
-def store_tail_cycles(
-    ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
-) -> Value:
+def last_wave_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
+    """The streaming rates of the last wave's clusters: ``slots - (waves - 1) x C`` of them,
+    in order (``in_order``: a layer of one wave is ``stream_rates``' own). A partial last wave
+    shares the memories and links among fewer clusters than the waves before it. (A
+    multicast wave's slots are whole waves: its rates are ``stream_rates``'.)"""
+    last: Value = sched.slots - ops.mul(sched.waves - 1, k.clusters)
+    if k.can_multicast:
+        last = ops.choose(q.multicast, [last, sched.active])
+    return StreamRates(
+        ops, k, last, q.multicast, in_order(ops, q, k, sched), idle_members(ops, q, k)
+    )
+
+
+def store_tail_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream, sched: Schedule) -> Value:
     """A double-buffered store overlaps the next task; the last one drains after the last
     wave: its bytes, then its round trip (the write is done when acknowledged, and nothing
-    is in flight beside it to hide that)."""
+    is in flight beside it to hide that). Only the last wave's clusters store then
+    (``last_wave_rates``): the clusters with a task fewer stored theirs a wave before."""
+    rates = last_wave_rates(ops, q, k, sched)
     store_time = stream_cycles(ops, k, rates, store) + k.round_trip("output")
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
@@ -2173,7 +2197,7 @@ def evaluate(
     task = task_cycles(ops, k, compute, dma, exposed_store)
     follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
     reduction = reduction_cycles(ops, q, k, sched)
-    tail = store_tail_cycles(ops, q, k, store, rates)
+    tail = store_tail_cycles(ops, q, k, store, sched)
     phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower)
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import autotune
 from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
+from autotune.ir.layer import Activation, Epilogue, Expansion
 from autotune.ir.placement import HBM_ONLY, MEMORY_LEVELS, STREAMS, Placement
 from autotune.sim.interconnect import Interconnect
 from tests.sim.machines import with_bandwidth, with_dma_efficiency
@@ -236,6 +237,60 @@ L2_AGREEMENT = {
             delta_o=1,
             tile=Tile(out_h=7, in_c=1),
             buffers=Buffers(input_depth=2, filter_depth=2, output_depth=2),
+        ),
+    ),
+    # tf_efficientnet_lite0's blocks.4.1 depthwise: 672 tasks, 5.25 waves; only the last
+    # wave's 32 clusters store at the end, at a quarter of the contention (1.073 -> 1.015).
+    "a partial last wave stores alone": (
+        Layer(
+            "dw5",
+            "conv",
+            14,
+            14,
+            672,
+            672,
+            5,
+            5,
+            pad_h=2,
+            pad_w=2,
+            groups=672,
+            epilogue=Epilogue(bias=True, activation=Activation("clip", low=0.0, high=6.0)),
+        ),  # fmt: skip
+        Mapping(
+            "output_stack",
+            delta_o=1,
+            tile=Tile(in_c=1),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=2),
+        ),
+    ),
+    # tf_mobilenetv3_small_100's blocks.2.0: the expansion 24 -> 96 fused into its 5x5
+    # depthwise (stride 2, TensorFlow padding). Its first filter tile is the 1x1's slice; the
+    # depthwise's weights, which size the filter slot, come after the last step (1.069 -> 1.038).
+    "a fused expansion opens with the 1x1's slice": (
+        Layer(
+            "exp",
+            "conv",
+            28,
+            28,
+            24,
+            96,
+            5,
+            5,
+            stride_h=2,
+            stride_w=2,
+            pad_h=1,
+            pad_w=1,
+            pad_bottom=2,
+            pad_right=2,
+            epilogue=Epilogue(bias=True, activation=Activation("hardswish")),
+            expansion=Expansion(bias=True, activation=Activation("hardswish")),
+        ),  # fmt: skip
+        Mapping(
+            "output_stack_shared",
+            delta_o=3,
+            share_group=16,
+            tile=Tile(out_h=7, out_w=7, in_c=1),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
         ),
     ),
     # features.2.conv.0.0: 14 waves whose stores (344 KB each) need 1,344 cycles of the
