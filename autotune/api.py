@@ -418,30 +418,17 @@ def finish_layer(
             mapping = mapping.with_(chiplet_split=solution.mapping.chiplet_split)
             ilp_cycles = None  # the study's cycles are the part's, not the package's
         progress("refine", layer.name)
-    simulated = simulate(
-        layer,
-        mapping,
-        machine,
-        precision,
-        batch,
-        placement=placement,
-        prefetch_bytes=prefetch_bytes,
-    )
+    # the model and the simulator see the layer as the plan runs it: at its placement,
+    # beside the weights it prefetches
+    args = (layer, mapping, machine, precision, batch)
+    simulated = simulate(*args, placement=placement, prefetch_bytes=prefetch_bytes)
     if ilp_cycles is None:
         ilp_cycles = simulated.cycles if mapping == solution.mapping else None
     verified = None
     if options.verify:
         verified = verify(layer, mapping, machine, precision, batch, seed=options.seed)
         progress("verify", layer.name)
-    predicted = analyze(
-        layer,
-        mapping,
-        machine,
-        precision,
-        batch,
-        placement=placement,
-        prefetch_bytes=prefetch_bytes,
-    )
+    predicted = analyze(*args, placement=placement, prefetch_bytes=prefetch_bytes)
     return LayerResult(
         layer,
         mapping,
