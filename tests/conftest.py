@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
@@ -16,6 +19,17 @@ settings.load_profile("autotune")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 NETWORKS = ("resnet50", "vgg16", "yolov3", "mobilenetv2", "googlenet", "alexnet", "mobilenetv3")
+
+
+def load_script(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (``benchmarks/`` is not a package), registered in
+    ``sys.modules`` (dataclasses look their module up while building)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

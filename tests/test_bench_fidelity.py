@@ -3,33 +3,18 @@ correlation is right and every layer record is complete and sane (``benchmarks/`
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from types import ModuleType
 
 import pytest
 import yaml
 
 from autotune import Layer, Machine, Network
 from autotune.io.network_yaml import parse_network
-from tests.conftest import ROOT
+from tests.conftest import load_script
 from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
 
-
-def _load_bench() -> ModuleType:
-    """The script as a module (``benchmarks/`` is not a package)."""
-    path = ROOT / "benchmarks" / "bench_fidelity.py"
-    spec = importlib.util.spec_from_file_location("bench_fidelity", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script("bench_fidelity")
 
 TINY = Network(
     "tiny",

@@ -3,8 +3,6 @@ would fuse, and that bound never above the unfused one."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
@@ -13,7 +11,7 @@ from autotune import Machine, load_network
 from autotune.ir.options import TuneOptions
 from autotune.plans import network_problem
 from autotune.search.solve import solve_by_placement
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_script
 
 MBCONV = """\
 network: mbconv
@@ -33,19 +31,9 @@ layers:
 """
 
 
-def _load_bench() -> ModuleType:
-    path = ROOT / "benchmarks" / "bench_plan.py"
-    spec = importlib.util.spec_from_file_location("bench_plan", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    return _load_bench()
+    return load_script("bench_plan")
 
 
 def test_chains_are_depthwise_separable_runs_whose_inner_tensors_nothing_else_reads(

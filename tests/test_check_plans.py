@@ -4,9 +4,7 @@ that ``verify`` refuses."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from types import ModuleType
 
 import pytest
@@ -14,25 +12,15 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli.app import app
-from tests.conftest import ROOT
+from tests.conftest import load_script
 from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
 
 runner = CliRunner()
 
 
-def _load() -> ModuleType:
-    path = ROOT / "benchmarks" / "check_plans.py"
-    spec = importlib.util.spec_from_file_location("check_plans", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_plans"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def check() -> ModuleType:
-    return _load()
+    return load_script("check_plans")
 
 
 def tensor(name, first, last, offset, size, level="l2"):

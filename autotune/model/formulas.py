@@ -843,6 +843,7 @@ class Schedule:
     slots: Value  # cluster slots per phase (idle slots of share groups and waves included)
     waves: Value  # per phase
     active: Value  # clusters busy in a full wave: min(slots, C), or a multicast rectangle
+    last: Value  # slots of the last wave: slots - (waves - 1) x C
     phases: Value
     wave: MulticastWave | None  # the multicast rectangle (machines that multicast)
 
@@ -873,7 +874,8 @@ def schedule(ops: Ops, q: Quantities, k: Consts) -> Schedule:
     if wave is not None:
         active = ops.choose(q.multicast, [active, ops.mul(wave.tiles, wave.stacks)])
     phases = ops.choose(alg, [1, 1, ops.mul(q.batch_tiles, q.stacks)])
-    return Schedule(tiles, groups, slots, waves, active, phases, wave)
+    last = slots - ops.mul(waves - 1, k.clusters)
+    return Schedule(tiles, groups, slots, waves, active, last, phases, wave)
 
 
 # -- DMA and compute time ----------------------------------------------------------------------
@@ -1909,7 +1911,7 @@ def last_wave_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Stre
     in order (``in_order``: a layer of one wave is ``stream_rates``' own). A partial last wave
     shares the memories and links among fewer clusters than the waves before it. (A
     multicast wave's slots are whole waves: its rates are ``stream_rates``'.)"""
-    last: Value = sched.slots - ops.mul(sched.waves - 1, k.clusters)
+    last = sched.last
     if k.can_multicast:
         last = ops.choose(q.multicast, [last, sched.active])
     return StreamRates(
@@ -1965,10 +1967,9 @@ def last_stores_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule, stor
     (``tiling.task_clusters``). 0 for ``input_parallel``: its phases end with the root's
     store. One table lookup and one product per candidate: the formula is built for every
     candidate of every placement of a network plan."""
-    last = sched.slots - ops.mul(sched.waves - 1, k.clusters)
     table = k.store_excess_cycles_per_byte_scaled
     assert table is not None, "Consts has no store_excess_cycles_per_byte_scaled"
-    excess = ops.lookup(last - 1 + ops.mul(in_order(ops, q, k, sched), k.clusters), table)
+    excess = ops.lookup(sched.last - 1 + ops.mul(in_order(ops, q, k, sched), k.clusters), table)
     stores = ops.cdiv(ops.mul(store.payload, excess), SCALE)
     return ops.choose(q.algorithm, [stores, stores, 0])
 

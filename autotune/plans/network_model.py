@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from autotune.ir.plan import L2_ALIGN
-from autotune.model.analysis import cdiv_rate
 from autotune.plans.problem import Choice, PlanProblem, aligned_units
 from autotune.search import cpsat
 
@@ -299,4 +298,4 @@ def _hint_choice(model: _Model, choice: Choice) -> None:
             model.m.add_hint(flag, choice.prefetch_step.get(w) == j)
 
 
-__all__ = ["SolveReport", "cdiv_rate", "solve_plan"]
+__all__ = ["SolveReport", "solve_plan"]

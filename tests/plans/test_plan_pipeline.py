@@ -18,8 +18,10 @@ from autotune.ir.placement import HBM_ONLY, placements
 from autotune.ir.plan import check_plan
 from autotune.search.exhaustive import best_by_placement, search, top_k
 from autotune.search.space import search_space
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_script
 from tests.graphs.test_execute_plan import RESIDUAL_CONCAT
+
+CHECK = load_script("check_plans")
 
 
 def quiet(stage: str, name: str) -> None:
@@ -44,18 +46,14 @@ def tuned(manticore, tmp_path_factory):
 
 def live_overlaps(record: dict) -> list[tuple[str, str]]:
     """An independent reading of the exported plan: L2 tensors live in a common step whose
-    byte ranges intersect (written from the JSON's fields only)."""
+    byte ranges intersect (``benchmarks/check_plans.py``, from the JSON's fields only)."""
     l2 = [t for t in record["plan"]["tensors"] if t["level"] == "l2"]
-    found = []
-    for i, a in enumerate(l2):
-        for b in l2[i + 1 :]:
-            if a["first"] <= b["last"] and b["first"] <= a["last"]:
-                if (
-                    a["offset"] < b["offset"] + b["bytes"]
-                    and b["offset"] < a["offset"] + a["bytes"]
-                ):
-                    found.append((a["name"], b["name"]))
-    return found
+    return [
+        (a["name"], b["name"])
+        for i, a in enumerate(l2)
+        for b in l2[i + 1 :]
+        if CHECK.live_together(a, b) and CHECK.share_bytes(a, b)
+    ]
 
 
 def test_the_plan_keeps_tensors_in_l2_and_is_verified(tuned) -> None:
