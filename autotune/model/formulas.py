@@ -1140,41 +1140,60 @@ def stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Va
     return ops.choose(rates.multicast, [plain_stream_cycles(ops, k, rates, stream), shared])
 
 
-def two_way_cycles(
-    ops: Ops, k: Consts, rates: StreamRates, up: Stream
-) -> Callable[[Stream, Value], Value]:
+def shared_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> list[Value]:
+    """One cluster's ``stream`` on each resource its loads and its stores both cross: its DMA
+    port (the read and write engines "share one master port", report Sec. 1), its share of
+    the HBM and of the L2, which serve reads and writes together (0 where it moves nothing)."""
+    port = ops.cdiv(ops.mul(stream.payload, k.port_cycles_per_byte_scaled), SCALE)
+    hbm: Value = 0
+    if stream.hbm_bytes is not None:
+        if k.has_dma_efficiency:
+            hbm = ops.cdiv(ops.mul(stream.occupied, rates["hbm"]), SCALE * SCALE)
+        else:
+            hbm = ops.cdiv(ops.mul(stream.hbm_bytes, rates["hbm"]), SCALE)
+    l2: Value = 0
+    if stream.l2_bytes is not None:
+        l2 = ops.cdiv(ops.mul(stream.l2_bytes, rates["l2_share"]), SCALE)
+    return [port, hbm, l2]
+
+
+def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Callable[..., Value]:
     """Cycles of one cluster's loads (the returned function's ``down``) beside its stores
     ``up``, whose own time is built once for every set of loads asked about. The tree's
     links carry each direction on wires of their own, so each direction alone takes its
-    share of them (``stream_cycles``); what both cross is the cluster's DMA port (the read
-    and write engines "share one master port", report Sec. 1) and each memory, which serves
-    reads and writes together: the HBM's share and the L2's share of the bytes of both. With
-    every cluster streaming, the HBM's share is the path's (the root's uplink is as wide as
-    the HBM), so an HBM-only burst costs the sum of its bytes as before; an L2 one (the L2 is
-    faster than a direction of the tree) costs the slower direction. A multicast wave's
-    distinct bytes are costed together as before. ``head``: cycles the stores have already
-    been moving up on their own wires when the loads start (they take that much less of
-    their own direction; what they share, the port and the memories, still carries all
-    their bytes)."""
-    up_alone = stream_cycles(ops, k, rates, up)
+    share of them (``stream_cycles``); what both cross is the cluster's DMA port and each
+    memory (``shared_cycles``): the HBM's share and the L2's share of the bytes of both.
+    With every cluster streaming, the HBM's share is the path's (the root's uplink is as
+    wide as the HBM), so an HBM-only burst costs the sum of its bytes as before; an L2 one
+    (the L2 is faster than a direction of the tree) costs the slower direction. A multicast
+    wave's distinct bytes are costed together as before.
 
-    def beside(down: Stream, head: Value = 0) -> Value:
+    ``head``: cycles the stores have already been moving up when the loads start. They take
+    that much less of their own direction. A shared resource serves whatever waits for it
+    (work conserving): since the stores left, it carried them beside what was left of
+    ``ahead`` (loads that started ``since`` cycles before the stores), so that much of the
+    stores' time on it is done too."""
+    up_alone = stream_cycles(ops, k, rates, up)
+    up_shared = shared_cycles(ops, k, rates, up)
+
+    def beside(
+        down: Stream, head: Value = 0, ahead: Stream | None = None, since: Value = 0
+    ) -> Value:
         both = plus(down, up)
         own = up_alone
+        done: list[Value] = [0, 0, 0]
         if not (isinstance(head, int) and head == 0):
             own = ops.max(0, up_alone - head)
-        terms = [
-            stream_cycles(ops, k, rates, down),
-            own,
-            ops.cdiv(ops.mul(both.payload, k.port_cycles_per_byte_scaled), SCALE),
+            before = [0, 0, 0] if ahead is None else shared_cycles(ops, k, rates, ahead)
+            done = [
+                ops.min(u, ops.max(0, head - ops.max(0, a - since)))
+                for u, a in zip(up_shared, before, strict=True)
+            ]
+        both_shared = shared_cycles(ops, k, rates, both)
+        present = [True, both.hbm_bytes is not None, both.l2_bytes is not None]
+        terms = [stream_cycles(ops, k, rates, down), own] + [
+            t - d for t, d, used in zip(both_shared, done, present, strict=True) if used
         ]
-        if both.hbm_bytes is not None:
-            if k.has_dma_efficiency:
-                terms.append(ops.cdiv(ops.mul(both.occupied, rates["hbm"]), SCALE * SCALE))
-            else:
-                terms.append(ops.cdiv(ops.mul(both.hbm_bytes, rates["hbm"]), SCALE))
-        if both.l2_bytes is not None:
-            terms.append(ops.cdiv(ops.mul(both.l2_bytes, rates["l2_share"]), SCALE))
         apart = ops.max(*terms)
         if not k.can_multicast:
             return apart
@@ -1685,8 +1704,13 @@ def dma_cycles(
     beside_store = two_way_cycles(ops, k, rates, scaled(ops, behind, store))
     read_early = None if residual is None else scaled(ops, early, residual)
 
-    def beside_burst(loaded: Stream, head: Value = 0) -> Value:
-        return beside_store(loaded if read_early is None else plus(loaded, read_early), head)
+    def with_read(loaded: Stream) -> Stream:
+        return loaded if read_early is None else plus(loaded, read_early)
+
+    def beside_burst(
+        loaded: Stream, head: Value = 0, ahead: Stream | None = None, since: Value = 0
+    ) -> Value:
+        return beside_store(with_read(loaded), head, ahead, since)
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
@@ -1708,17 +1732,58 @@ def dma_cycles(
         paced_by + steady_loss,
     )
     opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
-    first_task = ops.max(
+    first_alone = ops.max(
         overlapped_lead,
         opening_tiles,
         paced_by - ops.mul(own_lead, little - little_lead) + first_loss,
     )
-    # The store behind a cluster's last task left when the task before finished computing,
-    # not when the last one started: it has had that task's wait for the last one's first
-    # tiles (the first task's with two waves, a follower's with more) on its own wires.
-    before = ops.choose(ops.min(ops.max(sched.waves - 2, 0), 1), [first_task, steady])
-    head = ops.max(before, compute) - compute
-    last_burst = beside_burst(loads.rest, head)
+    # Where the flows of a cluster meet (its port, a memory: ``shared_cycles``), each is
+    # served flow by flow, so a flow of ``f`` cycles there that starts beside others ends
+    # after ``f`` plus, for each of them, the smaller of it and ``f`` (``shared_end``).
+    own_rest = shared_cycles(ops, k, rates, with_read(loads.rest))
+    next_first = shared_cycles(ops, k, rates, loads.first)
+    own_store = shared_cycles(ops, k, rates, scaled(ops, behind, store))
+    first_loads = [r + f for r, f in zip(own_rest, next_first, strict=True)]
+
+    def shared_end(flow: list[Value], *others: list[Value]) -> Value:
+        return ops.max(
+            *[
+                mine + sum((ops.min(mine, theirs[i]) for theirs in others), start=0)
+                for i, mine in enumerate(flow)
+            ]
+        )
+
+    # The first task has no store before it, but its own leaves when it ends (its compute,
+    # and its stream beside the next task's first tiles: ``first_end``) while those may still
+    # come in: from then on the tiles share each resource with the store, so they take longer
+    # by what is left of them there, up to the store's own time on it, less the time they
+    # left it idle anyway (a stream paced by its round trips or by other links).
+    first_end = ops.max(compute, overlapped_lead, shared_end(own_rest, next_first))
+    first_task = ops.max(
+        first_alone,
+        *[
+            d + ops.min(u, ops.max(0, d - first_end)) - (first_alone - d)
+            for d, u in zip(first_loads, own_store, strict=True)
+        ],
+    )
+    # The store behind a cluster's last task left when the task before ended (its compute,
+    # and its stream beside the next task's first tiles and the store before), not when the
+    # last one started: it has had the rest of the task before on its own wires, beside what
+    # was left of that task's loads (``two_way_cycles``' ``head``). Unless the stores set the
+    # pace: a cluster's stores leave one after the other, each when its task has ended and
+    # the one before is done, so where a store takes as long as a task beside the loads of
+    # the next (``store_beside``), a task ends only when the store before it is done, and the
+    # store behind the last task leaves as that task starts.
+    followers = ops.min(ops.max(sched.waves - 2, 0), 1)
+    before = ops.choose(followers, [first_task, steady])
+    follower_end = ops.max(compute, overlapped, shared_end(own_rest, next_first, own_store))
+    before_end = ops.choose(followers, [first_end, follower_end])
+    store_beside = ops.max(
+        stream_cycles(ops, k, rates, scaled(ops, behind, store)),
+        shared_end(own_store, own_rest, next_first),
+    )
+    head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
+    last_burst = beside_burst(loads.rest, head, plus(loads.first, loads.rest), before_end)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(prologue, overlapped_lead, exposed, handover, steady, first_task, last)
 
