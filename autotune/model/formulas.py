@@ -1719,11 +1719,25 @@ def dma_cycles(
     # store of the task before, the early residual read (the first task has no store
     # before it, the last loads no next tiles).
     next_flow = (1, first_alone)
-    store_flow = (behind, stream_cycles(ops, k, rates, store))
+    # The store goes up on wires of its own: it slows the stream only where both cross (the
+    # port, a memory), by what it adds there beyond the stream's own time.
+    rest_shared = shared_cycles(ops, k, rates, loads.rest)
+    store_shared = shared_cycles(ops, k, rates, store)
+    store_flow = (
+        behind,
+        ops.max(
+            0,
+            ops.max(*[r + u for r, u in zip(rest_shared, store_shared, strict=True)])
+            - stream_cycles(ops, k, rates, loads.rest),
+        ),
+    )
     read_flow = [] if residual is None else [(early, residual_alone)]
-    steady_loss = burst_loss(ops, pace, [next_flow, store_flow, *read_flow])
-    first_loss = burst_loss(ops, pace, [next_flow, *read_flow])
-    last_loss = burst_loss(ops, pace, [store_flow, *read_flow])
+    # The stream's pace includes the engine's set-ups: between its transfers its bytes do
+    # not move, and a burst beside it takes that time first.
+    engine_pace = (ops.max(0, little + overhead), pace[1])
+    steady_loss = burst_loss(ops, engine_pace, [next_flow, store_flow, *read_flow])
+    first_loss = burst_loss(ops, engine_pace, [next_flow, *read_flow])
+    last_loss = burst_loss(ops, engine_pace, [store_flow, *read_flow])
     paced_by = little + overhead
     steady = ops.max(
         overlapped,

@@ -320,6 +320,30 @@ L2_AGREEMENT = {
             buffers=Buffers(input_depth=2, filter_depth=2, output_depth=2),
         ),
     ),
+    # tf_efficientnet_b0's blocks.4.1 squeeze-excitation expansion (28 -> 672 on one pixel):
+    # a stream of small filter tiles paced by its round trips and set-ups, beside the store of
+    # the task before; the store goes up on wires of its own and slows the stream only at the
+    # port and the L2, and between the stream's transfers (set-ups) the burst takes the
+    # bandwidth the stream leaves (1.054 -> 1.023).
+    "a paced stream beside the store before it": (
+        Layer(
+            "se_expand",
+            "conv",
+            1,
+            1,
+            28,
+            672,
+            1,
+            1,
+            epilogue=Epilogue(bias=True, activation=Activation("sigmoid")),
+        ),  # fmt: skip
+        Mapping(
+            "output_stack",
+            delta_o=3,
+            tile=Tile(in_c=16),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=2),
+        ),
+    ),
     "the store behind the last task is done, one tile": (
         Layer("se", "conv", 7, 7, 576, 576, 1, 1, groups=576),
         Mapping(
