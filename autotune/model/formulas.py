@@ -1157,9 +1157,19 @@ def shared_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> li
     return [port, hbm, l2]
 
 
-def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Callable[..., Value]:
-    """Cycles of one cluster's loads (the returned function's ``down``) beside its stores
-    ``up``, whose own time is built once for every set of loads asked about. The tree's
+@dataclass(frozen=True)
+class Stores:
+    """A cluster's stores going up (``two_way_cycles``): their time alone on their path, on
+    each resource loads cross too (``shared_cycles``), and the loads' time beside them."""
+
+    alone: Value
+    shared: list[Value]
+    beside: Callable[..., Value]
+
+
+def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Stores:
+    """Cycles of one cluster's loads (``Stores.beside``'s ``down``) beside its stores
+    ``up``, whose own times are built once for every set of loads asked about. The tree's
     links carry each direction on wires of their own, so each direction alone takes its
     share of them (``stream_cycles``); what both cross is the cluster's DMA port and each
     memory (``shared_cycles``): the HBM's share and the L2's share of the bytes of both.
@@ -1170,24 +1180,23 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Calla
 
     ``head``: cycles the stores have already been moving up when the loads start. They take
     that much less of their own direction. A shared resource serves whatever waits for it
-    (work conserving): since the stores left, it carried them beside what was left of
-    ``ahead`` (loads that started ``since`` cycles before the stores), so that much of the
-    stores' time on it is done too."""
+    (work conserving): since the stores left, it carried them beside what was left of the
+    loads that started ``since`` cycles before them (``ahead``: their ``shared_cycles``), so
+    that much of the stores' time on it is done too."""
     up_alone = stream_cycles(ops, k, rates, up)
     up_shared = shared_cycles(ops, k, rates, up)
 
     def beside(
-        down: Stream, head: Value = 0, ahead: Stream | None = None, since: Value = 0
+        down: Stream, head: Value = 0, ahead: list[Value] | None = None, since: Value = 0
     ) -> Value:
         both = plus(down, up)
         own = up_alone
         done: list[Value] = [0, 0, 0]
         if not (isinstance(head, int) and head == 0):
             own = ops.max(0, up_alone - head)
-            before = [0, 0, 0] if ahead is None else shared_cycles(ops, k, rates, ahead)
             done = [
                 ops.min(u, ops.max(0, head - ops.max(0, a - since)))
-                for u, a in zip(up_shared, before, strict=True)
+                for u, a in zip(up_shared, ahead or [0, 0, 0], strict=True)
             ]
         both_shared = shared_cycles(ops, k, rates, both)
         present = [True, both.hbm_bytes is not None, both.l2_bytes is not None]
@@ -1199,7 +1208,7 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Calla
             return apart
         return ops.choose(rates.multicast, [apart, stream_cycles(ops, k, rates, both)])
 
-    return beside
+    return Stores(up_alone, up_shared, beside)
 
 
 def operand_stream(
@@ -1701,16 +1710,16 @@ def dma_cycles(
     # and their share of the memory beside the burst.
     # The store goes up while the loads (and the residual read) come down (``two_way_cycles``).
     behind = ops.mul(q.output_buffer_depth - 1, stores)
-    beside_store = two_way_cycles(ops, k, rates, scaled(ops, behind, store))
+    going_up = two_way_cycles(ops, k, rates, scaled(ops, behind, store))
     read_early = None if residual is None else scaled(ops, early, residual)
 
     def with_read(loaded: Stream) -> Stream:
         return loaded if read_early is None else plus(loaded, read_early)
 
     def beside_burst(
-        loaded: Stream, head: Value = 0, ahead: Stream | None = None, since: Value = 0
+        loaded: Stream, head: Value = 0, ahead: list[Value] | None = None, since: Value = 0
     ) -> Value:
-        return beside_store(with_read(loaded), head, ahead, since)
+        return going_up.beside(with_read(loaded), head, ahead, since)
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
@@ -1722,13 +1731,11 @@ def dma_cycles(
     # The store goes up on wires of its own: it slows the stream only where both cross (the
     # port, a memory), by what it adds there beyond the stream's own time.
     rest_shared = shared_cycles(ops, k, rates, loads.rest)
-    store_shared = shared_cycles(ops, k, rates, store)
     store_flow = (
         behind,
         ops.max(
             0,
-            ops.max(*[r + u for r, u in zip(rest_shared, store_shared, strict=True)])
-            - stream_cycles(ops, k, rates, loads.rest),
+            ops.max(*[r + u for r, u in zip(rest_shared, going_up.shared, strict=True)]) - pace[1],
         ),
     )
     read_flow = [] if residual is None else [(early, residual_alone)]
@@ -1754,9 +1761,11 @@ def dma_cycles(
     # Where the flows of a cluster meet (its port, a memory: ``shared_cycles``), each is
     # served flow by flow, so a flow of ``f`` cycles there that starts beside others ends
     # after ``f`` plus, for each of them, the smaller of it and ``f`` (``shared_end``).
-    own_rest = shared_cycles(ops, k, rates, with_read(loads.rest))
+    own_rest = (
+        rest_shared if read_early is None else shared_cycles(ops, k, rates, with_read(loads.rest))
+    )
     next_first = shared_cycles(ops, k, rates, loads.first)
-    own_store = shared_cycles(ops, k, rates, scaled(ops, behind, store))
+    own_store = going_up.shared
     first_loads = [r + f for r, f in zip(own_rest, next_first, strict=True)]
 
     def shared_end(flow: list[Value], *others: list[Value]) -> Value:
@@ -1792,12 +1801,9 @@ def dma_cycles(
     before = ops.choose(followers, [first_task, steady])
     follower_end = ops.max(compute, overlapped, shared_end(own_rest, next_first, own_store))
     before_end = ops.choose(followers, [first_end, follower_end])
-    store_beside = ops.max(
-        stream_cycles(ops, k, rates, scaled(ops, behind, store)),
-        shared_end(own_store, own_rest, next_first),
-    )
+    store_beside = ops.max(going_up.alone, shared_end(own_store, own_rest, next_first))
     head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
-    last_burst = beside_burst(loads.rest, head, plus(loads.first, loads.rest), before_end)
+    last_burst = beside_burst(loads.rest, head, first_loads, before_end)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(prologue, overlapped_lead, exposed, handover, steady, first_task, last)
 

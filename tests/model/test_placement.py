@@ -349,7 +349,7 @@ def test_loads_and_stores_share_the_port_and_the_memory_not_the_links(level):
     down, up = at_level(4096), at_level(3072)
     alone = [int(stream_cycles(ops, k, rates, s)) for s in (down, up)]
     together = int(stream_cycles(ops, k, rates, plus(down, up)))
-    burst = int(two_way_cycles(ops, k, rates, up)(down))
+    burst = int(two_way_cycles(ops, k, rates, up).beside(down))
     if level == "l2":
         assert burst == max(alone) < together
     else:
