@@ -1408,7 +1408,13 @@ def round_trip_wait(
 
 
 def little_cycles(
-    ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, loads: Loads, input_engine: Value
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    l1: L1Buffers,
+    loads: Loads,
+    input_engine: Value,
+    setups: tuple[Value, Value],
 ) -> tuple[Value, Value]:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
@@ -1421,17 +1427,30 @@ def little_cycles(
     algorithms issue each input step before that step's filter tiles (Alg. 1-3: ``DmaLoad(I)``
     then ``DmaLoad(F)``), so a filter tile also waits for the engine to issue the input steps
     ahead of it: ``input_engine``, the beats of the rest of the input steps, is paid once per
-    window of filter tiles in flight. (The engine's set-ups are added to the streams after
-    this floor, in ``dma_cycles``.)
+    window of filter tiles in flight.
+
+    A tile's round trip starts when a core programs its transfer, so its set-up is in the
+    chain too: a filter tile's (``Consts.dma_setup_cycles``) beside its round trip, and the
+    rest of the input steps' (their 2D transfers' set-ups) in the input chain and ahead of
+    the filter tiles in the engine (``setups``: the input steps' and the filter tiles' in
+    cycles). With more than one tile in flight,
+    the set-up of one tile passes while the others travel, so a chain pays its set-ups once
+    per window of bytes in flight (as it pays the round trips), not one after the other: the
+    engine's own time, every set-up and beat in turn, is the other bound (``dma_cycles``).
+    A window holds a tile at least, so a chain pays no more than the set-ups themselves
+    (which also bounds the integer program's terms).
 
     Returns (the law's floor, the same for a task with a prologue of its own): Alg. 1 issues
     ``DmaLoad(I[d_i + 1])`` before ``DmaWait(I[d_i])``, so such a task's first window of
     stream tiles is requested with its first tiles and their round trip passes beside the
     prologue's; the chain after it is one round trip shorter."""
     w = k.word_bytes
+    input_setups, filter_setups = setups
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
     input_chain = round_trip_wait(
         ops, k.round_trip("input"), q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
+    ) + ops.min(
+        input_setups, ops.cdiv(ops.mul(input_setups, l1.tile_words["input"] * w), in_flight_input)
     )
     input_beats = tile_beats_wait(
         ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input, l1, "input"
@@ -1447,13 +1466,24 @@ def little_cycles(
     rest_filter = loads.rest_filter_bytes
     filter_depth = q.filter_buffer_depth - 1
 
-    def filter_chain(waited: Value) -> Value:
-        """The filter tiles' chain when ``waited`` of their bytes wait a round trip."""
-        chained = waited * k.round_trip("weights") + engine
-        return ops.cdiv(ops.mul(filter_depth, chained), in_flight_filter)
+    # the set-ups: the filter tiles' own, and the input steps' ahead of them in the engine
+    # (a term of its own, so that the integer program's sums stay within 64 bits)
+    setups_bytes = rest_filter * k.dma_setup_cycles + ops.mul(
+        input_setups, l1.tile_words["filter"] * w
+    )
+    setups_wait = ops.mul(
+        filter_depth,
+        ops.min(input_setups + filter_setups, ops.cdiv(setups_bytes, in_flight_filter)),
+    )
 
-    filter_wait = filter_chain(rest_filter)
-    filter_lead = filter_chain(ops.max(0, rest_filter - in_flight_filter))
+    def filter_chain(early: Value) -> Value:
+        """The filter tiles' chain when ``early`` of their bytes had their round trip (not
+        their set-up: the engine issues them in turn) beside the prologue's."""
+        chained = (rest_filter - early) * k.round_trip("weights") + engine
+        return ops.cdiv(ops.mul(filter_depth, chained), in_flight_filter) + setups_wait
+
+    filter_wait = filter_chain(0)
+    filter_lead = filter_chain(ops.min(rest_filter, in_flight_filter))
     return ops.max(input_wait, filter_wait), ops.max(input_lead, filter_lead)
 
 
@@ -1543,21 +1573,28 @@ def dma_cycles(
     stores = ops.choose(q.algorithm, [1, 1, 0])  # input_parallel tasks store nothing
     # The engine's overhead beyond the payload: every input step's 2D transfers and idle beat
     # ends (per image, in tiling's layout, but one set-up for all the images of a step whose
-    # band is the whole slice), a set-up per filter tile and for the store.
+    # band is the whole slice), a set-up per filter tile. (The store's is its own: it leaves
+    # when the task's compute ends, not beside its stream: ``lone_tile_cycles``.)
     step_overhead = (
         ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead) + q.input_step_setup_cycles
     )
     first_overhead = step_overhead
     if k.has_filters:
         first_overhead = first_overhead + ops.mul(q.filter_buffer_depth - 1, k.dma_setup_cycles)
-    transfers = filter_loads + stores
+    transfers = filter_loads
     # The beats of the input steps after the first (from memory or the ring) and of the filter
     # tiles: what a filter tile waits behind in the engine (``little_cycles``).
     # (A single input buffer's steps move after compute, ``exposed``, not in that queue.)
     rest_in_bytes = work.input_words * k.word_bytes - loads.lead_in_bytes
     queued_in_bytes = ops.mul(q.input_buffer_depth - 1, rest_in_bytes)
     input_engine = ops.cdiv(queued_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
-    little, little_lead = little_cycles(ops, q, k, l1, loads, input_engine)
+    # The double-buffered input steps' set-ups after the first, and the filter tiles', in
+    # the chains.
+    input_setups = ops.mul(q.input_buffer_depth - 1, ops.mul(work.steps - 1, step_overhead))
+    filter_setups = ops.max(0, filter_loads - 1) * k.dma_setup_cycles
+    little, little_lead = little_cycles(
+        ops, q, k, l1, loads, input_engine, (input_setups, filter_setups)
+    )
     # the stream's own time at its pace (P / D) and alone at the share (P / S), single values
     pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))
     rest, floor = loads.rest, little
@@ -1607,17 +1644,19 @@ def dma_cycles(
     )
     forwarded_exposed = ops.cdiv(serialised * k.port_cycles_per_byte_scaled, SCALE)
     # The set-ups are the engine's work: a core programs the next transfer while the one
-    # before moves its bytes, so they add to the engine's own time (the port's beats, or the
-    # chain of round trips that paces a small buffer), not to a transfer the memory slows.
+    # before moves its bytes, so they add to the engine's own time (the port's beats), not to
+    # a transfer the memory slows; the chain of round trips that paces a small buffer has
+    # them already (``little_cycles``).
     rest_alone = stream_cycles(ops, k, rates, rest) - residual_beside
-    overlapped = ops.max(rest_alone, ops.max(floor, port) + overhead)
+    engine_cycles = port + overhead
+    overlapped = ops.max(rest_alone, floor, engine_cycles)
     # A task with a prologue of its own (Alg. 1/2: a cluster's first one, or every one
     # without the next task's prefetch, multicast waves' too) had its first stream tiles
     # requested with its first ones (``little_cycles``). Alg. 3 members take theirs from the
     # ring, after the member before has them: they keep the whole chain.
     own_lead = ops.choose(q.algorithm, [1, 0, 0])
     floor_lead = ops.max(0, floor - ops.mul(own_lead, little - little_lead))
-    overlapped_lead = ops.max(rest_alone, ops.max(floor_lead, port) + overhead)
+    overlapped_lead = ops.max(rest_alone, floor_lead, engine_cycles)
     # A single-buffered stream waits a round trip per tile, but its first tile's is the
     # task's start ``L``: the first tiles of every stream load together before compute.
     # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
@@ -1741,11 +1780,11 @@ def dma_cycles(
     read_flow = [] if residual is None else [(early, residual_alone)]
     # The stream's pace includes the engine's set-ups: between its transfers its bytes do
     # not move, and a burst beside it takes that time first.
-    engine_pace = (ops.max(0, little + overhead), pace[1])
+    paced_by = ops.max(little, engine_cycles)
+    engine_pace = (ops.max(0, paced_by), pace[1])
     steady_loss = burst_loss(ops, engine_pace, [next_flow, store_flow, *read_flow])
     first_loss = burst_loss(ops, engine_pace, [next_flow, *read_flow])
     last_loss = burst_loss(ops, engine_pace, [store_flow, *read_flow])
-    paced_by = little + overhead
     steady = ops.max(
         overlapped,
         next_tiles,
@@ -2006,11 +2045,13 @@ def last_wave_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Stre
 
 def store_tail_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream, sched: Schedule) -> Value:
     """A double-buffered store overlaps the next task; the last one drains after the last
-    wave: its bytes, then its round trip (the write is done when acknowledged, and nothing
-    is in flight beside it to hide that). Only the last wave's clusters store then
+    wave, a lone tile (``lone_tile_cycles``): its bytes, or its set-up and beats in the
+    engine if slower (it is programmed when the task's compute ends, so no stream hides its
+    set-up), then its round trip (the write is done when acknowledged, and nothing is in
+    flight beside it to hide that). Only the last wave's clusters store then
     (``last_wave_rates``): the clusters with a task fewer stored theirs a wave before."""
     rates = last_wave_rates(ops, q, k, sched)
-    store_time = stream_cycles(ops, k, rates, store) + k.round_trip("output")
+    store_time = lone_tile_cycles(ops, q, k, store, stream_cycles(ops, k, rates, store), "output")
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 

@@ -59,6 +59,12 @@ class Transfers:
     count: np.ndarray  # transfers, each paying the setup
     tiles: np.ndarray  # buffer tiles (each waits one round trip)
     hbm: np.ndarray  # main-memory occupancy: payload / DMA efficiency of its runs
+    #: payload of the first tile, where it is a whole one and the average is not (a filter
+    #: stream whose last step is short); None: the average
+    first: np.ndarray | None = None
+    #: transfers of the first tile (an input step of partial rows: one per slice and image);
+    #: None: the average
+    first_count: np.ndarray | None = None
 
     def hbm_per_byte(self) -> np.ndarray:
         """Main-memory bytes of bandwidth one payload byte occupies (1 without a table)."""
@@ -70,6 +76,18 @@ class Transfers:
 
     def bytes_per_tile(self) -> np.ndarray:
         return self.bytes / self.tiles
+
+    def first_tile_bytes(self) -> np.ndarray:
+        """Payload of the first tile (``first``, or the average)."""
+        return self.bytes_per_tile() if self.first is None else self.first
+
+    def first_engine(self, setup: int, first: np.ndarray) -> np.ndarray:
+        """Cycles the DMA engine spends on a first tile of ``first`` bytes: its transfers'
+        set-ups (not scaled with its bytes: a whole step of whole rows is one transfer like
+        a short one) and its beats at the average tile's per byte."""
+        count = self.count / self.tiles if self.first_count is None else self.first_count
+        per_byte = self.beats / np.maximum(self.bytes, 1)
+        return count * setup + per_byte * first
 
 
 @dataclass(frozen=True)
@@ -130,8 +148,14 @@ def _conv_costs(grid: TaskGrid, machine: Machine, rate: float, wb: int) -> TaskC
         machine, run_full * wb
     ) + last * pix_in * wb / dma_efficiency(machine, run_last * wb)
     count = input_transfers(layer, rows_in, cols_in, images, steps, in_ch)
+    first_count = input_transfers(layer, rows_in, cols_in, images, 1, np.minimum(in_c, in_ch))
     inputs = Transfers(
-        images * in_ch * pix_in * wb, images * run_beats, count, steps, images * hbm_in
+        images * in_ch * pix_in * wb,
+        images * run_beats,
+        count,
+        steps,
+        images * hbm_in,
+        first_count=first_count,
     )
 
     filters = _filter_transfers(grid, machine, wb) if layer.weight_words else _none(images)
@@ -187,7 +211,9 @@ def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
         machine, f_run_last
     )
     n_f = out_ch * per_out
-    pointwise = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm)
+    # the first step's tiles are whole ones (``f_slices``), only the last step's may be short
+    whole = np.full(np.shape(out_ch), float(f_run))
+    pointwise = Transfers(out_ch * cpg * k2 * wb, out_ch * f_beats, n_f, n_f, out_ch * f_hbm, whole)
     if layer.expansion is not None:
         run = out_ch * layer.expansion_pixels * wb
         return Transfers(
@@ -196,6 +222,7 @@ def _filter_transfers(grid: TaskGrid, machine: Machine, wb: int) -> Transfers:
             pointwise.count + 1,
             pointwise.tiles + 1,
             pointwise.hbm + run / dma_efficiency(machine, run),
+            whole,  # the 1x1's slice: the depthwise's weights come after the last step
         )
     if layer.prologue is None:
         return pointwise

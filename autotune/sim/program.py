@@ -493,13 +493,18 @@ def stack_runs(
     inp, fil, out = costs.input, costs.filter, costs.output
     steps, n_f = inp.tiles, fil.tiles
     in_tile, f_tile = inp.bytes_per_tile(), fil.bytes_per_tile()
+    # The first filter tile is a whole one, as the first input step (below); the stream
+    # carries the rest, the last step's short ones among them, at their average.
+    f_first = np.where(n_f > 1, fil.first_tile_bytes(), f_tile)
+    f_rest_tile = np.where(n_f > 1, (fil.bytes - f_first) / np.maximum(n_f - 1, 1), f_tile)
     in_eng, f_eng = inp.engine_per_tile(setup), fil.engine_per_tile(setup)
     # The steps are costed at their average, but the first is a whole one (``in_c`` slices;
     # only the last may be short): the prologue loads that much. (Alg. 3 keeps the average:
     # which member loads which step from memory is costed per average step.)
     task_in, in_c = grid.task_in_channels, grid.mapping.tile.in_c
     first_share = 1.0 if shared else np.minimum(in_c, task_in) * steps / task_in
-    in_first, in_first_eng = in_tile * first_share, in_eng * first_share
+    in_first = in_tile * first_share
+    in_first_eng = in_eng if shared else inp.first_engine(setup, in_first)
 
     if shared:
         # Steps member j loads from HBM: j, j + n, j + 2n, ... of the ring's S steps.
@@ -517,7 +522,7 @@ def stack_runs(
         fwd = fwd_wait = np.zeros(0)
     hbm_unit = in_eng + lat_in  # a tile from memory (HBM or L2)
     k_in = plan.spare_tiles("input", in_tile)
-    k_f = plan.spare_tiles("filter", f_tile)
+    k_f = plan.spare_tiles("filter", f_rest_tile)
     if shared:
         in_unit = h * hbm_unit / np.where(k_in > 0, k_in, 1) + (1 - h) * fwd
         in_window = np.where(k_in > 0, 1.0, 0.0)
@@ -529,16 +534,16 @@ def stack_runs(
     first_lat = (
         np.where(first_hbm, mem_lat, 1.5 * net.latency(cluster, peer)) if shared else mem_lat
     )
-    pro_bytes = in_first + f_tile
+    pro_bytes = in_first + f_first
     pro_in_hbm = np.where(first_hbm, in_first, 0.0)  # from memory (HBM or L2), not the ring
     in_occ, f_occ = inp.hbm_per_byte(), fil.hbm_per_byte()
     zero = np.zeros(len(slot))
     pro_load, pro_l2, pro_hbm = mem.split(
-        ("input", pro_in_hbm, pro_in_hbm * in_occ), ("weights", f_tile, f_tile * f_occ)
+        ("input", pro_in_hbm, pro_in_hbm * in_occ), ("weights", f_first, f_first * f_occ)
     )
     pro = _ProgramPart(
         pro_bytes,
-        in_first_eng + f_eng + first_lat,
+        in_first_eng + fil.first_engine(setup, f_first) + first_lat,
         np.zeros(0),
         np.zeros_like(in_tile),
         pro_load,
@@ -550,7 +555,7 @@ def stack_runs(
         zero,
         delay=first_lat,
     )
-    in_rest, f_rest = inp.bytes - in_first, fil.bytes - f_tile
+    in_rest, f_rest = inp.bytes - in_first, fil.bytes - f_first
     f_unit = f_eng + lat_w
     # A single buffer's later tiles load after the compute of the tile before and before
     # the next (Alg. 1-3 without the prefetch): the cores wait for them, and so does a
@@ -632,7 +637,7 @@ def stack_runs(
         a, b = grid.multicast_wave
         in_carrier = (grid.task_index[3] % b == 0) if grid.layer.groups == 1 else True
         f_carrier = grid.task_tile() % a == 0
-        for part, in_bytes, f_bytes in ((pro, in_first, f_tile), (st, db_in, db_f)):
+        for part, in_bytes, f_bytes in ((pro, in_first, f_first), (st, db_in, db_f)):
             part.received = part.load + part.l2_load
             carried_in, carried_f = in_carrier * in_bytes, f_carrier * f_bytes
             part.load, part.l2_load, part.hbm = mem.split(

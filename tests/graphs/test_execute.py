@@ -123,7 +123,11 @@ def tuned_as_onnxruntime(path, shape: tuple[int, ...], seed: int):
     (value,) = run_network(result, net, {"x": x}).values()
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
+    # Both compute in fp32, each in its own order of sums, and a sum's rounding scales with its
+    # terms: through the padded network's random convs (values up to 1.9e3 before its Tanh)
+    # onnxruntime's own error from the exact result reaches 4.5e-5, the schedule's 1.7e-5. A
+    # wrong operator or a misplaced tile is off by the output's scale (O(1) here).
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4)
     return result, net
 
 
