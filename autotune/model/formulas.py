@@ -1433,12 +1433,12 @@ def little_cycles(
     chain too: a filter tile's (``Consts.dma_setup_cycles``) beside its round trip, and the
     rest of the input steps' (their 2D transfers' set-ups) in the input chain and ahead of
     the filter tiles in the engine (``setups``: the input steps' and the filter tiles' in
-    cycles). With more than one tile in flight,
-    the set-up of one tile passes while the others travel, so a chain pays its set-ups once
-    per window of bytes in flight (as it pays the round trips), not one after the other: the
-    engine's own time, every set-up and beat in turn, is the other bound (``dma_cycles``).
-    A window holds a tile at least, so a chain pays no more than the set-ups themselves
-    (which also bounds the integer program's terms).
+    cycles). With more than one tile in flight, the set-up of one tile passes while the
+    others travel, so a chain pays its set-ups once per window of bytes in flight (as it pays
+    the round trips), not one after the other: the engine's own time, every set-up and beat
+    in turn, is the other bound (``dma_cycles``). A window holds a tile at least, so a chain
+    pays no more than the set-ups themselves (which also bounds the integer program's
+    terms).
 
     Returns (the law's floor, the same for a task with a prologue of its own): Alg. 1 issues
     ``DmaLoad(I[d_i + 1])`` before ``DmaWait(I[d_i])``, so such a task's first window of

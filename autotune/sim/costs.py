@@ -81,13 +81,16 @@ class Transfers:
         """Payload of the first tile (``first``, or the average)."""
         return self.bytes_per_tile() if self.first is None else self.first
 
+    def beats_of(self, nbytes: np.ndarray) -> np.ndarray:
+        """Bus beats of ``nbytes`` of these transfers, at their average beats per byte."""
+        return self.beats / np.maximum(self.bytes, 1) * nbytes
+
     def first_engine(self, setup: int, first: np.ndarray) -> np.ndarray:
         """Cycles the DMA engine spends on a first tile of ``first`` bytes: its transfers'
         set-ups (not scaled with its bytes: a whole step of whole rows is one transfer like
-        a short one) and its beats at the average tile's per byte."""
+        a short one) and its beats (``beats_of``)."""
         count = self.count / self.tiles if self.first_count is None else self.first_count
-        per_byte = self.beats / np.maximum(self.bytes, 1)
-        return count * setup + per_byte * first
+        return count * setup + self.beats_of(first)
 
 
 @dataclass(frozen=True)

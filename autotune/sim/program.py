@@ -495,7 +495,7 @@ def stack_runs(
     in_tile, f_tile = inp.bytes_per_tile(), fil.bytes_per_tile()
     # The first filter tile is a whole one, as the first input step (below); the stream
     # carries the rest, the last step's short ones among them, at their average.
-    f_first = np.where(n_f > 1, fil.first_tile_bytes(), f_tile)
+    f_first = fil.first_tile_bytes()
     f_rest_tile = np.where(n_f > 1, (fil.bytes - f_first) / np.maximum(n_f - 1, 1), f_tile)
     in_eng, f_eng = inp.engine_per_tile(setup), fil.engine_per_tile(setup)
     # The steps are costed at their average, but the first is a whole one (``in_c`` slices;
@@ -549,7 +549,7 @@ def stack_runs(
         pro_load,
         np.zeros_like(in_tile),
         in_first - pro_in_hbm,
-        inp.beats / steps * first_share + fil.beats / n_f,
+        inp.beats_of(in_first) + fil.beats_of(f_first),
         pro_hbm,
         pro_l2,
         zero,
@@ -572,8 +572,8 @@ def stack_runs(
     sg_load, sg_l2, sg_hbm = mem.split(
         ("input", h * sg_in, h * sg_in * in_occ), ("weights", sg_f, sg_f * f_occ)
     )
-    in_beats_rest = inp.beats * (1 - first_share / steps)
-    f_beats_rest = fil.beats * (n_f - 1) / n_f
+    in_beats_rest = inp.beats - inp.beats_of(in_first)
+    f_beats_rest = fil.beats - fil.beats_of(f_first)
     single = _ProgramPart(
         sg_in + sg_f,
         in_single * (steps - 1) * in_unit + f_single * (n_f - 1) * f_unit,
