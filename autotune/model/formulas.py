@@ -142,12 +142,22 @@ class Quantities:
     stack_out_channels_max: Value  # output channels of the largest stack
     stack_in_channels_sum: Value  # input channels each stack reads, summed over the stacks
     stack_in_channels_max: Value  # input channels the largest stack reads
+    stacks_largest: Value  # stacks with the largest stack's output channels
+    stack_mean_share: Value  # SCALE x the stacks' mean output channels / the largest's
     spatial_tiles: Value  # row tiles x column tiles
     tile_out_pixels_max: Value  # output pixels of the largest spatial tile
     tile_in_pixels_max: Value  # input pixels (halo included) of the largest spatial tile
     tile_in_pixels_sum: Value  # input pixels summed over the spatial tiles (halos repeat)
+    tiles_out_largest: Value  # spatial tiles as large as the largest's output on both axes
+    tiles_in_largest: Value  # spatial tiles whose input band is as large as the largest's
+    tile_out_min_share: Value  # SCALE x the smallest tile's output pixels / the tiles' mean
+    tile_in_min_share: Value  # SCALE x the smallest tile's input pixels / the tiles' mean
+    tile_out_mean_share: Value  # SCALE x the tiles' mean output pixels / the largest's
+    tile_in_mean_share: Value  # SCALE x the tiles' mean input pixels / the largest's
     batch_tiles: Value
     batch_tile_images_max: Value  # images of the largest batch tile
+    batch_tiles_largest: Value  # batch tiles with as many images
+    batch_mean_share: Value  # SCALE x the batch tiles' mean images / the largest's
     step_in_channels: Value  # input channels per step (per task for input_parallel): in_c
     step_filter_channels: Value  # filter slices per output channel and step (<= cin/groups)
     filter_steps: Value  # filter tiles per output channel: ceil(cin/groups / those slices)
@@ -1344,21 +1354,31 @@ def first_filter_words(q: Quantities, k: Consts, l1: L1Buffers) -> Value:
     return l1.tile_words["filter"]
 
 
+def loaded_step_words(ops: Ops, q: Quantities, k: Consts, l1: L1Buffers) -> Value:
+    """Words of an input step the largest task loads: its buffer tile, less the fused
+    depthwise's result the slot holds beside the band it loads (``task_tiles``)."""
+    if not k.prologue_pixels:
+        return l1.tile_words["input"]
+    return ops.mul(ops.mul(q.batch_tile_images_max, q.step_in_channels), q.tile_in_pixels_max)
+
+
 def load_streams(
     ops: Ops, q: Quantities, k: Consts, l1: L1Buffers, work: TaskWork, sched: Schedule
 ) -> Loads:
     """The largest task's input and filter loads, split as ``Loads`` says. The first tiles
-    are one buffer tile of each operand (an input step, one filter slice per output channel;
+    are one buffer tile of each operand (an input step, whose band alone is loaded beside a
+    fused depthwise's result: ``loaded_step_words``; one filter slice per output channel;
     ``input_parallel``: the input batch and one output channel's filter tile), no more than
     the task loads itself from main memory (a share-group member loads ``1/m`` of the
     input)."""
     w = k.word_bytes
     in_bytes, filter_bytes = work.offchip_input_words * w, work.filter_words * w
-    first_in = ops.min(l1.tile_words["input"] * w, in_bytes)
+    step_bytes = loaded_step_words(ops, q, k, l1) * w
+    first_in = ops.min(step_bytes, in_bytes)
     first_filter = ops.min(first_filter_words(q, k, l1) * w, filter_bytes)
     # Alg. 3's first member loads the whole first input step itself, even when its group
     # has more members than steps (slice d goes to member d mod m).
-    lead_in = ops.min(l1.tile_words["input"] * w, work.input_words * w)
+    lead_in = ops.min(step_bytes, work.input_words * w)
     # A single input buffer of Alg. 3 loads from memory, after compute, only the steps after
     # its first (which the group's prologue loads, ``dma_cycles``); the rest come round the ring.
     # (A double buffer's stream is all of its input: the term is 0 for it.)
@@ -1415,6 +1435,7 @@ def little_cycles(
     loads: Loads,
     input_engine: Value,
     setups: tuple[Value, Value],
+    ring: tuple[Value, Value] = (0, 0),
 ) -> tuple[Value, Value]:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
@@ -1440,24 +1461,33 @@ def little_cycles(
     pays no more than the set-ups themselves (which also bounds the integer program's
     terms).
 
+    An Alg. 3 member's steps that come round the ring are a chain of their own, after its
+    steps from memory (``ring``: the chain, with their set-ups, and those set-ups, which
+    the memory's chain then does not have; ``dma_cycles``).
+
     Returns (the law's floor, the same for a task with a prologue of its own): Alg. 1 issues
     ``DmaLoad(I[d_i + 1])`` before ``DmaWait(I[d_i])``, so such a task's first window of
     stream tiles is requested with its first tiles and their round trip passes beside the
     prologue's; the chain after it is one round trip shorter."""
     w = k.word_bytes
     input_setups, filter_setups = setups
+    ring_chain, ring_setups = ring
+    memory_setups = input_setups - ring_setups
     in_flight_input = ops.max(l1.alloc_bytes["input"] - l1.tile_words["input"] * w, 1)
     input_chain = round_trip_wait(
         ops, k.round_trip("input"), q.input_buffer_depth, loads.rest_input_bytes, in_flight_input
     ) + ops.min(
-        input_setups, ops.cdiv(ops.mul(input_setups, l1.tile_words["input"] * w), in_flight_input)
+        memory_setups,
+        ops.cdiv(ops.mul(memory_setups, l1.tile_words["input"] * w), in_flight_input),
     )
     input_beats = tile_beats_wait(
         ops, k, q.input_buffer_depth, loads.rest_input_bytes, in_flight_input, l1, "input"
     )
-    input_wait = input_chain + input_beats
+    input_wait = input_chain + input_beats + ring_chain
     input_lead = (
-        ops.max(0, input_chain - (q.input_buffer_depth - 1) * k.round_trip("input")) + input_beats
+        ops.max(0, input_chain - (q.input_buffer_depth - 1) * k.round_trip("input"))
+        + input_beats
+        + ring_chain
     )
     if not k.has_filters:
         return input_wait, input_lead
@@ -1592,8 +1622,38 @@ def dma_cycles(
     # the chains.
     input_setups = ops.mul(q.input_buffer_depth - 1, ops.mul(work.steps - 1, step_overhead))
     filter_setups = ops.max(0, filter_loads - 1) * k.dma_setup_cycles
+    # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
+    # member d mod m), the others come round the ring (``ring_wait_cycles``).
+    members = ops.max(ops.min(q.share_group, q.stacks), 1)
+    memory_steps = ops.choose(q.algorithm, [work.steps, ops.cdiv(work.steps, members), work.steps])
+    ring_steps = work.steps - memory_steps
+    # A double buffer's steps from the ring are a chain: each is read from the next member
+    # (a set-up and its beats) once that member has it, and the read's epoch increment back
+    # to it frees its forwarding buffer (``ring_wait_cycles``: over the ring's slowest hop,
+    # which the lockstep group waits for), as many steps ahead as that buffer holds.
+    tile_bytes = loaded_step_words(ops, q, k, l1) * k.word_bytes
+    ring_tile = (
+        step_overhead
+        + ops.cdiv(tile_bytes, k.dma_bytes_per_cycle)
+        + ring_wait_cycles(ops, k, q.share_group)
+    )
+    # (a forwarding buffer of more than every step holds no more of them ahead)
+    share_bytes = ops.min(l1.alloc_bytes["share"], ops.mul(work.steps, tile_bytes))
+    ahead_scaled = ops.max(SCALE, ops.cdiv(share_bytes * SCALE, ops.max(tile_bytes, 1)))
+    ring_chain = ops.mul(
+        q.input_buffer_depth - 1,
+        ops.cdiv(ops.mul(ring_steps, ring_tile) * SCALE, ahead_scaled),
+    )
+    ring_setups = ops.mul(q.input_buffer_depth - 1, ops.mul(ring_steps, step_overhead))
     little, little_lead = little_cycles(
-        ops, q, k, l1, loads, input_engine, (input_setups, filter_setups)
+        ops,
+        q,
+        k,
+        l1,
+        loads,
+        input_engine,
+        (input_setups, filter_setups),
+        (ring_chain, ring_setups),
     )
     # the stream's own time at its pace (P / D) and alone at the share (P / S), single values
     pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))
@@ -1658,12 +1718,8 @@ def dma_cycles(
     floor_lead = ops.max(0, floor - ops.mul(own_lead, little - little_lead))
     overlapped_lead = ops.max(rest_alone, floor_lead, engine_cycles)
     # A single-buffered stream waits a round trip per tile, but its first tile's is the
-    # task's start ``L``: the first tiles of every stream load together before compute.
-    # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
-    # member d mod m), the others come round the ring (``ring_wait_cycles``).
-    members = ops.max(ops.min(q.share_group, q.stacks), 1)
-    memory_steps = ops.choose(q.algorithm, [work.steps, ops.cdiv(work.steps, members), work.steps])
-    ring_steps = work.steps - memory_steps
+    # task's start ``L``: the first tiles of every stream load together before compute; a
+    # step from the ring waits for the member before (``ring_wait_cycles``).
     round_trips = ops.mul(
         2 - q.input_buffer_depth,
         (memory_steps - 1) * k.round_trip("input")
@@ -1946,13 +2002,77 @@ def lone_tile_cycles(
     return ops.max(alone, engine) + k.round_trip(operand)
 
 
+@dataclass(frozen=True)
+class TaskSpread:
+    """How a layer's tasks differ from its largest one (``task_spread``)."""
+
+    count: Value  # how many end with it in a layer of one wave (``sched.active`` with several)
+    lead: Value  # how long before it the smallest one ends (0 with several waves)
+    mean_share: Value  # SCALE x the mean task's size over the largest's
+
+
+def task_spread(
+    ops: Ops, q: Quantities, k: Consts, sched: Schedule, compute: Value, dma: DmaCycles
+) -> TaskSpread:
+    """How the tasks differ from the largest one, which the formula costs. A task ends when
+    the slower of its compute and its stream does. The stream's bytes follow the task's
+    input band, its compute its output tile, and its band too where it recomputes a fused
+    depthwise or 1x1 over it. An edge tile's band lacks the padding's rows, the last chunk
+    of an axis may be short: such a task is smaller in what binds it, in input (stream bound,
+    or fused) or in output (compute bound), along the spatial tiles, stacks and batch tiles
+    (``quantities``: per axis, how many chunks have its largest size, the smallest's and
+    the mean one's share).
+
+    In a layer of one wave, ``count`` tasks end with the largest one; the smallest
+    ``lead`` cycles sooner. Streams sharing a bottleneck fairly end the smallest when it
+    has carried ``n x`` the smallest's bytes and the largest when it has carried all, so
+    the lead is the largest's time times ``1 - smallest / mean`` (a compute-bound task ends
+    at its own pace, ``1 - smallest / largest``: the smaller lead is kept). Spatial tiles
+    only: a short last stack or batch tile counts as no lead.
+
+    With several waves, tasks of every size are spread over the clusters by their slots:
+    the cluster that runs a largest task runs tasks of the mean size in its other waves
+    (``phases_cycles``). Their compute is ``mean_share`` of the largest's; their streams are
+    costed as the largest's (a stream's set-ups and round trips do not shrink with its
+    bytes)."""
+    fused = bool(k.prologue_pixels or k.expansion_ops)
+    by_input = 1 if fused else exceeds(ops, dma.overlapped, compute)
+    tiles = ops.choose(by_input, [q.tiles_out_largest, q.tiles_in_largest])
+    largest = ops.mul(ops.mul(tiles, q.stacks_largest), q.batch_tiles_largest)
+    share = ops.choose(by_input, [q.tile_out_min_share, q.tile_in_min_share])
+    busy = ops.max(compute, dma.overlapped)
+    lead = ops.cdiv(ops.mul(busy, SCALE - ops.min(SCALE, share)), SCALE)
+    tile_mean = ops.choose(by_input, [q.tile_out_mean_share, q.tile_in_mean_share])
+    mean = ops.cdiv(ops.mul(tile_mean, q.stack_mean_share), SCALE)
+    mean = ops.cdiv(ops.mul(mean, q.batch_mean_share), SCALE)
+    several = ops.min(1, sched.waves - 1)
+    return TaskSpread(
+        ops.choose(several, [ops.min(largest, sched.active), sched.active]),
+        ops.choose(several, [lead, 0]),
+        ops.choose(q.algorithm, [mean, mean, SCALE]),
+    )
+
+
 def exposed_store_cycles(
-    ops: Ops, q: Quantities, k: Consts, store: Stream, rates: StreamRates
+    ops: Ops, q: Quantities, k: Consts, sched: Schedule, store: Stream, last: TaskSpread
 ) -> Value:
     """Unless its output is double buffered, a task pays the output's round trip plus the
     transfer to store, at its share of the bandwidth or the engine's pace if slower
-    (``input_parallel`` tasks store nothing: their phase does, after the reduction)."""
-    store_time = lone_tile_cycles(ops, q, k, store, stream_cycles(ops, k, rates, store), "output")
+    (``input_parallel`` tasks store nothing: their phase does, after the reduction). In a
+    layer of one wave of unequal tasks (``task_spread``), the smaller ones store theirs while
+    the largest ones still work: what is left at the end is the larger of the largest
+    tasks' stores at the share of their ``count`` and every store at the wave's share less
+    what the bottleneck carried of them during the smallest task's ``lead``. ASSUMPTION:
+    the smaller tasks end evenly over the lead, so the stores leaving during it keep the
+    bottleneck busy half of it (a ramp from none to all of them)."""
+    rates = stream_rates(ops, q, k, sched)
+    alone = stream_cycles(ops, k, rates, store)
+    if not (isinstance(last.lead, int) and last.lead == 0):
+        at_end = StreamRates(
+            ops, k, last.count, q.multicast, in_order(ops, q, k, sched), idle_members(ops, q, k)
+        )
+        alone = ops.max(stream_cycles(ops, k, at_end, store), alone - ops.cdiv(last.lead, 2))
+    store_time = lone_tile_cycles(ops, q, k, store, alone, "output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 
@@ -2063,24 +2183,26 @@ def phases_cycles(
     store_tail: Value,
     handover: Value,
     follower: tuple[Value, Value, Value] = (0, 0, 0),
+    later_task: Value | None = None,
 ) -> Value:
-    """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
-    lasts as long as its largest task, and every wave but the first starts while the one
-    before stores (``dma_cycles``); or, where the tasks prefetch their followers' first tiles
-    (``follower_cycles``: a 0/1 flag, such a task's time and the last one's), the first
-    wave's task, the followers, and the last wave's task."""
+    """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: the
+    critical cluster's first task is the largest one, its later ones ``later_task`` (default:
+    as large; ``task_spread``), and every wave but the first starts while the one before
+    stores (``dma_cycles``); or, where the tasks prefetch their followers' first tiles
+    (``follower_cycles``: a 0/1 flag, such a later task's time and what the last one adds),
+    the first wave's task, the followers, and the last wave's task."""
     prefetch, follower_task, last_extra = follower
-    later = task if isinstance(handover, int) and handover == 0 else task + handover
+    later = task if later_task is None else later_task
+    later = later if isinstance(handover, int) and handover == 0 else later + handover
     wave_starts = task
-    if isinstance(prefetch, int) and prefetch == 0:
-        wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
-    else:
+    if not (isinstance(prefetch, int) and prefetch == 0):
         # With two waves or more: the first wave's prologue and the first task carrying the
         # second's first tiles, the followers carrying the next ones' (``follower_task``),
         # and the last carrying none (``last_extra``: what the first and the last add).
         pipelined = ops.mul(prefetch, ops.min(1, sched.waves - 1))
-        waves = ops.mul(sched.waves - 1, ops.choose(prefetch, [later, follower_task]))
-        wave_starts = wave_starts + waves + ops.mul(pipelined, last_extra)
+        wave_starts = wave_starts + ops.mul(pipelined, last_extra)
+        later = ops.choose(prefetch, [later, follower_task])
+    wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
@@ -2234,13 +2356,36 @@ def memory_occupancy_scaled(ops: Ops, q: Quantities, k: Consts, traffic: Traffic
     return occupied * k.word_bytes
 
 
+def output_stores(
+    ops: Ops,
+    q: Quantities,
+    sched: Schedule,
+    traffic: Traffic,
+    work: TaskWork,
+    last: TaskSpread,
+    first_output: Value,
+) -> tuple[tuple[Value, Value], ...]:
+    """Output words and the cycle before which none of them can cross the tree's cut
+    (``memory_floor_cycles``): the largest task's output is ready at ``first_output`` (its
+    first tiles and compute). With several waves every store follows it; in a layer of one
+    wave the ``last.count`` tasks as large as it (``task_spread``) do, and every store
+    follows the smallest task's output, ``last.lead`` sooner. ``input_parallel``'s phases
+    store after their reduction."""
+    several = ops.min(1, sched.waves - 1)
+    largest = ops.choose(several, [ops.mul(last.count, work.store_words), traffic.store_words])
+    largest = ops.choose(q.algorithm, [largest, largest, traffic.store_words])
+    if isinstance(last.lead, int) and last.lead == 0:
+        return ((largest, first_output),)
+    return ((largest, first_output), (traffic.store_words, ops.max(0, first_output - last.lead)))
+
+
 def memory_floor_cycles(
     ops: Ops,
     k: Consts,
     occupancy_scaled: Value,
     l2_bytes: Value,
     traffic: Traffic,
-    first_output: Value = 0,
+    stores: tuple[tuple[Value, Value], ...] = (),
 ) -> Value:
     """No mapping is faster than the HBM delivers its occupancy at its bandwidth, nor than
     the L2 delivers its bytes at its own (two memories, working at once), nor than the tree
@@ -2249,15 +2394,15 @@ def memory_floor_cycles(
     (a placement must not look faster for lacking a floor), but not built where it cannot
     bind: with every stream in HBM and a cut as wide as the HBM (Manticore's), whose floor
     counts the loads and the stores together (``consts``). The stores cannot cross the cut
-    before there is an output to store: not before ``first_output``, a task's first tiles
-    and compute."""
+    before there is an output to store: ``stores`` gives (words, the cycle before which none
+    of them is ready; default: every store, from the start) (``output_stores``)."""
     floors = [ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)]
     if k.placement.uses_l2:
         floors.append(ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
     if k.tree_cut_bytes_per_cycle_scaled:
         down = traffic.input_load_words + traffic.filter_load_words
         down = down + traffic.residual_load_words
-        for words, start in ((down, 0), (traffic.store_words, first_output)):
+        for words, start in ((down, 0), *(stores or ((traffic.store_words, 0),))):
             floors.append(
                 start + ops.cdiv(words * (k.word_bytes * SCALE), k.tree_cut_bytes_per_cycle_scaled)
             )
@@ -2320,16 +2465,38 @@ def evaluate(
     residual = residual_stream(ops, q, k, work, sched)
     compute = compute_cycles(ops, k, work)
     dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store, compute)
-    exposed_store = exposed_store_cycles(ops, q, k, store, rates)
+    last = task_spread(ops, q, k, sched, compute, dma)
+    exposed_store = exposed_store_cycles(ops, q, k, sched, store, last)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
+    # the later tasks of the critical cluster: the mean task's compute (``task_spread``)
+    mean_compute = ops.cdiv(ops.mul(compute, last.mean_share), SCALE)
+    later_task = task_cycles(ops, k, mean_compute, dma, exposed_store)
+    prefetch, _, last_extra = follower
+    later_follower = follower_cycles(ops, q, k, mean_compute, dma, exposed_store)[1]
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, sched)
-    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower)
+    phases = phases_cycles(
+        ops,
+        sched,
+        task,
+        reduction,
+        tail,
+        dma.handover,
+        (prefetch, later_follower, last_extra),
+        later_task,
+    )
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
-    memory_floor = memory_floor_cycles(ops, k, occupancy, l2_bytes, traffic, dma.prologue + compute)
+    memory_floor = memory_floor_cycles(
+        ops,
+        k,
+        occupancy,
+        l2_bytes,
+        traffic,
+        output_stores(ops, q, sched, traffic, work, last, dma.prologue + compute),
+    )
     last_stores = last_stores_cycles(ops, q, k, sched, store)
     cycles = latency_cycles(ops, k, phases, memory_floor, last_stores)
     return {

@@ -26,12 +26,25 @@ from autotune.tiling import (
 )
 
 
+def largest_count(sizes: npt.NDArray[np.int64]) -> int:
+    """How many chunks of an axis have its largest size."""
+    return int(np.count_nonzero(sizes == sizes.max()))
+
+
+def mean_share(sizes: npt.NDArray[np.int64]) -> int:
+    """SCALE x an axis's mean chunk over its largest, rounded up."""
+    return -(-int(sizes.sum()) * SCALE // (len(sizes) * int(sizes.max())))
+
+
 def stack_quantities(stacks: Stacks) -> dict[str, int]:
-    """The output stacks: how many, the largest's output channels, the input channels they
-    read (summed over stacks: each reads its own; the largest's)."""
+    """The output stacks: how many, the largest's output channels and how many stacks have
+    them, the input channels they read (summed over stacks: each reads its own; the
+    largest's)."""
     return {
         "stacks": stacks.count,
         "stack_out_channels_max": int(stacks.out_size.max()),
+        "stacks_largest": largest_count(stacks.out_size),
+        "stack_mean_share": mean_share(stacks.out_size),
         "stack_in_channels_sum": int(stacks.in_size.sum()),
         "stack_in_channels_max": int(stacks.in_size.max()),
     }
@@ -39,9 +52,23 @@ def stack_quantities(stacks: Stacks) -> dict[str, int]:
 
 def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
     """The spatial tiles: how many, the largest's output and input pixels (input with its
-    halo), and the input pixels summed over all tiles (halos loaded once per tile)."""
+    halo), the input pixels summed over all tiles (halos loaded once per tile), how many
+    tiles are the largest in output and in input on both axes (an edge tile's band loses
+    the padding's rows; the last tile may be short), and the smallest tile's output and
+    input pixels over the tiles' mean (x SCALE, rounded down)."""
+    tiles = rows.count * cols.count
+    in_sum = int(rows.in_size.sum()) * int(cols.in_size.sum())
+    in_min = int(rows.in_size.min()) * int(cols.in_size.min())
+    out_min = int(rows.out_size.min()) * int(cols.out_size.min())
+    out_sum = int(rows.out_size.sum()) * int(cols.out_size.sum())
     return {
-        "spatial_tiles": rows.count * cols.count,
+        "spatial_tiles": tiles,
+        "tiles_out_largest": largest_count(rows.out_size) * largest_count(cols.out_size),
+        "tiles_in_largest": largest_count(rows.in_size) * largest_count(cols.in_size),
+        "tile_out_min_share": out_min * tiles * SCALE // out_sum,
+        "tile_in_min_share": in_min * tiles * SCALE // in_sum,
+        "tile_out_mean_share": mean_share(rows.out_size) * mean_share(cols.out_size) // SCALE,
+        "tile_in_mean_share": mean_share(rows.in_size) * mean_share(cols.in_size) // SCALE,
         "tile_out_pixels_max": int(rows.out_size.max()) * int(cols.out_size.max()),
         "tile_in_pixels_max": int(rows.in_size.max()) * int(cols.in_size.max()),
         "tile_in_pixels_sum": int(rows.in_size.sum()) * int(cols.in_size.sum()),
@@ -49,9 +76,14 @@ def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
 
 
 def batch_quantities(batch: int, batch_tile: int) -> dict[str, int]:
-    """The batch tiles: how many, and the images of the largest."""
+    """The batch tiles: how many, the images of the largest and how many have them."""
     tiles = chunks(batch, batch_tile)
-    return {"batch_tiles": len(tiles), "batch_tile_images_max": int(tiles.max())}
+    return {
+        "batch_tiles": len(tiles),
+        "batch_tile_images_max": int(tiles.max()),
+        "batch_tiles_largest": largest_count(tiles),
+        "batch_mean_share": mean_share(tiles),
+    }
 
 
 def in_step_quantities(layer: Layer, in_c: int) -> dict[str, int]:
