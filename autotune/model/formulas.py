@@ -1544,6 +1544,10 @@ class DmaCycles:
     steady: Value  # ``overlapped`` of a task that loads the next one's first tiles beside it
     first: Value  # ``overlapped`` of a cluster's first task when it loads the second's tiles
     last: Value  # ``overlapped`` of a cluster's last task when the one before loaded its tiles
+    #: the part of ``overlapped`` that a smaller task of the wave pays nearly as well: Alg. 3's
+    #: chain of steps from the ring (as many steps, each a read over the same hop) and the
+    #: engine's serial time (as many transfers, each a set-up; its beats shrink, a small part)
+    per_step: Value = 0
 
 
 def dma_cycles(
@@ -1900,7 +1904,16 @@ def dma_cycles(
     head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
     last_burst = beside_burst(loads.rest, head, first_loads, before_end)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
-    return DmaCycles(prologue, overlapped_lead, exposed, handover, steady, first_task, last)
+    return DmaCycles(
+        prologue,
+        overlapped_lead,
+        exposed,
+        handover,
+        steady,
+        first_task,
+        last,
+        ops.max(ring_chain, engine_cycles),
+    )
 
 
 def burst_loss(
@@ -2008,6 +2021,7 @@ class TaskSpread:
 
     count: Value  # how many end with it in a layer of one wave (``sched.active`` with several)
     lead: Value  # how long before it the smallest one ends (0 with several waves)
+    rest_lead: Value  # how long before it the others end, at their mean (0 with several)
     mean_share: Value  # SCALE x the mean task's size over the largest's
 
 
@@ -2028,7 +2042,12 @@ def task_spread(
     has carried ``n x`` the smallest's bytes and the largest when it has carried all, so
     the lead is the largest's time times ``1 - smallest / mean`` (a compute-bound task ends
     at its own pace, ``1 - smallest / largest``: the smaller lead is kept). Spatial tiles
-    only: a short last stack or batch tile counts as no lead.
+    only: a short last stack or batch tile counts as no lead. The other tasks than the
+    ``count`` largest end, at their mean, ``rest_lead`` sooner: of the wave's ``n`` tasks
+    of mean share ``s`` of the largest, they are ``n - count`` of mean share
+    ``(n s - count) / (n - count)``. Their compute and their bytes shrink with them, not
+    what counts per step and transfer (``DmaCycles.per_step``: the ring's chain, the
+    engine's set-ups), taken at the largest's.
 
     With several waves, tasks of every size are spread over the clusters by their slots:
     the cluster that runs a largest task runs tasks of the mean size in its other waves
@@ -2045,10 +2064,17 @@ def task_spread(
     tile_mean = ops.choose(by_input, [q.tile_out_mean_share, q.tile_in_mean_share])
     mean = ops.cdiv(ops.mul(tile_mean, q.stack_mean_share), SCALE)
     mean = ops.cdiv(ops.mul(mean, q.batch_mean_share), SCALE)
+    tasks = ops.min(ops.mul(sched.tiles, q.stacks), k.clusters)  # of one wave
+    count = ops.min(largest, tasks)
+    # SCALE - the others' mean share: (n (SCALE - s)) / (n - count)
+    rest_short = ops.cdiv(ops.mul(SCALE - mean, tasks), ops.max(tasks - count, 1))
+    rest_busy = ops.cdiv(ops.mul(busy, SCALE - ops.min(rest_short, SCALE)), SCALE)
+    rest_lead = busy - ops.max(rest_busy, ops.min(dma.per_step, busy))
     several = ops.min(1, sched.waves - 1)
     return TaskSpread(
-        ops.choose(several, [ops.min(largest, sched.active), sched.active]),
+        ops.choose(several, [count, sched.active]),
         ops.choose(several, [lead, 0]),
+        ops.choose(several, [rest_lead, 0]),
         ops.choose(q.algorithm, [mean, mean, SCALE]),
     )
 
@@ -2060,18 +2086,17 @@ def exposed_store_cycles(
     transfer to store, at its share of the bandwidth or the engine's pace if slower
     (``input_parallel`` tasks store nothing: their phase does, after the reduction). In a
     layer of one wave of unequal tasks (``task_spread``), the smaller ones store theirs while
-    the largest ones still work: what is left at the end is the larger of the largest
-    tasks' stores at the share of their ``count`` and every store at the wave's share less
-    what the bottleneck carried of them during the smallest task's ``lead``. ASSUMPTION:
-    the smaller tasks end evenly over the lead, so the stores leaving during it keep the
-    bottleneck busy half of it (a ramp from none to all of them)."""
+    the largest ones still work. Taking the others as ending together at their mean
+    (``rest_lead`` sooner), a bottleneck that serves whatever waits ends the stores no
+    sooner than the larger of the largest tasks' stores after them, at the share of their
+    ``count``, and every store after the others' end, at the wave's share."""
     rates = stream_rates(ops, q, k, sched)
     alone = stream_cycles(ops, k, rates, store)
-    if not (isinstance(last.lead, int) and last.lead == 0):
+    if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
         at_end = StreamRates(
             ops, k, last.count, q.multicast, in_order(ops, q, k, sched), idle_members(ops, q, k)
         )
-        alone = ops.max(stream_cycles(ops, k, at_end, store), alone - ops.cdiv(last.lead, 2))
+        alone = ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead)
     store_time = lone_tile_cycles(ops, q, k, store, alone, "output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
