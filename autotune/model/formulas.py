@@ -2022,7 +2022,7 @@ class TaskSpread:
     count: Value  # how many end with it in a layer of one wave (``sched.active`` with several)
     lead: Value  # how long before it the smallest one ends (0 with several waves)
     rest_lead: Value  # how long before it the others end, at their mean (0 with several)
-    mean_share: Value  # SCALE x the mean task's size over the largest's
+    mean_share: Value  # SCALE x the wave's mean task's size over the largest's
 
 
 def task_spread(
@@ -2049,11 +2049,10 @@ def task_spread(
     what counts per step and transfer (``DmaCycles.per_step``: the ring's chain, the
     engine's set-ups), taken at the largest's.
 
-    With several waves, tasks of every size are spread over the clusters by their slots:
-    the cluster that runs a largest task runs tasks of the mean size in its other waves
-    (``phases_cycles``). Their compute is ``mean_share`` of the largest's; their streams are
-    costed as the largest's (a stream's set-ups and round trips do not shrink with its
-    bytes)."""
+    With several waves every wave is costed at its largest task: where the smaller tasks
+    fall depends on the order of the slots (a short last row of tiles fills the last wave's
+    slots, and some cluster then runs a largest task in every wave before it), which the
+    per-axis tables do not give."""
     fused = bool(k.prologue_pixels or k.expansion_ops)
     by_input = 1 if fused else exceeds(ops, dma.overlapped, compute)
     tiles = ops.choose(by_input, [q.tiles_out_largest, q.tiles_in_largest])
@@ -2208,26 +2207,24 @@ def phases_cycles(
     store_tail: Value,
     handover: Value,
     follower: tuple[Value, Value, Value] = (0, 0, 0),
-    later_task: Value | None = None,
 ) -> Value:
-    """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: the
-    critical cluster's first task is the largest one, its later ones ``later_task`` (default:
-    as large; ``task_spread``), and every wave but the first starts while the one before
-    stores (``dma_cycles``); or, where the tasks prefetch their followers' first tiles
-    (``follower_cycles``: a 0/1 flag, such a later task's time and what the last one adds),
-    the first wave's task, the followers, and the last wave's task."""
+    """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
+    lasts as long as its largest task, and every wave but the first starts while the one
+    before stores (``dma_cycles``); or, where the tasks prefetch their followers' first tiles
+    (``follower_cycles``: a 0/1 flag, such a task's time and the last one's), the first
+    wave's task, the followers, and the last wave's task."""
     prefetch, follower_task, last_extra = follower
-    later = task if later_task is None else later_task
-    later = later if isinstance(handover, int) and handover == 0 else later + handover
+    later = task if isinstance(handover, int) and handover == 0 else task + handover
     wave_starts = task
-    if not (isinstance(prefetch, int) and prefetch == 0):
+    if isinstance(prefetch, int) and prefetch == 0:
+        wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
+    else:
         # With two waves or more: the first wave's prologue and the first task carrying the
         # second's first tiles, the followers carrying the next ones' (``follower_task``),
         # and the last carrying none (``last_extra``: what the first and the last add).
         pipelined = ops.mul(prefetch, ops.min(1, sched.waves - 1))
-        wave_starts = wave_starts + ops.mul(pipelined, last_extra)
-        later = ops.choose(prefetch, [later, follower_task])
-    wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
+        waves = ops.mul(sched.waves - 1, ops.choose(prefetch, [later, follower_task]))
+        wave_starts = wave_starts + waves + ops.mul(pipelined, last_extra)
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
@@ -2494,23 +2491,9 @@ def evaluate(
     exposed_store = exposed_store_cycles(ops, q, k, sched, store, last)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
-    # the later tasks of the critical cluster: the mean task's compute (``task_spread``)
-    mean_compute = ops.cdiv(ops.mul(compute, last.mean_share), SCALE)
-    later_task = task_cycles(ops, k, mean_compute, dma, exposed_store)
-    prefetch, _, last_extra = follower
-    later_follower = follower_cycles(ops, q, k, mean_compute, dma, exposed_store)[1]
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, sched)
-    phases = phases_cycles(
-        ops,
-        sched,
-        task,
-        reduction,
-        tail,
-        dma.handover,
-        (prefetch, later_follower, last_extra),
-        later_task,
-    )
+    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower)
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes

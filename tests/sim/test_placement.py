@@ -423,19 +423,11 @@ L2_AGREEMENT = {
         _fused_expansion(56, 24, 72, 5, "relu", **STRIDE_2_PADDING),
         _shared(9, 4, Tile(out_h=7, out_w=7, in_c=1), output_depth=1),
     ),
-    # tf_efficientnet_b0's blocks.1.1: the expansion 24 -> 144 fused into a 3x3 depthwise,
-    # three tasks per cluster. The cluster with a largest (interior) task runs tasks of the
-    # mean size in its other waves: 16,200 cycles of compute at most against 3 x 5,555 for
-    # three largest ones (1.075 -> 1.039).
-    "a cluster's later tasks are the mean task": (
-        _fused_expansion(56, 24, 144, 3, "silu", pad_h=1, pad_w=1),
-        _shared(6, 4, Tile(out_h=14, out_w=14, in_c=1), output_depth=2),
-    ),
-    # Its blocks.3.1: the expansion 80 -> 480 fused into a 3x3 depthwise, groups of 64
-    # members sharing the whole 14 x 14 image, 40 input steps. A member takes 39 of them
-    # from the next member, one at a time (its forwarding buffer holds one): a chain of
-    # reads over the ring's slowest hop, which the lockstep group waits for; the model had
-    # no such chain for a double buffer (0.939 -> 1.003).
+    # tf_efficientnet_b0's blocks.3.1: the expansion 80 -> 480 fused into a 3x3 depthwise,
+    # groups of 64 members sharing the whole 14 x 14 image, 40 input steps. A member takes
+    # 39 of them from the next member, one at a time (its forwarding buffer holds one): a
+    # chain of reads over the ring's slowest hop, which the lockstep group waits for; the
+    # model had no such chain for a double buffer (0.939 -> 1.003).
     "a double buffer's steps from the ring are a chain": (
         _fused_expansion(14, 80, 480, 3, "silu", pad_h=1, pad_w=1),
         _shared(2, 64, Tile(in_c=2), output_depth=2),
