@@ -2022,7 +2022,6 @@ class TaskSpread:
     count: Value  # how many end with it in a layer of one wave (``sched.active`` with several)
     lead: Value  # how long before it the smallest one ends (0 with several waves)
     rest_lead: Value  # how long before it the others end, at their mean (0 with several)
-    mean_share: Value  # SCALE x the wave's mean task's size over the largest's
 
 
 def task_spread(
@@ -2074,12 +2073,17 @@ def task_spread(
         ops.choose(several, [count, sched.active]),
         ops.choose(several, [lead, 0]),
         ops.choose(several, [rest_lead, 0]),
-        ops.choose(q.algorithm, [mean, mean, SCALE]),
     )
 
 
 def exposed_store_cycles(
-    ops: Ops, q: Quantities, k: Consts, sched: Schedule, store: Stream, last: TaskSpread
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    sched: Schedule,
+    store: Stream,
+    rates: StreamRates,
+    last: TaskSpread,
 ) -> Value:
     """Unless its output is double buffered, a task pays the output's round trip plus the
     transfer to store, at its share of the bandwidth or the engine's pace if slower
@@ -2089,7 +2093,6 @@ def exposed_store_cycles(
     (``rest_lead`` sooner), a bottleneck that serves whatever waits ends the stores no
     sooner than the larger of the largest tasks' stores after them, at the share of their
     ``count``, and every store after the others' end, at the wave's share."""
-    rates = stream_rates(ops, q, k, sched)
     alone = stream_cycles(ops, k, rates, store)
     if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
         at_end = StreamRates(
@@ -2488,7 +2491,7 @@ def evaluate(
     compute = compute_cycles(ops, k, work)
     dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store, compute)
     last = task_spread(ops, q, k, sched, compute, dma)
-    exposed_store = exposed_store_cycles(ops, q, k, sched, store, last)
+    exposed_store = exposed_store_cycles(ops, q, k, sched, store, rates, last)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
     reduction = reduction_cycles(ops, q, k, sched)
