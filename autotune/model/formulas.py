@@ -976,13 +976,16 @@ def in_order(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
     return ops.choose(q.algorithm, [ops.max(multicast, several), 1, 1])
 
 
-def stream_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> StreamRates:
-    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2), in the order
-    ``in_order`` gives (a layer of several waves has ``active = C``)."""
+def stream_rates(
+    ops: Ops, q: Quantities, k: Consts, sched: Schedule, clusters: Value | None = None
+) -> StreamRates:
+    """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2), or of the
+    ``clusters`` of them that stream at some time, in the order ``in_order`` gives (a layer
+    of several waves has ``active = C``)."""
     return StreamRates(
         ops,
         k,
-        sched.active,
+        sched.active if clusters is None else clusters,
         q.multicast,
         in_order(ops, q, k, sched),
         idle_members(ops, q, k),
@@ -2095,9 +2098,7 @@ def exposed_store_cycles(
     ``count``, and every store after the others' end, at the wave's share."""
     alone = stream_cycles(ops, k, rates, store)
     if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
-        at_end = StreamRates(
-            ops, k, last.count, q.multicast, in_order(ops, q, k, sched), idle_members(ops, q, k)
-        )
+        at_end = stream_rates(ops, q, k, sched, last.count)
         alone = ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead)
     store_time = lone_tile_cycles(ops, q, k, store, alone, "output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
@@ -2185,9 +2186,7 @@ def last_wave_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Stre
     last = sched.last
     if k.can_multicast:
         last = ops.choose(q.multicast, [last, sched.active])
-    return StreamRates(
-        ops, k, last, q.multicast, in_order(ops, q, k, sched), idle_members(ops, q, k)
-    )
+    return stream_rates(ops, q, k, sched, last)
 
 
 def store_tail_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream, sched: Schedule) -> Value:
