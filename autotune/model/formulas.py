@@ -28,9 +28,11 @@ Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
-    cycles = max(phases x phase + store_tail, memory_floor + last_stores)
+    cycles = max(phases x phase + store_tail, memory_floor + waits + last_stores)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth,
                        loads / tree cut, stores / tree cut)
+    waits        = a task's round trips for its single-buffered tiles (the first wave's
+                   clusters wait for them at once, the memories idle)
     last_stores  = store bytes x (the last wave's path - its share of memory or cut), per cluster
 
 An ``output_stack`` mapping whose input and filter buffers are double loads each task's
@@ -261,6 +263,8 @@ class Consts:
     #: an L2 stream's path (port, links below the root, L2 share), and for transfers that mix
     #: levels each resource apart: port and links below the root, the root's uplink, L2 share.
     stream_l2_cycles_per_byte_scaled: Table | None = None
+    #: (every placement) the port and the links below the root: a stream's share of its
+    #: subtree's uplinks, whichever memory it reaches
     stream_tree_cycles_per_byte_scaled: Table | None = None
     stream_root_cycles_per_byte_scaled: Table | None = None
     stream_l2_share_cycles_per_byte_scaled: Table | None = None
@@ -408,9 +412,9 @@ RATE_TERMS: dict[str, tuple[bool, bool, str | None]] = {
 def group_rate_tables(machine: Machine, placement: Placement) -> dict[str, tuple[Table, Table]]:
     """``group_tables`` of every rate the placement's formula may read."""
     memories = {"hbm": machine.hbm_bytes_per_cycle, "l2": machine.l2_bytes_per_cycle}
-    names = ["hbm_path", "net", "hbm"]
+    names = ["hbm_path", "net", "hbm", "tree"]
     if placement.uses_l2:
-        names += ["l2_path", "tree", "root", "l2_share"]
+        names += ["l2_path", "root", "l2_share"]
     tables = {}
     for name in names:
         tree, root, memory = RATE_TERMS[name]
@@ -510,14 +514,13 @@ def l2_constants(machine: Machine, placement: Placement, word_bytes: int) -> dic
     then built exactly as with the HBM alone)."""
     if not placement.uses_l2:
         return {}
-    tree, root = link_tables(machine)
+    _, root = link_tables(machine)
     l2_share = memory_share_table(machine.clusters, machine.l2_bytes_per_cycle)
     return {
         "l2_latency_cycles": machine.l2_latency_cycles,
         "l2_bytes_per_cycle_scaled": int(round(machine.l2_bytes_per_cycle * SCALE)),
         "l2_word_energy": whole_pj(machine.energy_pj.get("l2_byte", 0.0) * word_bytes),
-        "stream_l2_cycles_per_byte_scaled": np.maximum(tree, l2_share),
-        "stream_tree_cycles_per_byte_scaled": tree,
+        "stream_l2_cycles_per_byte_scaled": np.maximum(link_tables(machine)[0], l2_share),
         "stream_root_cycles_per_byte_scaled": root,
         "stream_l2_share_cycles_per_byte_scaled": l2_share,
     }
@@ -537,6 +540,7 @@ def consts(
     placement.check(machine)
     placement = placement.of_layer(layer.filter_words_per_output > 0, layer.epilogue.residual)
     net, hbm = stream_tables(machine)
+    tree = link_tables(machine)[0]
     l2 = l2_constants(machine, placement, word_bytes)
     # the output's path and memory share: the HBM's, or the L2's (links below the root) and
     # no more than the tree's cut carries up
@@ -544,7 +548,7 @@ def consts(
     store_path, store_share = net, hbm
     if placement.output == "l2":
         store_path, store_share = (
-            l2["stream_tree_cycles_per_byte_scaled"],
+            tree,
             l2["stream_l2_share_cycles_per_byte_scaled"],
         )
         if cut:
@@ -583,6 +587,7 @@ def consts(
         has_dma_efficiency=bool(machine.dma_read_efficiency or machine.dma_write_efficiency),
         stream_net_cycles_per_byte_scaled=net,
         stream_hbm_cycles_per_byte_scaled=hbm,
+        stream_tree_cycles_per_byte_scaled=tree,
         groups=layer.groups,
         can_multicast=machine.dma_multicast,
         port_cycles_per_byte_scaled=inverse_rate(machine.dma_bytes_per_cycle),
@@ -1551,6 +1556,9 @@ class DmaCycles:
     #: chain of steps from the ring (as many steps, each a read over the same hop) and the
     #: engine's serial time (as many transfers, each a set-up; its beats shrink, a small part)
     per_step: Value = 0
+    #: the round trips of ``exposed``: pure waits for single-buffered tiles, which a wave's
+    #: clusters starting together wait at once, each having asked for nothing else
+    waits: Value = 0
 
 
 def dma_cycles(
@@ -1916,6 +1924,7 @@ def dma_cycles(
         first_task,
         last,
         ops.max(ring_chain, engine_cycles),
+        round_trips,
     )
 
 
@@ -2095,11 +2104,21 @@ def exposed_store_cycles(
     the largest ones still work. Taking the others as ending together at their mean
     (``rest_lead`` sooner), a bottleneck that serves whatever waits ends the stores no
     sooner than the larger of the largest tasks' stores after them, at the share of their
-    ``count``, and every store after the others' end, at the wave's share."""
+    ``count``, and every store after the others' end, at the wave's share. Nor do the stores
+    end sooner than those of the busiest subtree (the most tasks under one uplink: the
+    links' share at the wave's count) after its smallest task's end (``lead``): its tasks
+    end last because their streams share its uplink, so they end together, and their stores
+    go up through it after them. (MobileNetV2's ``features.4.conv.1.0`` in stacks of 11
+    channels: one L3 quadrant holds 14 whole tasks, the other 12 and the short ones.)"""
     alone = stream_cycles(ops, k, rates, store)
     if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
         at_end = stream_rates(ops, q, k, sched, last.count)
-        alone = ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead)
+        # the busiest subtree's stores cross its uplink after its smallest task's end
+        subtree = ops.cdiv(ops.mul(store.payload, rates["tree"]), SCALE)
+        alone = ops.max(
+            ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead),
+            subtree - last.lead,
+        )
     store_time = lone_tile_cycles(ops, q, k, store, alone, "output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
@@ -2508,7 +2527,9 @@ def evaluate(
         output_stores(ops, q, sched, traffic, work, last, dma.prologue + compute),
     )
     last_stores = last_stores_cycles(ops, q, k, sched, store)
-    cycles = latency_cycles(ops, k, phases, memory_floor, last_stores)
+    # the first wave's clusters start together: the memory is idle while they all wait for
+    # their single-buffered tiles (``DmaCycles.waits``)
+    cycles = latency_cycles(ops, k, phases, memory_floor + dma.waits, last_stores)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},

@@ -258,6 +258,37 @@ AGREEMENT = {
         2,
         False,
     ),
+    # MobileNetV2's features.4.conv.1.0: one wave of 28 tasks, two bands by 14 stacks of 11
+    # channels (the last of one). One L3 quadrant runs 14 whole tasks, the other 12 and the
+    # two short ones: the first quadrant's streams end last, together (they share its
+    # 128 B/cycle uplink), and its 14 stores leave through that uplink after them
+    # (0.928 -> 1.009).
+    "the busiest quadrant's stores after its tasks": (
+        Layer("dw", "conv", 56, 56, 144, 144, 3, 3, 2, 2, 1, 1, groups=144),
+        Mapping(
+            "output_stack",
+            delta_o=11,
+            tile=Tile(out_h=14, in_c=1),
+            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+        ),
+        1,
+        False,
+    ),
+    # MobileNetV2's features.1.conv.0.0: 256 tasks in two waves, bound by the HBM's bytes.
+    # Each task waits a round trip for its second filter tile (a single buffer); the first
+    # wave's clusters, started together, wait for it at once and the HBM idles meanwhile
+    # (0.965 -> 0.984).
+    "the first wave's single-buffered round trips": (
+        Layer("dw", "conv", 112, 112, 32, 32, 3, 3, pad_h=1, pad_w=1, groups=32),
+        Mapping(
+            "output_stack",
+            delta_o=2,
+            tile=Tile(out_h=28, out_w=28, in_c=1),
+            buffers=Buffers(input_depth=2, filter_depth=1, output_depth=2),
+        ),
+        1,
+        False,
+    ),
     # MobileNetV2's features.12.conv.1.0 at batch 8: 576 tasks, 4.5 waves; the last half
     # wave's stores leave through one L3 quadrant's uplink (128 of the 256 B/cycle) after
     # everything else has moved (the model with the memory floor alone: 0.94x).
