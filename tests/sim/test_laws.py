@@ -133,6 +133,12 @@ def _shared(delta_o: int, share_group: int, tile: Tile) -> Mapping:
     )
 
 
+def _double_input(delta_o: int, tile: Tile, filter_depth: int, output_depth: int) -> Mapping:
+    """Output stacks of ``delta_o`` channels from a double input buffer."""
+    buffers = Buffers(input_depth=2, filter_depth=filter_depth, output_depth=output_depth)
+    return Mapping("output_stack", delta_o=delta_o, tile=tile, buffers=buffers)
+
+
 def _batch_one(layer: Layer, mapping: Mapping) -> tuple[Layer, Mapping, int, bool]:
     """A case of one image whose main memory is not the bound."""
     return layer, mapping, 1, False
@@ -265,12 +271,7 @@ AGREEMENT = {
     # (0.928 -> 1.009).
     "the busiest quadrant's stores after its tasks": (
         Layer("dw", "conv", 56, 56, 144, 144, 3, 3, 2, 2, 1, 1, groups=144),
-        Mapping(
-            "output_stack",
-            delta_o=11,
-            tile=Tile(out_h=14, in_c=1),
-            buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
-        ),
+        _double_input(11, Tile(out_h=14, in_c=1), filter_depth=2, output_depth=1),
         1,
         False,
     ),
@@ -280,12 +281,7 @@ AGREEMENT = {
     # (0.965 -> 0.984).
     "the first wave's single-buffered round trips": (
         Layer("dw", "conv", 112, 112, 32, 32, 3, 3, pad_h=1, pad_w=1, groups=32),
-        Mapping(
-            "output_stack",
-            delta_o=2,
-            tile=Tile(out_h=28, out_w=28, in_c=1),
-            buffers=Buffers(input_depth=2, filter_depth=1, output_depth=2),
-        ),
+        _double_input(2, Tile(out_h=28, out_w=28, in_c=1), filter_depth=1, output_depth=2),
         1,
         False,
     ),
