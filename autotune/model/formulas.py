@@ -183,6 +183,9 @@ class Quantities:
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
     #: SCALE / DMA read efficiency of the residual tile's runs (those of the output store)
     residual_inverse_efficiency: Value
+    #: bytes given to a double filter buffer beyond its two tiles (0: two tiles; the search's
+    #: deep option, ``space.FILTER_WINDOW_BYTES``), so that more tiles are in flight
+    filter_bytes_given: Value = 0
 
 
 #: The names of the per-mapping quantities the formula reads (see ``quantities.py``).
@@ -742,6 +745,10 @@ def l1_buffers(
             alloc[op] = 0
         else:
             alloc[op] = bank_aligned(ops, need[op] if given is None else given, k.bank_bytes)
+    # the search's deep filter buffer: the given bytes (legal where they hold its two tiles)
+    if not (isinstance(q.filter_bytes_given, int) and q.filter_bytes_given == 0):
+        if not absent["filter"]:
+            alloc["filter"] = ops.max(alloc["filter"], q.filter_bytes_given)
     total = alloc["input"] + alloc["filter"] + alloc["output"] + alloc["share"]
     total = total + alloc["residual"]
     return L1Buffers(tile_words, need, alloc, total)

@@ -230,6 +230,8 @@ def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]
         "share_group": m.share_group,
         "input_buffer_depth": m.buffers.input_depth,
         "filter_buffer_depth": m.buffers.filter_depth,
+        # explicit bytes are the override's (``footprint.buffer_override``)
+        "filter_bytes_given": 0,
         "output_buffer_depth": m.buffers.output_depth,
         "multicast": int(m.multicast),
     }

@@ -16,11 +16,12 @@ import numpy as np
 from autotune.ir.machine import Machine
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
-from autotune.model.formulas import OUTPUT_STACK, SHARED, Consts, consts, evaluate
+from autotune.model.formulas import INPUT_PARALLEL, OUTPUT_STACK, SHARED, Consts, consts, evaluate
 from autotune.model.ops import NumpyOps
 from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
+    DEEP_FILTER,
     DEPTH_SOURCE,
     QUANTITY_SOURCE,
     RUN_SOURCE,
@@ -47,7 +48,7 @@ class Best:
 
 def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray]:
     """Index values each variable ranges over for one algorithm (share only for Alg. 3,
-    multicast only for output_stack)."""
+    multicast only for output_stack, the deep filter buffer not for input_parallel)."""
     sizes = space.sizes
     shared = space.tables["algorithm"][alg_index] == SHARED
     ranges = {v: np.arange(sizes[v]) for v in VARIABLES}
@@ -55,6 +56,8 @@ def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray
     ranges["share"] = np.arange(1, sizes["share"]) if shared else np.array([0])
     if space.tables["algorithm"][alg_index] != OUTPUT_STACK:  # multicast: output_stack only
         ranges["multicast"] = np.array([0])
+    if space.tables["algorithm"][alg_index] == INPUT_PARALLEL:  # the deep filter: Alg. 1-3
+        ranges["d_f"] = ranges["d_f"][:DEEP_FILTER]
     return ranges
 
 
@@ -157,6 +160,10 @@ def _fitting(
         values = _evaluated(space, chunk.q, k)
         l1 = np.broadcast_to(values["l1"], chunk.legal.shape)
         fit = chunk.legal & (l1 <= k.l1_bytes)
+        # given filter bytes must hold the buffer's tiles (``Buffers``)
+        given = np.broadcast_to(chunk.q["filter_bytes_given"], fit.shape)
+        need = np.broadcast_to(values["need_bytes_filter"], fit.shape)
+        fit &= (given == 0) | (need <= given)
         tally.candidates += int(chunk.legal.sum())
         tally.feasible += int(fit.sum())
         if chunk.legal.any():

@@ -294,6 +294,15 @@ def iter_report_mappings(layer: Layer, batch: int = 1) -> Iterator[Mapping]:
 MAX_COLUMN_TILES = 8
 #: Input slices per step (or per task, for input_parallel): powers of two up to this.
 MAX_IN_C_LOG2 = 12
+#: The deep filter buffer's bytes: the report's 16 KiB buffers, enough to keep a round trip
+#: of bytes in flight (Sec. 2.1.2: 256 cycles x 64 B/cycle). A double filter buffer of two
+#: tiles keeps one tile in flight; the report streams one tile per output channel and step
+#: (``F[:, :, d_i, d_o]``), a few bytes when a step has few slices, and each then waits a
+#: round trip. Given these bytes, the DMA keeps as many tiles in flight as they hold.
+FILTER_WINDOW_BYTES = 16 * KIB
+#: The filter buffer variable's value of the deep buffer (after single and double); Alg. 1-3
+#: only (``input_parallel`` streams its filters per output channel over a whole batch step).
+DEEP_FILTER = 2
 
 
 @dataclass(frozen=True)
@@ -302,7 +311,9 @@ class SearchSpace:
 
     Variables (each an index into its value list): ``alg``, ``delta_o``, ``spatial`` (a pair
     ``(out_h, out_w)``), ``batch_tile``, ``in_c``, ``share`` (share group size; 1 unless the
-    algorithm is ``output_stack_shared``), the depths ``d_in``, ``d_f``, ``d_out`` and
+    algorithm is ``output_stack_shared``), the depths ``d_in``, ``d_out``, the filter buffer
+    ``d_f`` (``filter_buffers``: single, double, and for a layer with weights double in
+    ``FILTER_WINDOW_BYTES``) and
     ``multicast`` (False, and True on machines with ``dma_multicast``; True only with
     ``output_stack``). The
     tables give the formula's quantities (``model/quantities.py``) for each value; they are
@@ -321,6 +332,8 @@ class SearchSpace:
     depths: tuple[int, ...]
     tables: dict[str, np.ndarray]
     multicast: tuple[bool, ...] = (False,)
+    #: (depth, bytes given or None) of each filter buffer value
+    filter_buffers: tuple[tuple[int, int | None], ...] = ((1, None), (2, None))
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -332,7 +345,7 @@ class SearchSpace:
             "in_c": len(self.in_c),
             "share": len(self.share),
             "d_in": len(self.depths),
-            "d_f": len(self.depths),
+            "d_f": len(self.filter_buffers),
             "d_out": len(self.depths),
             "multicast": len(self.multicast),
         }
@@ -341,6 +354,7 @@ class SearchSpace:
         """The mapping a candidate (one index per variable) stands for."""
         algorithm = self.algorithms[index["alg"]]
         out_h, out_w = self.spatial[index["spatial"]]
+        filter_depth, filter_bytes = self.filter_buffers[index["d_f"]]
         return Mapping(
             algorithm,
             delta_o=self.delta_o[index["delta_o"]],
@@ -351,7 +365,8 @@ class SearchSpace:
                 input_depth=self.depths[index["d_in"]],
                 # a layer without weights has no filter buffer: its depth is 1 whatever the
                 # variable says (both values cost the same), so equal mappings read equal
-                filter_depth=self.depths[index["d_f"]] if self.layer.filter_words_per_output else 1,
+                filter_depth=filter_depth if self.layer.filter_words_per_output else 1,
+                filter_bytes=filter_bytes,
                 output_depth=self.depths[index["d_out"]],
             ),
             multicast=self.multicast[index.get("multicast", 0)],
@@ -408,6 +423,11 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
         add(in_step_quantities(layer, c))
     tables["share_group"] = list(share)
     tables["buffer_depth"] = [1, 2]
+    filter_buffers: tuple[tuple[int, int | None], ...] = ((1, None), (2, None))
+    if layer.filter_words_per_output:
+        filter_buffers += ((2, FILTER_WINDOW_BYTES),)
+    tables["filter_buffer_depth"] = [depth for depth, _ in filter_buffers]
+    tables["filter_bytes_given"] = [given or 0 for _, given in filter_buffers]
     tables["algorithm"] = [ALGORITHM_CODES[a] for a in algorithms]
     # Run lengths (words) of the largest tiles, flattened over RUN_SOURCE's variable pairs.
     tables["input_run_words"] = [
@@ -440,6 +460,7 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
         (1, 2),
         {k: np.asarray(v, dtype=np.int64) for k, v in tables.items()},
         multicast,
+        filter_buffers,
     )
 
 
@@ -472,12 +493,13 @@ QUANTITY_SOURCE = {
     "share_group": "share",
     "algorithm": "alg",
     "multicast": "multicast",
+    "filter_buffer_depth": "d_f",
+    "filter_bytes_given": "d_f",
 }
 
 #: The buffer depths, each read from the ``buffer_depth`` table by its variable.
 DEPTH_SOURCE = {
     "input_buffer_depth": "d_in",
-    "filter_buffer_depth": "d_f",
     "output_buffer_depth": "d_out",
 }
 

@@ -30,7 +30,9 @@ from autotune.search import cpsat
 from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
+    DEEP_FILTER,
     DEPTH_SOURCE,
+    FILTER_WINDOW_BYTES,
     QUANTITY_SOURCE,
     RUN_SOURCE,
     SearchSpace,
@@ -61,7 +63,7 @@ class IlpResult:
 def count_candidates(space: SearchSpace) -> int:
     """Structurally legal candidates (the size of the space exhaustive search walks)."""
     sizes = space.sizes
-    rest = sizes["spatial"] * sizes["batch_tile"] * 8  # three depths of two values each
+    rest = sizes["spatial"] * sizes["batch_tile"] * sizes["d_in"] * sizes["d_out"]
     stack_in = space.tables["stack_in_channels_max"][:, None]
     step_in = space.tables["step_in_channels"][None, :]
     total = 0
@@ -73,7 +75,8 @@ def count_candidates(space: SearchSpace) -> int:
         )
         share = sizes["share"] - 1 if code == SHARED else 1
         multicast = sizes["multicast"] if code == OUTPUT_STACK else 1
-        total += pairs * rest * share * multicast
+        filters = min(sizes["d_f"], DEEP_FILTER) if code == INPUT_PARALLEL else sizes["d_f"]
+        total += pairs * rest * share * multicast * filters
     return total
 
 
@@ -118,6 +121,14 @@ def build(
             cpm.add(index["share"].expr >= 1)
         else:
             cpm.add(index["share"].expr == 0)
+    # The deep filter buffer is Alg. 1-3's only.
+    if isinstance(index["d_f"], Expr) and index["d_f"].hi >= DEEP_FILTER:
+        if isinstance(alg, Expr):
+            cpm.add(index["d_f"].expr < DEEP_FILTER).only_enforce_if(
+                ops.literal_equals(alg, INPUT_PARALLEL)
+            )
+        elif alg == INPUT_PARALLEL:
+            cpm.add(index["d_f"].expr < DEEP_FILTER)
     # Multicast applies to output_stack only.
     if isinstance(index["multicast"], Expr):
         if isinstance(alg, Expr):
@@ -147,6 +158,15 @@ def build(
     l1 = values["l1"]
     if capacity and isinstance(l1, Expr):
         cpm.add(l1.expr <= k.l1_bytes).with_name("l1_capacity")
+    if capacity:  # given filter bytes must hold the buffer's tiles (``Buffers``)
+        given = q["filter_bytes_given"]
+        need = values["need_bytes_filter"]
+        if isinstance(given, Expr):
+            deep = ops.literal_equals(given, FILTER_WINDOW_BYTES)
+            if isinstance(need, Expr):
+                cpm.add(need.expr <= FILTER_WINDOW_BYTES).only_enforce_if(deep)
+            elif int(need) > FILTER_WINDOW_BYTES:
+                cpm.add_bool_or([~deep])
     rank: Any = 0
     stride = 1
     for v in reversed(VARIABLES):

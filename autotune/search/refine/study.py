@@ -58,7 +58,7 @@ from autotune.search.refine.storage import (
     prepare_storage,
     retry_callback,
 )
-from autotune.search.space import SearchSpace, search_space
+from autotune.search.space import DEEP_FILTER, SearchSpace, search_space
 from autotune.sim.result import SimResult
 from autotune.sim.simulate import simulate as simulate_chiplet
 from autotune.tiling import MappingError, task_grid
@@ -143,7 +143,11 @@ def trial_params(space: SearchSpace, mapping: Mapping) -> dict[str, int | str]:
         "batch_tile": space.batch_tile.index(mapping.batch_tile),
         "in_c": space.in_c.index(mapping.tile.in_c),
         "d_in": mapping.buffers.input_depth,
-        "d_f": mapping.buffers.filter_depth,
+        # the filter buffer's value (single, double, deep), counted from 1 as the depths
+        "d_f": space.filter_buffers.index(
+            (mapping.buffers.filter_depth, mapping.buffers.filter_bytes)
+        )
+        + 1,
         "d_out": mapping.buffers.output_depth,
     }
     if mapping.algorithm == "output_stack_shared":
@@ -164,8 +168,10 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
         if algorithm == "output_stack_shared"
         else 0
     )
-    for var in ("d_in", "d_f", "d_out"):
-        index[var] = trial.suggest_int(var, 1, 2) - 1
+    # d_f: single, double, and (Alg. 1-3, a layer with weights) the deep filter buffer
+    filters = sizes["d_f"] if algorithm != "input_parallel" else min(sizes["d_f"], DEEP_FILTER)
+    for var, values in (("d_in", 2), ("d_f", filters), ("d_out", 2)):
+        index[var] = trial.suggest_int(var, 1, values) - 1
     # Only machines that multicast offer the choice (other studies are unchanged).
     index["multicast"] = (
         trial.suggest_int("multicast", 0, sizes["multicast"] - 1)
