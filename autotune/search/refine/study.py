@@ -76,7 +76,9 @@ from autotune.version import __version__
 #: them (a trial's simulated cycles changed).
 #: 8: Alg. 3's double-buffered streams are a transfer of their own, as Alg. 1/2's (a trial's
 #: simulated cycles changed).
-SPACE_VERSION = 8
+#: 9: ``d_f`` takes a third value, the deep filter buffer (a study of 8 lacks the integer
+#: program's incumbents that use it).
+SPACE_VERSION = 9
 
 #: The simulator as refinement calls it:
 #: ``simulate(layer, mapping, machine, precision, batch, placement, prefetch_bytes)``.
