@@ -539,9 +539,9 @@ def _outside(mapping: Mapping, space: SearchSpace) -> str | None:
         "batch_tile": mapping.batch_tile in space.batch_tile,
         "share_group": mapping.share_group in space.share,
         "buffers": all(d in space.depths for d in (b.input_depth, b.output_depth))
-        and (b.filter_depth, b.filter_bytes) in space.filter_buffers
+        and (b.filter_depth, b.filter_bytes)
+        in space.filter_buffers[: space.filter_values(mapping.algorithm)]
         and (b.filter_depth == 1 or space.layer.filter_words_per_output > 0)
-        and (b.filter_bytes is None or mapping.algorithm != "input_parallel")
         and (b.input_bytes, b.output_bytes, b.share_bytes) == (None,) * 3,
         "multicast": mapping.multicast in space.multicast,
     }

@@ -517,13 +517,13 @@ def l2_constants(machine: Machine, placement: Placement, word_bytes: int) -> dic
     then built exactly as with the HBM alone)."""
     if not placement.uses_l2:
         return {}
-    _, root = link_tables(machine)
+    tree, root = link_tables(machine)
     l2_share = memory_share_table(machine.clusters, machine.l2_bytes_per_cycle)
     return {
         "l2_latency_cycles": machine.l2_latency_cycles,
         "l2_bytes_per_cycle_scaled": int(round(machine.l2_bytes_per_cycle * SCALE)),
         "l2_word_energy": whole_pj(machine.energy_pj.get("l2_byte", 0.0) * word_bytes),
-        "stream_l2_cycles_per_byte_scaled": np.maximum(link_tables(machine)[0], l2_share),
+        "stream_l2_cycles_per_byte_scaled": np.maximum(tree, l2_share),
         "stream_root_cycles_per_byte_scaled": root,
         "stream_l2_share_cycles_per_byte_scaled": l2_share,
     }

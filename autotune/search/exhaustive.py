@@ -16,12 +16,11 @@ import numpy as np
 from autotune.ir.machine import Machine
 from autotune.ir.placement import HBM_ONLY, Placement
 from autotune.ir.precision import word_bytes
-from autotune.model.formulas import INPUT_PARALLEL, OUTPUT_STACK, SHARED, Consts, consts, evaluate
+from autotune.model.formulas import OUTPUT_STACK, SHARED, Consts, consts, evaluate
 from autotune.model.ops import NumpyOps
 from autotune.search.ilp.ops import LIMIT
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
-    DEEP_FILTER,
     DEPTH_SOURCE,
     QUANTITY_SOURCE,
     RUN_SOURCE,
@@ -56,8 +55,7 @@ def _variable_values(space: SearchSpace, alg_index: int) -> dict[str, np.ndarray
     ranges["share"] = np.arange(1, sizes["share"]) if shared else np.array([0])
     if space.tables["algorithm"][alg_index] != OUTPUT_STACK:  # multicast: output_stack only
         ranges["multicast"] = np.array([0])
-    if space.tables["algorithm"][alg_index] == INPUT_PARALLEL:  # the deep filter: Alg. 1-3
-        ranges["d_f"] = ranges["d_f"][:DEEP_FILTER]
+    ranges["d_f"] = np.arange(space.filter_values(space.algorithms[alg_index]))
     return ranges
 
 

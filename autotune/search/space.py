@@ -335,6 +335,12 @@ class SearchSpace:
     #: (depth, bytes given or None) of each filter buffer value
     filter_buffers: tuple[tuple[int, int | None], ...] = ((1, None), (2, None))
 
+    def filter_values(self, algorithm: str) -> int:
+        """How many of the ``filter_buffers`` values ``algorithm`` may take: the deep buffer
+        is Alg. 1-3's (``DEEP_FILTER``)."""
+        n = len(self.filter_buffers)
+        return min(n, DEEP_FILTER) if algorithm == "input_parallel" else n
+
     @property
     def sizes(self) -> dict[str, int]:
         return {

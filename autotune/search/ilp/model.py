@@ -30,7 +30,6 @@ from autotune.search import cpsat
 from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
-    DEEP_FILTER,
     DEPTH_SOURCE,
     FILTER_WINDOW_BYTES,
     QUANTITY_SOURCE,
@@ -67,7 +66,7 @@ def count_candidates(space: SearchSpace) -> int:
     stack_in = space.tables["stack_in_channels_max"][:, None]
     step_in = space.tables["step_in_channels"][None, :]
     total = 0
-    for code in space.tables["algorithm"]:
+    for algorithm, code in zip(space.algorithms, space.tables["algorithm"], strict=True):
         pairs = (
             len(space.delta_o) * len(space.in_c)
             if code == INPUT_PARALLEL
@@ -75,8 +74,7 @@ def count_candidates(space: SearchSpace) -> int:
         )
         share = sizes["share"] - 1 if code == SHARED else 1
         multicast = sizes["multicast"] if code == OUTPUT_STACK else 1
-        filters = min(sizes["d_f"], DEEP_FILTER) if code == INPUT_PARALLEL else sizes["d_f"]
-        total += pairs * rest * share * multicast * filters
+        total += pairs * rest * share * multicast * space.filter_values(algorithm)
     return total
 
 
@@ -122,13 +120,14 @@ def build(
         else:
             cpm.add(index["share"].expr == 0)
     # The deep filter buffer is Alg. 1-3's only.
-    if isinstance(index["d_f"], Expr) and index["d_f"].hi >= DEEP_FILTER:
+    parallel_filters = space.filter_values("input_parallel")
+    if isinstance(index["d_f"], Expr) and index["d_f"].hi >= parallel_filters:
         if isinstance(alg, Expr):
-            cpm.add(index["d_f"].expr < DEEP_FILTER).only_enforce_if(
+            cpm.add(index["d_f"].expr < parallel_filters).only_enforce_if(
                 ops.literal_equals(alg, INPUT_PARALLEL)
             )
         elif alg == INPUT_PARALLEL:
-            cpm.add(index["d_f"].expr < DEEP_FILTER)
+            cpm.add(index["d_f"].expr < parallel_filters)
     # Multicast applies to output_stack only.
     if isinstance(index["multicast"], Expr):
         if isinstance(alg, Expr):

@@ -58,7 +58,7 @@ from autotune.search.refine.storage import (
     prepare_storage,
     retry_callback,
 )
-from autotune.search.space import DEEP_FILTER, SearchSpace, search_space
+from autotune.search.space import SearchSpace, search_space
 from autotune.sim.result import SimResult
 from autotune.sim.simulate import simulate as simulate_chiplet
 from autotune.tiling import MappingError, task_grid
@@ -171,7 +171,7 @@ def _suggest(trial: optuna.Trial, space: SearchSpace) -> Mapping:
         else 0
     )
     # d_f: single, double, and (Alg. 1-3, a layer with weights) the deep filter buffer
-    filters = sizes["d_f"] if algorithm != "input_parallel" else min(sizes["d_f"], DEEP_FILTER)
+    filters = space.filter_values(algorithm)
     for var, values in (("d_in", 2), ("d_f", filters), ("d_out", 2)):
         index[var] = trial.suggest_int(var, 1, values) - 1
     # Only machines that multicast offer the choice (other studies are unchanged).
