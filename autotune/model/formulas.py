@@ -28,11 +28,13 @@ Alg. 5's outer loop; the others run one):
 
     phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
-    cycles = max(phases x phase + store_tail, memory_floor + waits + last_stores)
+    cycles = max(phases x phase + store_tail, max(memory_floor + waits, fill) + last_stores)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth,
                        loads / tree cut, stores / tree cut)
     waits        = a task's round trips for its single-buffered tiles (the first wave's
                    clusters wait for them at once, the memories idle)
+    fill         = the first wave's first output + every byte not loaded by the first wave's
+                   tasks / each memory's bandwidth (none of it is asked for before)
     last_stores  = store bytes x (the last wave's path - its share of memory or cut), per cluster
 
 An ``output_stack`` mapping whose input and filter buffers are double loads each task's
@@ -2459,6 +2461,61 @@ def memory_floor_cycles(
     return ops.max(*floors)
 
 
+def fill_floor_cycles(
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    sched: Schedule,
+    traffic: Traffic,
+    work: TaskWork,
+    l1: L1Buffers,
+    prefetch: Value,
+    ready: Value,
+) -> Value:
+    """No memory carries what nobody has asked for yet. Until the first wave's first output
+    is ready (``ready``: its round trip, first tiles and compute, less the smallest task's
+    ``lead``), a cluster asks only for its first task's tiles and, where its tasks load their
+    followers' first tiles (``follower_cycles``), the second's: at most ``C`` largest tasks'
+    loads. Every other byte of the layer (the later waves' loads, every store) crosses each
+    memory after ``ready``, at its bandwidth. The memory otherwise idles meanwhile, bar the
+    first wave's streams: with tasks that compute long on tiles loaded in their prologue
+    (Alg. 3 with as many steps as members loads a task's whole input first), a layer bound
+    by its memory's bytes lasts the first wave's compute longer than those bytes take.
+    (MobileNetV2's ``features.2.conv.0.0`` with one-channel steps: six waves, the HBM
+    carrying 22 B/cycle of filters during the first wave's 2,106 cycles of compute.)
+
+    A lower bound whatever the order of the tasks: a task of the first wave loads no more
+    than the largest one, and the payload (not the DMA efficiency's occupancy) is what a
+    memory carries at least. 0 for ``input_parallel``, whose phases each load their input
+    batch apart."""
+    several = ops.min(1, sched.waves - 1)
+    filter_words = work.filter_words
+    if k.has_filters:
+        filter_words = filter_words + ops.mul(prefetch, first_filter_words(q, k, l1))
+    first_wave = {
+        "input": work.offchip_input_words + ops.mul(prefetch, l1.tile_words["input"]),
+        "weights": filter_words,
+        "residual": work.residual_words,
+    }
+    levels = [("hbm", k.hbm_bytes_per_cycle_scaled)]
+    if k.placement.uses_l2:
+        levels.append(("l2", k.l2_bytes_per_cycle_scaled))
+    floors = []
+    for level, rate in levels:
+        rest: Value = 0
+        for stream, words in traffic.stream_words().items():
+            if k.level(stream) != level or (isinstance(words, int) and words == 0):
+                continue
+            if stream == "output":
+                rest = rest + words
+            else:
+                later = ops.max(0, words - first_wave[stream] * k.clusters)
+                rest = rest + ops.choose(several, [0, later])
+        floors.append(ready + ops.cdiv(rest * (k.word_bytes * SCALE), rate))
+    fill = ops.max(*floors)
+    return ops.choose(q.algorithm, [fill, fill, 0])
+
+
 def energy_pj(k: Consts, traffic: Traffic, cycles: Value) -> Value:
     """Energy (``ir.machine.whole_pj``, pJ): the FPU operations are fixed by
     the layer (ASSUMPTION: each costs the machine's energy of a MAC); mappings differ in the
@@ -2535,8 +2592,12 @@ def evaluate(
     )
     last_stores = last_stores_cycles(ops, q, k, sched, store)
     # the first wave's clusters start together: the memory is idle while they all wait for
-    # their single-buffered tiles (``DmaCycles.waits``)
-    cycles = latency_cycles(ops, k, phases, memory_floor + dma.waits, last_stores)
+    # their single-buffered tiles (``DmaCycles.waits``), or compute before any byte of the
+    # later waves is asked for (``fill_floor_cycles``)
+    ready = k.start_latency_cycles + dma.prologue + compute - last.lead
+    fill = fill_floor_cycles(ops, q, k, sched, traffic, work, l1, follower[0], ready)
+    floor = ops.max(memory_floor + dma.waits, fill)
+    cycles = latency_cycles(ops, k, phases, floor, last_stores)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},
         **{f"tile_words_{op}": l1.tile_words[op] for op in OPERANDS},

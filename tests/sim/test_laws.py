@@ -285,6 +285,23 @@ AGREEMENT = {
         1,
         False,
     ),
+    # MobileNetV2's features.2.conv.0.0: Alg. 3 with one-slice steps, as many as members, so
+    # each member loads its own step first (the report's DmaLoad(I[:, :, CID])) and the
+    # whole input of a task comes in before its compute. Six waves, bound by the HBM's
+    # bytes, but the HBM carries only the filters while the first wave computes: nothing of
+    # the later waves has been asked for (0.922 -> 0.989).
+    "the later waves' bytes after the first wave's compute": (
+        Layer("pw", "conv", 112, 112, 16, 96),
+        Mapping(
+            "output_stack_shared",
+            delta_o=6,
+            share_group=16,
+            tile=Tile(out_h=7, out_w=38, in_c=1),
+            buffers=Buffers(filter_bytes=16384, input_depth=2, filter_depth=2, output_depth=2),
+        ),
+        1,
+        False,
+    ),
     # MobileNetV2's features.12.conv.1.0 at batch 8: 576 tasks, 4.5 waves; the last half
     # wave's stores leave through one L3 quadrant's uplink (128 of the 256 B/cycle) after
     # everything else has moved (the model with the memory floor alone: 0.94x).
