@@ -156,6 +156,9 @@ class Quantities:
     tiles_in_largest: Value  # spatial tiles whose input band is as large as the largest's
     tile_out_min_share: Value  # SCALE x the smallest tile's output pixels / the tiles' mean
     tile_in_min_share: Value  # SCALE x the smallest tile's input pixels / the tiles' mean
+    #: the same of the first row of tiles' smallest, which the first slots hold
+    tile_out_first_min_share: Value
+    tile_in_first_min_share: Value
     tile_out_mean_share: Value  # SCALE x the tiles' mean output pixels / the largest's
     tile_in_mean_share: Value  # SCALE x the tiles' mean input pixels / the largest's
     batch_tiles: Value
@@ -1566,7 +1569,8 @@ class DmaCycles:
     #: engine's serial time (as many transfers, each a set-up; its beats shrink, a small part)
     per_step: Value = 0
     #: the round trips of ``exposed``: pure waits for single-buffered tiles, which a wave's
-    #: clusters starting together wait at once, each having asked for nothing else
+    #: clusters starting together wait at once, each having asked for nothing else (and, for
+    #: Alg. 3, its first tiles' round trip, before which it asks for no stream tile)
     waits: Value = 0
 
 
@@ -1933,7 +1937,10 @@ def dma_cycles(
         first_task,
         last,
         ops.max(ring_chain, engine_cycles),
-        round_trips,
+        # An Alg. 3 member asks for its stream's tiles only once its first ones are in
+        # (those after them come round the ring, ``own_lead``): the first wave's groups,
+        # started together, all wait for their first tiles' round trip at once.
+        round_trips + ops.mul(lead_flag, k.start_latency_cycles),
     )
 
 
@@ -2043,6 +2050,9 @@ class TaskSpread:
     count: Value  # how many end with it in a layer of one wave (``sched.active`` with several)
     lead: Value  # how long before it the smallest one ends (0 with several waves)
     rest_lead: Value  # how long before it the others end, at their mean (0 with several)
+    #: how long before it the smallest one of the busiest subtree ends (0 with several): of
+    #: a wave in order, the first, which holds the first row of tiles
+    subtree_lead: Value = 0
 
 
 def task_spread(
@@ -2080,6 +2090,11 @@ def task_spread(
     share = ops.choose(by_input, [q.tile_out_min_share, q.tile_in_min_share])
     busy = ops.max(compute, dma.overlapped)
     lead = ops.cdiv(ops.mul(busy, SCALE - ops.min(SCALE, share)), SCALE)
+    # A wave in order fills the first subtree with the first slots: the first tiles, short
+    # only along the columns (the last row's come last); a spread one mixes them.
+    first_share = ops.choose(by_input, [q.tile_out_first_min_share, q.tile_in_first_min_share])
+    first_lead = ops.cdiv(ops.mul(busy, SCALE - ops.min(SCALE, first_share)), SCALE)
+    subtree_lead = ops.choose(in_order(ops, q, k, sched), [lead, first_lead])
     tile_mean = ops.choose(by_input, [q.tile_out_mean_share, q.tile_in_mean_share])
     mean = ops.cdiv(ops.mul(tile_mean, q.stack_mean_share), SCALE)
     mean = ops.cdiv(ops.mul(mean, q.batch_mean_share), SCALE)
@@ -2094,6 +2109,7 @@ def task_spread(
         ops.choose(several, [count, sched.active]),
         ops.choose(several, [lead, 0]),
         ops.choose(several, [rest_lead, 0]),
+        ops.choose(several, [subtree_lead, 0]),
     )
 
 
@@ -2115,18 +2131,21 @@ def exposed_store_cycles(
     sooner than the larger of the largest tasks' stores after them, at the share of their
     ``count``, and every store after the others' end, at the wave's share. Nor do the stores
     end sooner than those of the busiest subtree (the most tasks under one uplink: the
-    links' share at the wave's count) after its smallest task's end (``lead``): its tasks
+    links' share at the wave's count) after its smallest task's end (``subtree_lead``: of a
+    wave in order, the first row of tiles'; a short last row sits under another): its tasks
     end last because their streams share its uplink, so they end together, and their stores
     go up through it after them. (MobileNetV2's ``features.4.conv.1.0`` in stacks of 11
     channels: one L3 quadrant holds 14 whole tasks, the other 12 and the short ones.)"""
     alone = stream_cycles(ops, k, rates, store)
     if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
         at_end = stream_rates(ops, q, k, sched, last.count)
-        # the busiest subtree's stores cross its uplink after its smallest task's end
+        # the busiest subtree's stores cross its uplink after its smallest task's end; it
+        # holds whole tiles' stacks (slots in order), so the stacks' mean store each
         subtree = ops.cdiv(ops.mul(store.payload, rates["tree"]), SCALE)
+        subtree = ops.cdiv(ops.mul(subtree, q.stack_mean_share), SCALE)
         alone = ops.max(
             ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead),
-            subtree - last.lead,
+            subtree - last.subtree_lead,
         )
     store_time = lone_tile_cycles(ops, q, k, store, alone, "output")
     return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))

@@ -55,18 +55,23 @@ def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
     halo), the input pixels summed over all tiles (halos loaded once per tile), how many
     tiles are the largest in output and in input on both axes (an edge tile's band loses
     the padding's rows; the last tile may be short), and the smallest tile's output and
-    input pixels over the tiles' mean (x SCALE, rounded down)."""
+    input pixels over the tiles' mean (x SCALE, rounded down), of all and of the first row."""
     tiles = rows.count * cols.count
     in_sum = int(rows.in_size.sum()) * int(cols.in_size.sum())
     in_min = int(rows.in_size.min()) * int(cols.in_size.min())
     out_min = int(rows.out_size.min()) * int(cols.out_size.min())
     out_sum = int(rows.out_size.sum()) * int(cols.out_size.sum())
+    # the first row of tiles' smallest (the first slots of a wave in order)
+    in_first = int(rows.in_size[0]) * int(cols.in_size.min())
+    out_first = int(rows.out_size[0]) * int(cols.out_size.min())
     return {
         "spatial_tiles": tiles,
         "tiles_out_largest": largest_count(rows.out_size) * largest_count(cols.out_size),
         "tiles_in_largest": largest_count(rows.in_size) * largest_count(cols.in_size),
         "tile_out_min_share": out_min * tiles * SCALE // out_sum,
         "tile_in_min_share": in_min * tiles * SCALE // in_sum,
+        "tile_out_first_min_share": out_first * tiles * SCALE // out_sum,
+        "tile_in_first_min_share": in_first * tiles * SCALE // in_sum,
         "tile_out_mean_share": mean_share(rows.out_size) * mean_share(cols.out_size) // SCALE,
         "tile_in_mean_share": mean_share(rows.in_size) * mean_share(cols.in_size) // SCALE,
         "tile_out_pixels_max": int(rows.out_size.max()) * int(cols.out_size.max()),

@@ -486,6 +486,8 @@ QUANTITY_SOURCE = {
     "tiles_in_largest": "spatial",
     "tile_out_min_share": "spatial",
     "tile_in_min_share": "spatial",
+    "tile_out_first_min_share": "spatial",
+    "tile_in_first_min_share": "spatial",
     "tile_out_mean_share": "spatial",
     "tile_in_mean_share": "spatial",
     "batch_tiles": "batch_tile",
