@@ -1572,6 +1572,9 @@ class DmaCycles:
     #: clusters starting together wait at once, each having asked for nothing else (and, for
     #: Alg. 3, its first tiles' round trip, before which it asks for no stream tile)
     waits: Value = 0
+    #: ``overlapped`` of a task of a later wave, whose stream the wave before's double-buffered
+    #: store shares the cluster's bandwidth with (where tasks do not prefetch their followers)
+    beside_store: Value = 0
 
 
 def dma_cycles(
@@ -1869,6 +1872,17 @@ def dma_cycles(
     steady_loss = burst_loss(ops, engine_pace, [next_flow, store_flow, *read_flow])
     first_loss = burst_loss(ops, engine_pace, [next_flow, *read_flow])
     last_loss = burst_loss(ops, engine_pace, [store_flow, *read_flow])
+    # A later wave's stream (no follower prefetch) meets what is left of the wave before's
+    # store after its prologue, which took ``handover`` of it, in the HBM that serves both
+    # (the same condition as ``handover``'s; a stream from the L2, a short round trip away,
+    # is not held to its pace as one from the HBM is). Only a stream paced by its round trips
+    # or its engine loses what it cannot catch up; one bound by its share of the bandwidth
+    # moves the store's bytes beside its own, which the memory floor counts.
+    later_loss: Value = 0
+    if k.level("output") == k.level("input") == "hbm":
+        store_left = (behind, ops.max(0, store_flow[1] - handover))
+        paced = exceeds(ops, paced_by, pace[1])
+        later_loss = ops.mul(paced, burst_loss(ops, engine_pace, [store_left, *read_flow]))
     steady = ops.max(
         overlapped,
         next_tiles,
@@ -1941,6 +1955,9 @@ def dma_cycles(
         # (those after them come round the ring, ``own_lead``): the first wave's groups,
         # started together, all wait for their first tiles' round trip at once.
         round_trips + ops.mul(lead_flag, k.start_latency_cycles),
+        # A later wave's stream shares the bandwidth with the wave before's store, which
+        # leaves beside it after the prologue (``handover``), and loses what it cannot catch up
+        ops.max(overlapped_lead, paced_by - ops.mul(own_lead, little - little_lead) + later_loss),
     )
 
 
@@ -2256,14 +2273,17 @@ def phases_cycles(
     store_tail: Value,
     handover: Value,
     follower: tuple[Value, Value, Value] = (0, 0, 0),
+    later_task: Value | None = None,
 ) -> Value:
     """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
     lasts as long as its largest task, and every wave but the first starts while the one
-    before stores (``dma_cycles``); or, where the tasks prefetch their followers' first tiles
-    (``follower_cycles``: a 0/1 flag, such a task's time and the last one's), the first
-    wave's task, the followers, and the last wave's task."""
+    before stores (``dma_cycles``), its stream beside that store (``later_task``); or, where
+    the tasks prefetch their followers' first tiles (``follower_cycles``: a 0/1 flag, such a
+    task's time and the last one's), the first wave's task, the followers, and the last
+    wave's task."""
     prefetch, follower_task, last_extra = follower
-    later = task if isinstance(handover, int) and handover == 0 else task + handover
+    later = task if later_task is None else later_task
+    later = later if isinstance(handover, int) and handover == 0 else later + handover
     wave_starts = task
     if isinstance(prefetch, int) and prefetch == 0:
         wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
@@ -2597,7 +2617,10 @@ def evaluate(
     follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, sched)
-    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower)
+    # a later wave's task: its stream beside the store of the wave before (``beside_store``)
+    own = ops.max(compute, dma.overlapped)
+    later_task = task + ops.max(0, ops.max(compute, dma.beside_store) - own)
+    phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower, later_task)
     traffic = memory_traffic(ops, q, k, sched)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
