@@ -26,8 +26,9 @@ epilogue the formula is exactly the report's.
 Latency (cycles), per phase (``input_parallel`` runs one phase per stack and batch tile,
 Alg. 5's outer loop; the others run one):
 
-    phase  = waves x task + (waves - 1) x handover + reduction      waves = ceil(slots / C)
+    phase  = task + (waves - 1) x (later + handover) + reduction     waves = ceil(slots / C)
     task   = L + prologue + max(compute, overlapped_dma) + exposed_dma + exposed_store
+    later  = task, its stream beside what is left of the wave before's store (beside_store)
     cycles = max(phases x phase + store_tail, max(memory_floor + waits, fill) + last_stores)
     memory_floor = max(HBM occupancy / HBM bandwidth, l2_bytes / L2 bandwidth,
                        loads / tree cut, stores / tree cut)
