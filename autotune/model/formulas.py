@@ -114,7 +114,7 @@ two memories, and each byte costs its memory's energy. With every stream in HBM
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -1808,7 +1808,8 @@ def dma_cycles(
     handover: Value = 0
     # They meet in the HBM, which serves reads and writes together; to and from the L2 the
     # store goes up the tree while the tiles come down, on links of their own direction.
-    if k.level("output") == k.level("input") == "hbm":
+    hbm_both = k.level("output") == k.level("input") == "hbm"
+    if hbm_both:
         opening = stream_cycles(ops, k, rates, loads.opening)
         with_store = stream_cycles(ops, k, rates, plus(loads.opening, store))
         overlaps = ops.mul(q.output_buffer_depth - 1, stores)  # 1: a double-buffered store
@@ -1880,7 +1881,7 @@ def dma_cycles(
     # or its engine loses what it cannot catch up; one bound by its share of the bandwidth
     # moves the store's bytes beside its own, which the memory floor counts.
     later_loss: Value = 0
-    if k.level("output") == k.level("input") == "hbm":
+    if hbm_both:
         store_left = (behind, ops.max(0, store_flow[1] - handover))
         paced = exceeds(ops, paced_by, pace[1])
         later_loss = ops.mul(paced, burst_loss(ops, engine_pace, [store_left, *read_flow]))
@@ -2070,7 +2071,7 @@ class TaskSpread:
     rest_lead: Value  # how long before it the others end, at their mean (0 with several)
     #: how long before it the smallest one of the busiest subtree ends (0 with several): of
     #: a wave in order, the first, which holds the first row of tiles
-    subtree_lead: Value = 0
+    subtree_lead: Value
 
 
 def task_spread(
@@ -2273,8 +2274,8 @@ def phases_cycles(
     reduction: Value,
     store_tail: Value,
     handover: Value,
-    follower: tuple[Value, Value, Value] = (0, 0, 0),
-    later_task: Value | None = None,
+    follower: tuple[Value, Value, Value],
+    later_task: Value,
 ) -> Value:
     """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
     lasts as long as its largest task, and every wave but the first starts while the one
@@ -2283,8 +2284,7 @@ def phases_cycles(
     task's time and the last one's), the first wave's task, the followers, and the last
     wave's task."""
     prefetch, follower_task, last_extra = follower
-    later = task if later_task is None else later_task
-    later = later if isinstance(handover, int) and handover == 0 else later + handover
+    later = later_task if isinstance(handover, int) and handover == 0 else later_task + handover
     wave_starts = task
     if isinstance(prefetch, int) and prefetch == 0:
         wave_starts = wave_starts + ops.mul(sched.waves - 1, later)
@@ -2619,10 +2619,11 @@ def evaluate(
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, sched)
     # a later wave's task: its stream beside the store of the wave before (``beside_store``)
-    own = ops.max(compute, dma.overlapped)
-    later_task = task + ops.max(0, ops.max(compute, dma.beside_store) - own)
+    later_dma = replace(dma, overlapped=dma.beside_store)
+    later_task = task_cycles(ops, k, compute, later_dma, exposed_store)
     phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower, later_task)
     traffic = memory_traffic(ops, q, k, sched)
+    first_output = dma.prologue + compute  # the largest task's output, after its first tiles
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
     memory_floor = memory_floor_cycles(
@@ -2631,13 +2632,13 @@ def evaluate(
         occupancy,
         l2_bytes,
         traffic,
-        output_stores(ops, q, sched, traffic, work, last, dma.prologue + compute),
+        output_stores(ops, q, sched, traffic, work, last, first_output),
     )
     last_stores = last_stores_cycles(ops, q, k, sched, store)
     # the first wave's clusters start together: the memory is idle while they all wait for
     # their single-buffered tiles (``DmaCycles.waits``), or compute before any byte of the
     # later waves is asked for (``fill_floor_cycles``)
-    ready = k.start_latency_cycles + dma.prologue + compute - last.lead
+    ready = k.start_latency_cycles + first_output - last.lead
     fill = fill_floor_cycles(ops, q, k, sched, traffic, work, l1, follower[0], ready)
     floor = ops.max(memory_floor + dma.waits, fill)
     cycles = latency_cycles(ops, k, phases, floor, last_stores)

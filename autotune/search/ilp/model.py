@@ -31,7 +31,6 @@ from autotune.search.ilp.ops import CpSatOps, Expr
 from autotune.search.objective import ORDER, VARIABLES, check_objective
 from autotune.search.space import (
     DEPTH_SOURCE,
-    FILTER_WINDOW_BYTES,
     QUANTITY_SOURCE,
     RUN_SOURCE,
     SearchSpace,
@@ -160,12 +159,17 @@ def build(
     if capacity:  # given filter bytes must hold the buffer's tiles (``Buffers``)
         given = q["filter_bytes_given"]
         need = values["need_bytes_filter"]
-        if isinstance(given, Expr):
-            deep = ops.literal_equals(given, FILTER_WINDOW_BYTES)
+        for nbytes in sorted({b for _, b in space.filter_buffers if b}):
+            if isinstance(given, Expr):
+                chosen = [ops.literal_equals(given, nbytes)]
+            elif int(given) == nbytes:
+                chosen = []
+            else:
+                continue
             if isinstance(need, Expr):
-                cpm.add(need.expr <= FILTER_WINDOW_BYTES).only_enforce_if(deep)
-            elif int(need) > FILTER_WINDOW_BYTES:
-                cpm.add_bool_or([~deep])
+                cpm.add(need.expr <= nbytes).only_enforce_if(chosen)
+            elif int(need) > nbytes:
+                cpm.add_bool_or([~lit for lit in chosen])
     rank: Any = 0
     stride = 1
     for v in reversed(VARIABLES):
