@@ -1701,17 +1701,13 @@ def dma_cycles(
         residual_alone = stream_cycles(ops, k, rates, residual)
         residual_time = residual_alone + k.round_trip("residual")
         late_time = lone_tile_cycles(ops, q, k, residual, residual_alone, "residual")
-        # A stream paced by its round trips (Little's law) cannot catch up later: while the
-        # early read shares the cluster's bandwidth with it, flow by flow, it moves at half
-        # the share at most (if it demands more) and loses what it would have moved
-        # meanwhile (``burst_loss``: 2R / S - R / D for R bytes at share S and demand D).
-        lost = burst_loss(ops, pace, [(early, residual_alone)])
         # The early read is issued before the task's single-buffered loads (the cores wait
         # for those before computing) and shares the memory with them flow by flow until the
         # shorter is done: the singles take longer by the residual's time, up to their own
         # (``exposed``), and that much of the read has moved before the stream starts.
         residual_beside = ops.mul(early, ops.min(residual_alone, single_alone))
-        floor = ops.max(little + lost, ops.mul(early, residual_time) - residual_beside)
+        # (its toll on the stream below, once the engine's pace is known)
+        residual_floor = ops.mul(early, residual_time) - residual_beside
         exposed_residual = ops.mul(late, late_time)
     overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
     # A single input buffer's later steps are issued only after the step before is computed:
@@ -1741,6 +1737,18 @@ def dma_cycles(
     # them already (``little_cycles``).
     rest_alone = stream_cycles(ops, k, rates, rest) - residual_beside
     engine_cycles = port + overhead
+    # The stream's pace includes the engine's set-ups: between its transfers its bytes do
+    # not move, and a burst beside it takes that time first.
+    paced_by = ops.max(little, engine_cycles)
+    engine_pace = (ops.max(0, paced_by), pace[1])
+    if residual is not None:
+        # A stream paced by its round trips (Little's law) or by its engine cannot catch up
+        # later: while the early read shares the cluster's bandwidth with it, flow by flow,
+        # it moves at half the share at most (if it demands more) and loses what it would
+        # have moved meanwhile (``burst_loss``: 2R / S - R / D for R bytes at share S and
+        # demand D).
+        lost = burst_loss(ops, engine_pace, [(early, residual_alone)])
+        floor = ops.max(paced_by + lost, residual_floor)
     overlapped = ops.max(rest_alone, floor, engine_cycles)
     # A task with a prologue of its own (Alg. 1/2: a cluster's first one, or every one
     # without the next task's prefetch, multicast waves' too) had its first stream tiles
@@ -1867,10 +1875,6 @@ def dma_cycles(
         ),
     )
     read_flow = [] if residual is None else [(early, residual_alone)]
-    # The stream's pace includes the engine's set-ups: between its transfers its bytes do
-    # not move, and a burst beside it takes that time first.
-    paced_by = ops.max(little, engine_cycles)
-    engine_pace = (ops.max(0, paced_by), pace[1])
     steady_loss = burst_loss(ops, engine_pace, [next_flow, store_flow, *read_flow])
     first_loss = burst_loss(ops, engine_pace, [next_flow, *read_flow])
     last_loss = burst_loss(ops, engine_pace, [store_flow, *read_flow])
