@@ -186,6 +186,8 @@ class Quantities:
     #: The DMA engine's cycles per byte (x SCALE) of the output tile's transfers (the
     #: store's and the residual read's): set-ups and whole beats per run
     output_engine_scaled: Value
+    #: SCALE x the idle end of a filter tile's last bus beat (``quantities.idle_beat_scaled``)
+    filter_tile_idle_scaled: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
     #: SCALE / DMA read efficiency of the residual tile's runs (those of the output store)
     residual_inverse_efficiency: Value
@@ -1641,8 +1643,15 @@ def dma_cycles(
         ops.mul(q.batch_tile_images_max, q.input_step_dma_overhead) + q.input_step_setup_cycles
     )
     first_overhead = step_overhead
+    # A filter tile is one run of whole bus beats: shorter than a beat (a 1x1 conv's few
+    # input channels), it takes the engine the idle rest of its beat too.
+    filter_idle: Value = 0
     if k.has_filters:
-        first_overhead = first_overhead + ops.mul(q.filter_buffer_depth - 1, k.dma_setup_cycles)
+        tile_overhead = k.dma_setup_cycles * SCALE + q.filter_tile_idle_scaled
+        first_overhead = first_overhead + ops.cdiv(
+            ops.mul(q.filter_buffer_depth - 1, tile_overhead), SCALE
+        )
+        filter_idle = ops.cdiv(ops.mul(filter_loads, q.filter_tile_idle_scaled), SCALE)
     transfers = filter_loads
     # The beats of the input steps after the first (from memory or the ring) and of the filter
     # tiles: what a filter tile waits behind in the engine (``little_cycles``).
@@ -1709,7 +1718,12 @@ def dma_cycles(
         # (its toll on the stream below, once the engine's pace is known)
         residual_floor = ops.mul(early, residual_time) - residual_beside
         exposed_residual = ops.mul(late, late_time)
-    overhead = ops.mul(work.steps, step_overhead) + transfers * k.dma_setup_cycles - first_overhead
+    overhead = (
+        ops.mul(work.steps, step_overhead)
+        + transfers * k.dma_setup_cycles
+        + filter_idle
+        - first_overhead
+    )
     # A single input buffer's later steps are issued only after the step before is computed:
     # their set-ups are serialised with compute too (the first step's are the prologue's).
     single_steps_overhead = ops.mul(

@@ -192,11 +192,24 @@ def dma_overhead_cycles(
     )
 
 
+def idle_beat_scaled(
+    machine: Machine, run_words: npt.NDArray[np.int64] | int, wb: int
+) -> npt.NDArray[np.int64]:
+    """SCALE x the idle part of the last bus beat of one run of ``run_words`` words, in DMA
+    engine cycles: a run moves whole beats, so a filter tile of fewer bytes than a beat (a
+    1x1 conv's tile of two input channels: 8 of 64 bytes) still takes the engine a whole
+    cycle beside its set-up, while its payload at the port counts an eighth of one."""
+    width = machine.dma_bytes_per_cycle
+    run_bytes = np.asarray(run_words, dtype=np.int64) * wb
+    idle = -(-run_bytes // width) * width - run_bytes
+    return np.asarray(-(-(idle * SCALE) // width), dtype=np.int64)
+
+
 def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]:
     """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers and of the
     residual read (the output's runs, read), and the DMA engine's overhead cycles of one
-    image's input step (``dma_overhead_cycles``) and the engine's pace on an output tile
-    (``output_engine_scaled``)."""
+    image's input step (``dma_overhead_cycles``), the idle end of a filter tile's last beat
+    (``idle_beat_scaled``) and the engine's pace on an output tile (``output_engine_scaled``)."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
     output_words = output_run_words(
@@ -221,6 +234,9 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
         dma_overhead_cycles(machine, runs["input_inverse_efficiency"][0], count, transfers, wb)
     )
     q["input_step_setup_cycles"] = shared * machine.dma_setup_cycles
+    q["filter_tile_idle_scaled"] = int(
+        idle_beat_scaled(machine, runs["filter_inverse_efficiency"][0], wb)
+    )
     q["output_engine_scaled"] = int(
         output_engine_scaled(machine, layer, int(rows.out_size.max()), int(cols.out_size.max()), wb)
     )

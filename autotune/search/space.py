@@ -24,6 +24,7 @@ from autotune.model.quantities import (
     batch_quantities,
     dma_overhead_cycles,
     filter_run_words,
+    idle_beat_scaled,
     in_step_quantities,
     input_run_words,
     input_step_runs,
@@ -526,6 +527,8 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),
     "input_step_setup_cycles": ("input_run_words", ("spatial", "in_c"), False),
     "output_engine_scaled": ("output_tile_cols", ("spatial",), True),
+    # and the idle end of a filter tile's last beat (``quantities.idle_beat_scaled``)
+    "filter_tile_idle_scaled": ("filter_run_words", ("in_c",), False),
 }
 
 
@@ -536,7 +539,12 @@ def efficiency_tables(
     DMA engine's overhead of an input step per image and the set-ups its images share, and
     the engine's pace on an output tile."""
     wb = word_bytes(precision)
-    engines = ("input_step_dma_overhead", "input_step_setup_cycles", "output_engine_scaled")
+    engines = (
+        "input_step_dma_overhead",
+        "input_step_setup_cycles",
+        "output_engine_scaled",
+        "filter_tile_idle_scaled",
+    )
     tables = {
         name: inverse_efficiency(machine, space.tables[run] * wb, write)
         for name, (run, _, write) in RUN_SOURCE.items()
@@ -552,6 +560,9 @@ def efficiency_tables(
     tables["input_step_setup_cycles"] = (
         np.asarray(space.tables["input_step_shared_transfers"], dtype=np.int64)
         * machine.dma_setup_cycles
+    )
+    tables["filter_tile_idle_scaled"] = idle_beat_scaled(
+        machine, space.tables["filter_run_words"], wb
     )
     tables["output_engine_scaled"] = output_engine_scaled(
         machine,
