@@ -1215,12 +1215,18 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Store
     that much less of their own direction. A shared resource serves whatever waits for it
     (work conserving): since the stores left, it carried them beside what was left of the
     loads that started ``since`` cycles before them (``ahead``: their ``shared_cycles``), so
-    that much of the stores' time on it is done too."""
+    that much of the stores' time on it is done too. ``down_rates``: the loads' rates where
+    fewer clusters load than store (by default ``rates``, as the stores'): a memory carries
+    each set at its own share."""
     up_alone = stream_cycles(ops, k, rates, up)
     up_shared = shared_cycles(ops, k, rates, up)
 
     def beside(
-        down: Stream, head: Value = 0, ahead: list[Value] | None = None, since: Value = 0
+        down: Stream,
+        head: Value = 0,
+        ahead: list[Value] | None = None,
+        since: Value = 0,
+        down_rates: StreamRates | None = None,
     ) -> Value:
         both = plus(down, up)
         own = up_alone
@@ -1231,9 +1237,15 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Store
                 ops.min(u, ops.max(0, head - ops.max(0, a - since)))
                 for u, a in zip(up_shared, ahead or [0, 0, 0], strict=True)
             ]
-        both_shared = shared_cycles(ops, k, rates, both)
+        if down_rates is None:
+            both_shared = shared_cycles(ops, k, rates, both)
+            down_alone = stream_cycles(ops, k, rates, down)
+        else:  # loads of fewer clusters than the stores' (a partial last wave)
+            down_shared = shared_cycles(ops, k, down_rates, down)
+            both_shared = [u + d for u, d in zip(up_shared, down_shared, strict=True)]
+            down_alone = stream_cycles(ops, k, down_rates, down)
         present = [True, both.hbm_bytes is not None, both.l2_bytes is not None]
-        terms = [stream_cycles(ops, k, rates, down), own] + [
+        terms = [down_alone, own] + [
             t - d for t, d, used in zip(both_shared, done, present, strict=True) if used
         ]
         apart = ops.max(*terms)
@@ -1867,9 +1879,13 @@ def dma_cycles(
         return loaded if read_early is None else plus(loaded, read_early)
 
     def beside_burst(
-        loaded: Stream, head: Value = 0, ahead: list[Value] | None = None, since: Value = 0
+        loaded: Stream,
+        head: Value = 0,
+        ahead: list[Value] | None = None,
+        since: Value = 0,
+        down_rates: StreamRates | None = None,
     ) -> Value:
-        return going_up.beside(with_read(loaded), head, ahead, since)
+        return going_up.beside(with_read(loaded), head, ahead, since, down_rates)
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
@@ -1923,7 +1939,12 @@ def dma_cycles(
     )
     next_first = shared_cycles(ops, k, rates, loads.first)
     own_store = going_up.shared
-    first_loads = [r + f for r, f in zip(own_rest, next_first, strict=True)]
+    # Only the first wave's clusters with a second task (``slots - C``, if fewer than C)
+    # load its first tiles: a memory carries theirs at their share.
+    second = ops.max(1, ops.min(k.clusters, sched.slots - k.clusters))
+    next_rates = stream_rates(ops, q, k, sched, second)
+    next_of_first = [next_first[0], *shared_cycles(ops, k, next_rates, loads.first)[1:]]
+    first_loads = [r + f for r, f in zip(own_rest, next_of_first, strict=True)]
 
     def shared_end(flow: list[Value], *others: list[Value]) -> Value:
         return ops.max(
@@ -1938,7 +1959,7 @@ def dma_cycles(
     # come in: from then on the tiles share each resource with the store, so they take longer
     # by what is left of them there, up to the store's own time on it, less the time they
     # left it idle anyway (a stream paced by its round trips or by other links).
-    first_end = ops.max(compute, overlapped_lead, shared_end(own_rest, next_first))
+    first_end = ops.max(compute, overlapped_lead, shared_end(own_rest, next_of_first))
     first_task = ops.max(
         first_alone,
         *[
@@ -1960,7 +1981,10 @@ def dma_cycles(
     before_end = ops.choose(followers, [first_end, follower_end])
     store_beside = ops.max(going_up.alone, shared_end(own_store, own_rest, next_first))
     head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
-    last_burst = beside_burst(loads.rest, head, first_loads, before_end)
+    # Of a partial last wave only its clusters load, beside the stores of the full wave
+    # before: a memory carries each at its own share (``last_wave_rates``).
+    last_rates = last_wave_rates(ops, q, k, sched)
+    last_burst = beside_burst(loads.rest, head, first_loads, before_end, last_rates)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(
         prologue,
