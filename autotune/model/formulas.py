@@ -1012,6 +1012,15 @@ def stream_rates(
     )
 
 
+def follower_rates(
+    ops: Ops, q: Quantities, k: Consts, sched: Schedule, clusters: Value
+) -> StreamRates:
+    """``stream_rates`` of ``clusters`` of an Alg. 1 wave whose tasks prefetch their
+    followers' tiles (``follower_cycles``): Alg. 1 has no share groups, so no idle members
+    (``idle_members``), which spares the integer program their terms for every candidate."""
+    return StreamRates(ops, k, clusters, q.multicast, in_order(ops, q, k, sched))
+
+
 def idle_members(ops: Ops, q: Quantities, k: Consts) -> tuple[Value, Value, Value] | None:
     """(1 when an Alg. 3 layer has fewer stacks ``m`` than its group's ``g`` slots, g, m):
     each tile's stacks take the first ``m`` of ``g`` aligned slots and the rest idle
@@ -1940,9 +1949,10 @@ def dma_cycles(
     next_first = shared_cycles(ops, k, rates, loads.first)
     own_store = going_up.shared
     # Only the first wave's clusters with a second task (``slots - C``, if fewer than C)
-    # load its first tiles: a memory carries theirs at their share.
+    # load its first tiles: a memory carries theirs at their share. (Only Alg. 1 prefetches
+    # a follower's tiles, and has no groups with idle members: ``follower_rates``.)
     second = ops.max(1, ops.min(k.clusters, sched.slots - k.clusters))
-    next_rates = stream_rates(ops, q, k, sched, second)
+    next_rates = follower_rates(ops, q, k, sched, second)
     next_of_first = [next_first[0], *shared_cycles(ops, k, next_rates, loads.first)[1:]]
     first_loads = [r + f for r, f in zip(own_rest, next_of_first, strict=True)]
 
@@ -1983,7 +1993,7 @@ def dma_cycles(
     head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
     # Of a partial last wave only its clusters load, beside the stores of the full wave
     # before: a memory carries each at its own share (``last_wave_rates``).
-    last_rates = last_wave_rates(ops, q, k, sched)
+    last_rates = follower_rates(ops, q, k, sched, sched.last)
     last_burst = beside_burst(loads.rest, head, first_loads, before_end, last_rates)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(

@@ -43,7 +43,7 @@ def small_layers():
 PLACEMENTS = st.one_of(st.just(HBM_ONLY), st.sampled_from(placements(True, True)))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     layer=small_layers(),
     batch=st.sampled_from([1, 1, 2, 3]),
