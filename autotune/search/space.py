@@ -536,8 +536,8 @@ def efficiency_tables(
     space: SearchSpace, machine: Machine, precision: str
 ) -> dict[str, np.ndarray]:
     """Per ``RUN_SOURCE`` quantity: SCALE / DMA efficiency of each candidate's runs, the
-    DMA engine's overhead of an input step per image and the set-ups its images share, and
-    the engine's pace on an output tile."""
+    DMA engine's overhead of an input step per image and the set-ups its images share, the
+    idle end of a filter tile's last beat, and the engine's pace on an output tile."""
     wb = word_bytes(precision)
     engines = (
         "input_step_dma_overhead",
