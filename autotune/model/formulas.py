@@ -997,28 +997,26 @@ def in_order(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
 
 
 def stream_rates(
-    ops: Ops, q: Quantities, k: Consts, sched: Schedule, clusters: Value | None = None
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    sched: Schedule,
+    clusters: Value | None = None,
+    groups: bool = True,
 ) -> StreamRates:
     """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2), or of the
     ``clusters`` of them that stream at some time, in the order ``in_order`` gives (a layer
-    of several waves has ``active = C``)."""
+    of several waves has ``active = C``). ``groups=False`` leaves out Alg. 3's groups with
+    idle members (``idle_members``) for terms only Alg. 1 reads (its followers' tiles),
+    which spares the integer program their terms for every candidate."""
     return StreamRates(
         ops,
         k,
         sched.active if clusters is None else clusters,
         q.multicast,
         in_order(ops, q, k, sched),
-        idle_members(ops, q, k),
+        idle_members(ops, q, k) if groups else None,
     )
-
-
-def follower_rates(
-    ops: Ops, q: Quantities, k: Consts, sched: Schedule, clusters: Value
-) -> StreamRates:
-    """``stream_rates`` of ``clusters`` of an Alg. 1 wave whose tasks prefetch their
-    followers' tiles (``follower_cycles``): Alg. 1 has no share groups, so no idle members
-    (``idle_members``), which spares the integer program their terms for every candidate."""
-    return StreamRates(ops, k, clusters, q.multicast, in_order(ops, q, k, sched))
 
 
 def idle_members(ops: Ops, q: Quantities, k: Consts) -> tuple[Value, Value, Value] | None:
@@ -1950,9 +1948,9 @@ def dma_cycles(
     own_store = going_up.shared
     # Only the first wave's clusters with a second task (``slots - C``, if fewer than C)
     # load its first tiles: a memory carries theirs at their share. (Only Alg. 1 prefetches
-    # a follower's tiles, and has no groups with idle members: ``follower_rates``.)
+    # a follower's tiles, and has no groups with idle members: ``groups=False``.)
     second = ops.max(1, ops.min(k.clusters, sched.slots - k.clusters))
-    next_rates = follower_rates(ops, q, k, sched, second)
+    next_rates = stream_rates(ops, q, k, sched, second, groups=False)
     next_of_first = [next_first[0], *shared_cycles(ops, k, next_rates, loads.first)[1:]]
     first_loads = [r + f for r, f in zip(own_rest, next_of_first, strict=True)]
 
@@ -1993,7 +1991,7 @@ def dma_cycles(
     head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
     # Of a partial last wave only its clusters load, beside the stores of the full wave
     # before: a memory carries each at its own share (``last_wave_rates``).
-    last_rates = follower_rates(ops, q, k, sched, sched.last)
+    last_rates = stream_rates(ops, q, k, sched, sched.last, groups=False)
     last_burst = beside_burst(loads.rest, head, first_loads, before_end, last_rates)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(
