@@ -26,6 +26,9 @@ prints:
   its outside reads and its last write through the tree. What fusing such chains could gain
   at most (the plan fuses the depthwise-then-1x1 pairs only, and recomputes the depthwise
   once per output stack).
+* the compute bound: the network's MACs at the FPU utilisation of the machine file (90 % on
+  Manticore, seed 002), the rate every schedule computes at: the speed-up over per-layer no
+  plan can pass, however it keeps data (ResNet-50 at batch 1 is compute-bound).
 
     python benchmarks/bench_plan.py [--networks mobilenetv2,resnet50] [--sweep 1,2,4]
         [--batches 1,4,16,64] [--time-limit 60] [--machine manticore] [--precision fp16]
@@ -93,6 +96,16 @@ def network_bound(network: Network, machine: Machine, precision: str, batch: int
     hbm = machine.hbm_bytes_per_s / machine.clock_hz  # every chiplet's HBM
     memory = compulsory_bytes(network, precision, batch) / hbm
     return int(max(compute, memory))
+
+
+def compute_bound(network: Network, machine: Machine, precision: str, batch: int) -> int:
+    """The network's MACs at the FPU utilisation the machine file gives (Manticore: 90 %,
+    seed 002's measured matrix multiplications): what the clusters need to compute it
+    whatever the plan keeps where, since every schedule the model or the simulator knows
+    computes at that rate. A plan faster than per-layer by more than per-layer's cycles over
+    this is out of reach on this machine."""
+    macs = batch * sum(layer.macs for layer in network.layers)
+    return int(macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization))
 
 
 def tree_bytes_per_cycle(machine: Machine) -> float:
@@ -355,6 +368,12 @@ def run(
             f"{sum(map(len, chains))} steps): at most "
             f"{bound / fused:.1%} of the network bound and x{s_base / fused:.2f} vs per-layer"
         )
+    compute = compute_bound(network, machine, precision, batch)
+    print(
+        f"  compute at the FPU's {machine.fpu_utilization:.0%} (the machine file's "
+        f"utilisation) {compute:,} cycles: no plan is faster than x{s_base / compute:.2f} "
+        f"vs per-layer; the plan reaches {compute / s_plan:.1%} of it"
+    )
     print(
         f"  network bound {bound:,} cycles; compulsory HBM {compulsory / 1e6:.2f} MB; "
         f"most activation bytes live at once {live / 1e6:.2f} MB "
@@ -369,6 +388,7 @@ def run(
         "plan": s_plan,
         "bound": bound,
         "unfused": unfused,
+        "compute": compute,
     }
 
 

@@ -3,6 +3,7 @@ would fuse, and that bound never above the unfused one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import ModuleType
 
 import pytest
@@ -60,3 +61,15 @@ def test_chains_are_depthwise_separable_runs_whose_inner_tensors_nothing_else_re
 def test_resnet_bottlenecks_have_no_chain(bench):
     net = load_network(ROOT / "examples" / "resnet50.yaml")
     assert bench.fusable_chains(net) == []
+
+
+def test_the_compute_bound_is_the_macs_at_the_fpu_utilisation(bench):
+    """ResNet-50 at batch 1 is compute-bound: at the FPU's 90 % its MACs take longer than
+    the network bound (at peak) by 1 / 0.9; at full utilisation the two agree."""
+    net = load_network(ROOT / "examples" / "resnet50.yaml")
+    machine = Machine.preset("manticore")
+    bound = bench.network_bound(net, machine, "fp32", 1)
+    compute = bench.compute_bound(net, machine, "fp32", 1)
+    assert compute == pytest.approx(bound / machine.fpu_utilization, rel=1e-6)
+    full = replace(machine, fpu_utilization=1.0)
+    assert bench.compute_bound(net, full, "fp32", 2) == bench.network_bound(net, full, "fp32", 2)
