@@ -1932,12 +1932,15 @@ def dma_cycles(
         beside_burst(plus(loads.first, loads.rest)),
         paced_by + steady_loss,
     )
-    opening_tiles = ops.max(in_flight, stream_cycles(ops, k, rates, plus(loads.first, loads.rest)))
-    first_alone = ops.max(
+    # The first task's stream and the second's first tiles at their pace (by their round
+    # trips, or by links slower than a memory's share), and no sooner than those tiles' round
+    # trip (``in_flight``)
+    first_paced = ops.max(
         overlapped_lead,
-        opening_tiles,
+        stream_cycles(ops, k, rates, plus(loads.first, loads.rest)),
         paced_by - ops.mul(own_lead, little - little_lead) + first_loss,
     )
+    first_alone = ops.max(in_flight, first_paced)
     # Where the flows of a cluster meet (its port, a memory: ``shared_cycles``), each is
     # served flow by flow, so a flow of ``f`` cycles there that starts beside others ends
     # after ``f`` plus, for each of them, the smaller of it and ``f`` (``shared_end``).
@@ -1966,12 +1969,18 @@ def dma_cycles(
     # and its stream beside the next task's first tiles: ``first_end``) while those may still
     # come in: from then on the tiles share each resource with the store, so they take longer
     # by what is left of them there, up to the store's own time on it, less the time they
-    # left it idle anyway (a stream paced by its round trips or by other links).
+    # left it idle anyway (a stream paced by its round trips or by other links:
+    # ``first_paced``). Not the tiles' round trip: they are in flight beside the task, so it
+    # overlaps their transfer, which each memory serves from the start. (MobileNetV2's
+    # depthwise at 14 x 14 in one-channel stacks of 7 x 14 tiles, six waves: a task
+    # computes 82 cycles, then its store and the next task's tiles share the HBM; taking
+    # the round trip's 62 cycles beyond the tiles' 242 as idle, the model had the first
+    # task's next tiles in after 340 cycles, the simulator after 435.)
     first_end = ops.max(compute, overlapped_lead, shared_end(own_rest, next_of_first))
     first_task = ops.max(
         first_alone,
         *[
-            d + ops.min(u, ops.max(0, d - first_end)) - (first_alone - d)
+            d + ops.min(u, ops.max(0, d - first_end)) - ops.max(0, first_paced - d)
             for d, u in zip(first_loads, own_store, strict=True)
         ],
     )
