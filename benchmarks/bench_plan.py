@@ -89,10 +89,14 @@ def compulsory_bytes(network: Network, precision: str, batch: int) -> int:
     return weights + io
 
 
+def peak_compute_cycles(network: Network, machine: Machine, precision: str, batch: int) -> float:
+    """The network's MACs at the machine's peak MAC rate."""
+    macs = batch * sum(layer.macs for layer in network.layers)
+    return macs / machine.peak_macs_per_cycle(precision)
+
+
 def network_bound(network: Network, machine: Machine, precision: str, batch: int) -> int:
-    compute = (
-        batch * sum(layer.macs for layer in network.layers) / machine.peak_macs_per_cycle(precision)
-    )
+    compute = peak_compute_cycles(network, machine, precision, batch)
     hbm = machine.hbm_bytes_per_s / machine.clock_hz  # every chiplet's HBM
     memory = compulsory_bytes(network, precision, batch) / hbm
     return int(max(compute, memory))
@@ -104,8 +108,7 @@ def compute_bound(network: Network, machine: Machine, precision: str, batch: int
     whatever the plan keeps where, since every schedule the model or the simulator knows
     computes at that rate. A plan faster than per-layer by more than per-layer's cycles over
     this is out of reach on this machine."""
-    macs = batch * sum(layer.macs for layer in network.layers)
-    return int(macs / (machine.peak_macs_per_cycle(precision) * machine.fpu_utilization))
+    return int(peak_compute_cycles(network, machine, precision, batch) / machine.fpu_utilization)
 
 
 def tree_bytes_per_cycle(machine: Machine) -> float:

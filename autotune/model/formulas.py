@@ -1972,7 +1972,7 @@ def dma_cycles(
     # left it idle anyway (a stream paced by its round trips or by other links:
     # ``first_paced``). Not the tiles' round trip: they are in flight beside the task, so it
     # overlaps their transfer, which each memory serves from the start. (MobileNetV2's
-    # depthwise at 14 x 14 in one-channel stacks of 7 x 14 tiles, six waves: a task
+    # depthwise at 14 x 14 in one-channel stacks of 14 x 7 tiles, six waves: a task
     # computes 82 cycles, then its store and the next task's tiles share the HBM; taking
     # the round trip's 62 cycles beyond the tiles' 242 as idle, the model had the first
     # task's next tiles in after 340 cycles, the simulator after 435.)
@@ -1980,7 +1980,7 @@ def dma_cycles(
     first_task = ops.max(
         first_alone,
         *[
-            d + ops.min(u, ops.max(0, d - first_end)) - ops.max(0, first_paced - d)
+            d + ops.min(u, ops.max(0, d - first_end)) - (first_paced - d)
             for d, u in zip(first_loads, own_store, strict=True)
         ],
     )
