@@ -186,6 +186,9 @@ class Quantities:
     #: The DMA engine's cycles per byte (x SCALE) of the output tile's transfers (the
     #: store's and the residual read's): set-ups and whole beats per run
     output_engine_scaled: Value
+    #: the output tile's set-up that ``output_engine_scaled`` does not hold (a band of whole
+    #: rows: one transfer, ``quantities.output_tile_setup_cycles``)
+    output_tile_setup_cycles: Value
     #: SCALE x the idle end of a filter tile's last bus beat (``quantities.idle_beat_scaled``)
     filter_tile_idle_scaled: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
@@ -2115,10 +2118,11 @@ def lone_tile_cycles(
     engine's own time on it if slower, then its round trip. The engine's time is the tile's
     bytes at its pace on them (``quantities.output_engine_scaled``: whole bus beats per run,
     and a set-up per slice and image for a tile of partial rows, as
-    ``tiling.output_transfers`` counts them) and the transfer's own set-up: a tile of short
-    rows is bound by it rather than by its share."""
-    engine = ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE) + k.dma_setup_cycles
-    return ops.max(alone, engine) + k.round_trip(operand)
+    ``tiling.output_transfers`` counts them; a band of whole rows is one transfer, whose
+    set-up is ``output_tile_setup_cycles``): a tile of short rows is bound by it rather than
+    by its share."""
+    engine = ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE)
+    return ops.max(alone, engine + q.output_tile_setup_cycles) + k.round_trip(operand)
 
 
 @dataclass(frozen=True)
@@ -2269,6 +2273,24 @@ def follower_cycles(
     first = ops.max(compute, dma.first)
     last = ops.max(compute, dma.last) + dma.exposed + exposed_store
     return prefetch, steady, first - own + last - steady
+
+
+def store_pace_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream) -> Value:
+    """How often a cluster can store behind its tasks: a double-buffered store runs behind
+    the next task, which waits for it before storing again (``sim.program``: one store in
+    flight per cluster), so a cluster's tasks after its first follow one another no faster
+    than one store, set-ups and beats in its engine (``lone_tile_cycles``), then its round
+    trip (the write is done when acknowledged). Its bytes at the memory's share are the
+    memory floor's: when the clusters each wait a round trip per store, the memory is not
+    the bound. A task of small tiles is then paced by its stores' round trips, not by its
+    compute or its loads (LR-ASPP's bilinear upsampling to 224 x 224 in 2 x 28 tiles of two
+    channels: 31 cycles of compute, a store of 448 bytes in two transfers, 296 cycles from
+    one to the next). 0 for a single output buffer (its store is in the task:
+    ``exposed_store_cycles``) and for ``input_parallel`` (its phases store after the
+    reduction)."""
+    engine = ops.cdiv(ops.mul(store.payload, q.output_engine_scaled), SCALE)
+    paced = engine + q.output_tile_setup_cycles + k.round_trip("output")
+    return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [paced, paced, 0]))
 
 
 def reduction_cycles(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Value:
@@ -2674,12 +2696,14 @@ def evaluate(
     last = task_spread(ops, q, k, sched, compute, dma)
     exposed_store = exposed_store_cycles(ops, q, k, sched, store, rates, last)
     task = task_cycles(ops, k, compute, dma, exposed_store)
-    follower = follower_cycles(ops, q, k, compute, dma, exposed_store)
+    store_pace = store_pace_cycles(ops, q, k, store)
+    prefetch, steady, last_extra = follower_cycles(ops, q, k, compute, dma, exposed_store)
+    follower = (prefetch, ops.max(steady, store_pace), last_extra)
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, sched)
     # a later wave's task: its stream beside the store of the wave before (``beside_store``)
     later_dma = replace(dma, overlapped=dma.beside_store)
-    later_task = task_cycles(ops, k, compute, later_dma, exposed_store)
+    later_task = ops.max(task_cycles(ops, k, compute, later_dma, exposed_store), store_pace)
     phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower, later_task)
     traffic = memory_traffic(ops, q, k, sched)
     first_output = dma.prologue + compute  # the largest task's output, after its first tiles

@@ -169,6 +169,17 @@ def output_engine_scaled(
     return np.asarray(-(-(cycles * SCALE) // (rows * cols * wb)), dtype=np.int64)
 
 
+def output_tile_setup_cycles(
+    machine: Machine, layer: Layer, cols_out: npt.NDArray[np.int64] | int
+) -> npt.NDArray[np.int64]:
+    """The set-up of an output tile's transfers that ``output_engine_scaled`` does not hold:
+    a band of whole rows is one transfer for all its slices, whose set-up is the tile's
+    own; a tile of partial rows has one per slice, all in the table (``tiling.output_transfers``
+    counts the same)."""
+    cols = np.asarray(cols_out, dtype=np.int64)
+    return np.where(cols < layer.w_out, 0, machine.dma_setup_cycles).astype(np.int64)
+
+
 def dma_overhead_cycles(
     machine: Machine,
     run_words: npt.NDArray[np.int64] | int,
@@ -209,7 +220,8 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers and of the
     residual read (the output's runs, read), and the DMA engine's overhead cycles of one
     image's input step (``dma_overhead_cycles``), the idle end of a filter tile's last beat
-    (``idle_beat_scaled``) and the engine's pace on an output tile (``output_engine_scaled``)."""
+    (``idle_beat_scaled``) and the engine's pace on an output tile (``output_engine_scaled``,
+    and the set-up it does not hold: ``output_tile_setup_cycles``)."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
     output_words = output_run_words(
@@ -239,6 +251,9 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     )
     q["output_engine_scaled"] = int(
         output_engine_scaled(machine, layer, int(rows.out_size.max()), int(cols.out_size.max()), wb)
+    )
+    q["output_tile_setup_cycles"] = int(
+        output_tile_setup_cycles(machine, layer, int(cols.out_size.max()))
     )
     return q
 

@@ -31,6 +31,7 @@ from autotune.model.quantities import (
     inverse_efficiency,
     output_engine_scaled,
     output_run_words,
+    output_tile_setup_cycles,
     spatial_quantities,
     stack_quantities,
 )
@@ -527,6 +528,7 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),
     "input_step_setup_cycles": ("input_run_words", ("spatial", "in_c"), False),
     "output_engine_scaled": ("output_tile_cols", ("spatial",), True),
+    "output_tile_setup_cycles": ("output_tile_cols", ("spatial",), True),
     # and the idle end of a filter tile's last beat (``quantities.idle_beat_scaled``)
     "filter_tile_idle_scaled": ("filter_run_words", ("in_c",), False),
 }
@@ -543,6 +545,7 @@ def efficiency_tables(
         "input_step_dma_overhead",
         "input_step_setup_cycles",
         "output_engine_scaled",
+        "output_tile_setup_cycles",
         "filter_tile_idle_scaled",
     )
     tables = {
@@ -570,6 +573,9 @@ def efficiency_tables(
         space.tables["output_tile_rows"],
         space.tables["output_tile_cols"],
         wb,
+    )
+    tables["output_tile_setup_cycles"] = output_tile_setup_cycles(
+        machine, space.layer, space.tables["output_tile_cols"]
     )
     return tables
 
