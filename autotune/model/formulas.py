@@ -2559,6 +2559,7 @@ def memory_floor_cycles(
     l2_bytes: Value,
     traffic: Traffic,
     stores: tuple[tuple[Value, Value], ...] = (),
+    idle: Value = 0,
 ) -> Value:
     """No mapping is faster than the HBM delivers its occupancy at its bandwidth, nor than
     the L2 delivers its bytes at its own (two memories, working at once), nor than the tree
@@ -2568,14 +2569,17 @@ def memory_floor_cycles(
     bind: with every stream in HBM and a cut as wide as the HBM (Manticore's), whose floor
     counts the loads and the stores together (``consts``). The stores cannot cross the cut
     before there is an output to store: ``stores`` gives (words, the cycle before which none
-    of them is ready; default: every store, from the start) (``output_stores``)."""
-    floors = [ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)]
+    of them is ready; default: every store, from the start) (``output_stores``). The
+    memories and the tree idle ``idle`` cycles while the clusters wait together
+    (``DmaCycles.waits``): the loads' floors start after them; the stores' start later
+    anyway, the first output being after those waits."""
+    floors = [idle + ops.cdiv(occupancy_scaled, k.hbm_bytes_per_cycle_scaled)]
     if k.placement.uses_l2:
-        floors.append(ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
+        floors.append(idle + ops.cdiv(l2_bytes * SCALE, k.l2_bytes_per_cycle_scaled))
     if k.tree_cut_bytes_per_cycle_scaled:
         down = traffic.input_load_words + traffic.filter_load_words
         down = down + traffic.residual_load_words
-        for words, start in ((down, 0), *(stores or ((traffic.store_words, 0),))):
+        for words, start in ((down, idle), *(stores or ((traffic.store_words, idle),))):
             floors.append(
                 start + ops.cdiv(words * (k.word_bytes * SCALE), k.tree_cut_bytes_per_cycle_scaled)
             )
@@ -2706,7 +2710,8 @@ def evaluate(
     later_task = ops.max(task_cycles(ops, k, compute, later_dma, exposed_store), store_pace)
     phases = phases_cycles(ops, sched, task, reduction, tail, dma.handover, follower, later_task)
     traffic = memory_traffic(ops, q, k, sched)
-    first_output = dma.prologue + compute  # the largest task's output, after its first tiles
+    # the largest task's output: after its first tiles' round trip, its loads and its compute
+    first_output = task_cycles(ops, k, compute, dma, 0)
     occupancy = memory_occupancy_scaled(ops, q, k, traffic)
     l2_bytes = traffic.l2_words() * k.word_bytes
     memory_floor = memory_floor_cycles(
@@ -2716,14 +2721,15 @@ def evaluate(
         l2_bytes,
         traffic,
         output_stores(ops, q, sched, traffic, work, last, first_output),
+        dma.waits,
     )
     last_stores = last_stores_cycles(ops, q, k, sched, store)
     # the first wave's clusters start together: the memory is idle while they all wait for
     # their single-buffered tiles (``DmaCycles.waits``), or compute before any byte of the
     # later waves is asked for (``fill_floor_cycles``)
-    ready = k.start_latency_cycles + first_output - last.lead
+    ready = first_output - last.lead
     fill = fill_floor_cycles(ops, q, k, sched, traffic, work, l1, follower[0], ready)
-    floor = ops.max(memory_floor + dma.waits, fill)
+    floor = ops.max(memory_floor, fill)
     cycles = latency_cycles(ops, k, phases, floor, last_stores)
     return {
         **{f"need_bytes_{op}": l1.need_bytes[op] for op in OPERANDS},

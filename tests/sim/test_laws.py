@@ -456,6 +456,29 @@ def test_a_clusters_stores_follow_one_another_a_round_trip_apart(manticore):
     assert r.cycles == pytest.approx(a.cycles, rel=0.03)
 
 
+def test_no_store_crosses_the_tree_before_the_first_output_is_computed(manticore):
+    """LR-ASPP's bilinear upsampling of 128 channels from 14 x 14 to 28 x 28 in one-channel
+    stacks of 7 rows, its input and output in the L2: 512 tasks in four waves, whose stores
+    fill the tree's cut (two L3 uplinks) once the first outputs are ready. Those are ready
+    after the first tiles' round trip, the single-buffered loads and the compute (226
+    cycles in the simulator); the model's floor let the stores start after the first tiles'
+    transfer and the compute only (71), and had the layer 0.916 of the simulator."""
+    layer = Layer(
+        "up", "upsample", 14, 14, 128, 128, groups=128, upscale=2, upsample_mode="bilinear"
+    )
+    mapping = Mapping(
+        "output_stack",
+        delta_o=1,
+        tile=Tile(out_h=7, in_c=1),
+        buffers=Buffers(input_depth=1, output_depth=2),
+    )
+    placement = Placement(input="l2", output="l2")
+    a = analyze(layer, mapping, manticore, placement=placement)
+    r = simulate(layer, mapping, manticore, placement=placement)
+    assert r.tasks == 512
+    assert r.cycles == pytest.approx(a.cycles, rel=0.03)
+
+
 @pytest.mark.parametrize(
     "grow",
     [
