@@ -166,6 +166,9 @@ class Quantities:
     batch_tile_images_max: Value  # images of the largest batch tile
     batch_tiles_largest: Value  # batch tiles with as many images
     batch_mean_share: Value  # SCALE x the batch tiles' mean images / the largest's
+    batch_last_share: Value  # SCALE x the last batch tile's images / the largest's
+    tile_out_last_share: Value  # SCALE x the last spatial tile's output pixels / the largest's
+    input_partial_rows: Value  # 1: the largest tile's input band is of partial rows
     step_in_channels: Value  # input channels per step (per task for input_parallel): in_c
     step_filter_channels: Value  # filter slices per output channel and step (<= cin/groups)
     filter_steps: Value  # filter tiles per output channel: ceil(cin/groups / those slices)
@@ -1356,6 +1359,22 @@ def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
     )
 
 
+def without(ops: Ops, a: Stream, b: Stream) -> Stream:
+    """Stream ``a`` less ``b``'s bytes where both have them (none below 0): ``b`` need not be
+    a prefix of ``a``, as ``minus`` needs."""
+
+    def sub(x: Value, y: Value) -> Value:
+        return x if x is None or y is None else ops.max(0, x - y)
+
+    return Stream(
+        sub(a.hbm_bytes, b.hbm_bytes),
+        sub(a.occupied, b.occupied),
+        sub(a.wave_bytes, b.wave_bytes),
+        sub(a.l2_bytes, b.l2_bytes),
+        sub(a.l2_wave_bytes, b.l2_wave_bytes),
+    )
+
+
 def plus(a: Stream, b: Stream) -> Stream:
     """Streams ``a`` and ``b`` at once: they share the cluster's bandwidth."""
 
@@ -1385,6 +1404,21 @@ def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
         times(a.wave_bytes),
         times(a.l2_bytes),
         times(a.l2_wave_bytes),
+    )
+
+
+def fraction(ops: Ops, share: Value, a: Stream) -> Stream:
+    """``share / SCALE`` of stream ``a`` (rounded up)."""
+
+    def part(x: Value) -> Value:
+        return None if x is None else ops.cdiv(ops.mul(share, x), SCALE)
+
+    return Stream(
+        part(a.hbm_bytes),
+        part(a.occupied),
+        part(a.wave_bytes),
+        part(a.l2_bytes),
+        part(a.l2_wave_bytes),
     )
 
 
@@ -1681,33 +1715,49 @@ def dma_cycles(
     rest_in_bytes = work.input_words * k.word_bytes - loads.lead_in_bytes
     queued_in_bytes = ops.mul(q.input_buffer_depth - 1, rest_in_bytes)
     input_engine = ops.cdiv(queued_in_bytes + loads.rest_filter_bytes, k.dma_bytes_per_cycle)
+    # The engine's overhead of the input steps after the first. A band of partial rows is a
+    # 2D transfer per slice, so a short last step (``in_c`` not dividing the stack's input
+    # channels) pays for its slices only, not a whole step's: at the steps' mean, as the
+    # simulator's streams cost them (``sim.program``: a task's steps at their average engine
+    # time). A band of whole rows pays its set-ups per step, however short.
+    rest_slices = q.stack_in_channels_max - ops.cdiv(
+        q.stack_in_channels_max, ops.max(work.steps, 1)
+    )
+    whole_steps = ops.mul(work.steps - 1, step_overhead)
+    rest_overhead = ops.choose(
+        q.input_partial_rows,
+        [
+            whole_steps,
+            ops.min(whole_steps, ops.cdiv(ops.mul(step_overhead, rest_slices), q.step_in_channels)),
+        ],
+    )
     # The double-buffered input steps' set-ups after the first, and the filter tiles', in
     # the chains.
-    input_setups = ops.mul(q.input_buffer_depth - 1, ops.mul(work.steps - 1, step_overhead))
+    input_setups = ops.mul(q.input_buffer_depth - 1, rest_overhead)
     filter_setups = ops.max(0, filter_loads - 1) * k.dma_setup_cycles
     # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
     # member d mod m), the others come round the ring (``ring_wait_cycles``).
     members = ops.max(ops.min(q.share_group, q.stacks), 1)
     memory_steps = ops.choose(q.algorithm, [work.steps, ops.cdiv(work.steps, members), work.steps])
     ring_steps = work.steps - memory_steps
+    # (the steps from memory are whole ones; the ring brings the rest, a short one among them)
+    ring_overhead = ops.max(0, rest_overhead - ops.mul(memory_steps - 1, step_overhead))
     # A double buffer's steps from the ring are a chain: each is read from the next member
     # (a set-up and its beats) once that member has it, and the read's epoch increment back
     # to it frees its forwarding buffer (``ring_wait_cycles``: over the ring's slowest hop,
     # which the lockstep group waits for), as many steps ahead as that buffer holds.
     tile_bytes = loaded_step_words(ops, q, k, l1) * k.word_bytes
-    ring_tile = (
-        step_overhead
-        + ops.cdiv(tile_bytes, k.dma_bytes_per_cycle)
-        + ring_wait_cycles(ops, k, q.share_group)
+    ring_tile = ops.cdiv(tile_bytes, k.dma_bytes_per_cycle) + ring_wait_cycles(
+        ops, k, q.share_group
     )
     # (a forwarding buffer of more than every step holds no more of them ahead)
     share_bytes = ops.min(l1.alloc_bytes["share"], ops.mul(work.steps, tile_bytes))
     ahead_scaled = ops.max(SCALE, ops.cdiv(share_bytes * SCALE, ops.max(tile_bytes, 1)))
     ring_chain = ops.mul(
         q.input_buffer_depth - 1,
-        ops.cdiv(ops.mul(ring_steps, ring_tile) * SCALE, ahead_scaled),
+        ops.cdiv((ops.mul(ring_steps, ring_tile) + ring_overhead) * SCALE, ahead_scaled),
     )
-    ring_setups = ops.mul(q.input_buffer_depth - 1, ops.mul(ring_steps, step_overhead))
+    ring_setups = ops.mul(q.input_buffer_depth - 1, ring_overhead)
     little, little_lead = little_cycles(
         ops,
         q,
@@ -1741,16 +1791,15 @@ def dma_cycles(
         residual_floor = ops.mul(early, residual_time) - residual_beside
         exposed_residual = ops.mul(late, late_time)
     overhead = (
-        ops.mul(work.steps, step_overhead)
+        step_overhead
+        + rest_overhead
         + transfers * k.dma_setup_cycles
         + filter_idle
         - first_overhead
     )
     # A single input buffer's later steps are issued only after the step before is computed:
     # their set-ups are serialised with compute too (the first step's are the prologue's).
-    single_steps_overhead = ops.mul(
-        2 - q.input_buffer_depth, ops.mul(work.steps - 1, step_overhead)
-    )
+    single_steps_overhead = ops.mul(2 - q.input_buffer_depth, rest_overhead)
     overhead = overhead - single_steps_overhead
     # Alg. 3's forwarded tiles cross the port beside the memory stream, not after it: at
     # every step one member of a group loads the step from memory while the others read it
@@ -1760,7 +1809,9 @@ def dma_cycles(
     # the ring only after it: those forwarded tiles cross the port serialised with compute.
     # (A member's first step, from the ring when the group has more members than steps,
     # comes in with the group's first tiles.)
-    forwarded = work.forwarded_words * k.word_bytes
+    offchip_in_bytes = work.offchip_input_words * k.word_bytes
+    ring_first = loads.lead_in_bytes - ops.min(loads.lead_in_bytes, offchip_in_bytes)
+    forwarded = work.forwarded_words * k.word_bytes - ring_first
     serialised = ops.mul(2 - q.input_buffer_depth, ops.min(forwarded, rest_in_bytes))
     port = ops.cdiv(
         (rest.payload + forwarded - serialised) * k.port_cycles_per_byte_scaled,
@@ -1776,6 +1827,10 @@ def dma_cycles(
     # The stream's pace includes the engine's set-ups: between its transfers its bytes do
     # not move, and a burst beside it takes that time first.
     paced_by = ops.max(little, engine_cycles)
+    rest_alone = ops.max(
+        rest_alone,
+        lockstep_tail(ops, q, k, l1, work, rates, memory_steps, rest, paced_by),
+    )
     engine_pace = (ops.max(0, paced_by), pace[1])
     if residual is not None:
         # A stream paced by its round trips (Little's law) or by its engine cannot catch up
@@ -1992,15 +2047,25 @@ def dma_cycles(
     # last one started: it has had the rest of the task before on its own wires, beside what
     # was left of that task's loads (``two_way_cycles``' ``head``). Unless the stores set the
     # pace: a cluster's stores leave one after the other, each when its task has ended and
-    # the one before is done, so where a store takes as long as a task beside the loads of
+    # the one before is done, so where a store takes longer than a task beside the loads of
     # the next (``store_beside``), a task ends only when the store before it is done, and the
-    # store behind the last task leaves as that task starts.
+    # store behind the last task leaves as that task starts. A store as long as a task
+    # keeps the lead the first task's store had (it left when that task's compute and stream
+    # ended, before the next tiles were in: ``first_end``), and each task shorter than a
+    # store lets the stores catch up by the difference. (GoogLeNet's 3 x 3 max pool at 7 x
+    # 7 from the L2: the next tiles and the store take 98 cycles each, the compute 31, and
+    # each store leaves 67 cycles before the next task starts.)
     followers = ops.min(ops.max(sched.waves - 2, 0), 1)
     before = ops.choose(followers, [first_task, steady])
     follower_end = ops.max(compute, overlapped, shared_end(own_rest, next_first, own_store))
     before_end = ops.choose(followers, [first_end, follower_end])
     store_beside = ops.max(going_up.alone, shared_end(own_store, own_rest, next_first))
-    head = ops.mul(exceeds(ops, before, store_beside), ops.max(0, before - before_end))
+    lead = ops.max(0, first_task - first_end) + ops.mul(
+        ops.max(sched.waves - 2, 0), ops.max(0, before - store_beside)
+    )
+    head = ops.mul(
+        1 - exceeds(ops, store_beside, before), ops.min(ops.max(0, before - before_end), lead)
+    )
     # Of a partial last wave only its clusters load, beside the stores of the full wave
     # before: a memory carries each at its own share (``last_wave_rates``).
     last_rates = stream_rates(ops, q, k, sched, sched.last, groups=False)
@@ -2023,6 +2088,57 @@ def dma_cycles(
         # leaves beside it after the prologue (``handover``), and loses what it cannot catch up
         ops.max(overlapped_lead, paced_by - ops.mul(own_lead, little - little_lead) + later_loss),
     )
+
+
+def lockstep_tail(
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    l1: L1Buffers,
+    work: TaskWork,
+    rates: StreamRates,
+    memory_steps: Value,
+    rest: Stream,
+    paced_by: Value,
+) -> Value:
+    """When an Alg. 3 group's stream ends, if its members' loads differ: slice ``d`` comes
+    from memory to member ``d mod m`` (Sec. 2.3), so with ``S`` steps the first ``S mod
+    m`` members load one step more than the others, and the group, in lockstep, waits for
+    them (``rest`` is a member's mean stream: ``TaskWork.offchip_input_words``).
+    Sharing a bottleneck fairly, every member moves at the share while the smaller ones
+    last (if the share, not their own pace, holds them back); then the larger ones move the
+    step they have beyond them at their own pace (``paced_by``: their round trips and
+    engine, which ring and memory tiles share alike), no longer at the share. (GoogLeNet's
+    ``inception4e/branch3`` 1 x 1 in groups of 16 over 33 steps from the L2: the first
+    member of each group loads 3 steps, the others 2; the simulator's group ends 555
+    cycles after the mean's 3,032 at the L3 uplinks' share.) 0 where the smaller members
+    are not held back by the share (the stream is then at its pace or its mean's time at
+    the share), for the other algorithms, for a single input buffer (its steps after the
+    first are the exposed loads) and for groups of no more steps than members (each loads
+    its one step in the group's prologue)."""
+    w = k.word_bytes
+    step = loaded_step_words(ops, q, k, l1)
+    largest = ops.min(ops.mul(memory_steps, step), work.input_words)
+    largest_rest = largest - ops.min(step, largest)
+    mean_rest = work.offchip_input_words - ops.min(step, work.offchip_input_words)
+    uneven = ops.mul(ops.choose(q.algorithm, [0, 1, 0]), q.input_buffer_depth - 1)
+    uneven = ops.mul(uneven, exceeds(ops, largest_rest, mean_rest))
+    if isinstance(uneven, int) and uneven == 0:
+        return 0
+    small_rest = ops.max(0, largest_rest - step)
+    # the smaller members' stream: the mean's (its filters and early residual read too) less
+    # the input steps they do not load
+    fewer = operand_stream(
+        ops, k, "input", (mean_rest - small_rest) * w, q.input_inverse_efficiency, None
+    )
+    small = without(ops, rest, fewer)
+    small_time = stream_cycles(ops, k, rates, small)
+    extra = (largest_rest - small_rest) * w
+    # (its share of the largest's bytes first, so that the integer program's products stay
+    # within 64 bits)
+    share = ops.cdiv(extra * SCALE, ops.max(small.payload + extra, 1))
+    tail = small_time + ops.cdiv(ops.mul(ops.min(share, SCALE), paced_by), SCALE)
+    return ops.mul(ops.mul(uneven, exceeds(ops, small_time, paced_by)), tail)
 
 
 def burst_loss(
@@ -2342,8 +2458,18 @@ def store_tail_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream, sched: 
     engine if slower (it is programmed when the task's compute ends, so no stream hides its
     set-up), then its round trip (the write is done when acknowledged, and nothing is in
     flight beside it to hide that). Only the last wave's clusters store then
-    (``last_wave_rates``): the clusters with a task fewer stored theirs a wave before."""
+    (``last_wave_rates``): the clusters with a task fewer stored theirs a wave before.
+    Their tasks are the last in order (``tiling``: batch tile, row, column, then stack):
+    where the last tile's stacks hold the whole last wave (Alg. 1/2), they store the last
+    tile's output, which a short last row or column makes smaller than the largest's
+    (ShuffleNetV2's channel shuffle at 14 x 14 in 3-column tiles: the last wave's 96 tasks
+    store the 2-column tile)."""
     rates = last_wave_rates(ops, q, k, sched)
+    within = ops.mul(ops.choose(q.algorithm, [1, 1, 0]), 1 - exceeds(ops, sched.last, q.stacks))
+    if k.can_multicast:
+        within = ops.mul(within, 1 - q.multicast)
+    last_share = ops.cdiv(ops.mul(q.tile_out_last_share, q.batch_last_share), SCALE)
+    store = fraction(ops, ops.choose(within, [SCALE, last_share]), store)
     store_time = lone_tile_cycles(ops, q, k, store, stream_cycles(ops, k, rates, store), "output")
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
 

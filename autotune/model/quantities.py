@@ -50,12 +50,14 @@ def stack_quantities(stacks: Stacks) -> dict[str, int]:
     }
 
 
-def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
+def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis, w_in: int) -> dict[str, int]:
     """The spatial tiles: how many, the largest's output and input pixels (input with its
     halo), the input pixels summed over all tiles (halos loaded once per tile), how many
     tiles are the largest in output and in input on both axes (an edge tile's band loses
     the padding's rows; the last tile may be short), and the smallest tile's output and
-    input pixels over the tiles' mean (x SCALE, rounded down), of all and of the first row."""
+    input pixels over the tiles' mean (x SCALE, rounded down), of all and of the first row,
+    whether the largest's input band is of partial rows (of an input ``w_in`` wide), and the
+    last tile's output pixels over the largest's."""
     tiles = rows.count * cols.count
     in_sum = int(rows.in_size.sum()) * int(cols.in_size.sum())
     in_min = int(rows.in_size.min()) * int(cols.in_size.min())
@@ -77,17 +79,26 @@ def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis) -> dict[str, int]:
         "tile_out_pixels_max": int(rows.out_size.max()) * int(cols.out_size.max()),
         "tile_in_pixels_max": int(rows.in_size.max()) * int(cols.in_size.max()),
         "tile_in_pixels_sum": int(rows.in_size.sum()) * int(cols.in_size.sum()),
+        # 1: the largest tile's input band is of partial rows (a 2D transfer per slice)
+        "input_partial_rows": int(int(cols.in_size.max()) < w_in),
+        # the last tile's (the last row's, the last column's: the last tasks in order)
+        "tile_out_last_share": int(rows.out_size[-1])
+        * int(cols.out_size[-1])
+        * SCALE
+        // (int(rows.out_size.max()) * int(cols.out_size.max())),
     }
 
 
 def batch_quantities(batch: int, batch_tile: int) -> dict[str, int]:
-    """The batch tiles: how many, the images of the largest and how many have them."""
+    """The batch tiles: how many, the images of the largest and how many have them, their
+    mean's and the last one's images over the largest's."""
     tiles = chunks(batch, batch_tile)
     return {
         "batch_tiles": len(tiles),
         "batch_tile_images_max": int(tiles.max()),
         "batch_tiles_largest": largest_count(tiles),
         "batch_mean_share": mean_share(tiles),
+        "batch_last_share": int(tiles[-1]) * SCALE // int(tiles.max()),
     }
 
 
@@ -272,7 +283,7 @@ def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]
         "multicast": int(m.multicast),
     }
     q.update(stack_quantities(grid.stacks))
-    q.update(spatial_quantities(grid.rows, grid.cols))
+    q.update(spatial_quantities(grid.rows, grid.cols, grid.layer.w_in))
     q.update(batch_quantities(grid.batch, m.batch_tile))
     q.update(in_step_quantities(grid.layer, m.tile.in_c))
     q.update(efficiency_quantities(grid, machine, wb))

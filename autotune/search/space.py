@@ -416,7 +416,7 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     for out_h, out_w in spatial:
         rows = row_axis(layer, out_h)
         cols = col_axis(layer, out_w)
-        add(spatial_quantities(rows, cols))
+        add(spatial_quantities(rows, cols, layer.w_in))
         extents.append(
             (
                 int(rows.in_size.max()),
@@ -492,10 +492,13 @@ QUANTITY_SOURCE = {
     "tile_in_first_min_share": "spatial",
     "tile_out_mean_share": "spatial",
     "tile_in_mean_share": "spatial",
+    "tile_out_last_share": "spatial",
+    "input_partial_rows": "spatial",
     "batch_tiles": "batch_tile",
     "batch_tile_images_max": "batch_tile",
     "batch_tiles_largest": "batch_tile",
     "batch_mean_share": "batch_tile",
+    "batch_last_share": "batch_tile",
     "step_in_channels": "in_c",
     "step_filter_channels": "in_c",
     "filter_steps": "in_c",

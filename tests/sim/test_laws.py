@@ -479,6 +479,91 @@ def test_no_store_crosses_the_tree_before_the_first_output_is_computed(manticore
     assert r.cycles == pytest.approx(a.cycles, rel=0.03)
 
 
+def test_a_share_group_waits_for_its_members_that_load_a_step_more(manticore):
+    """GoogLeNet's ``inception4e/branch3`` 1 x 1 (528 -> 32 channels at 14 x 14) in share
+    groups of 16 over 33 steps of 16 channels, from the L2 (as its network plan places it):
+    the first member of each group loads 3 steps from memory, the others 2. They share the
+    L3 uplinks fairly until the others are done; the first ones then move their third step
+    at their own pace. The model costed the mean member (2 1/16 steps) at the share, 0.90 of
+    the simulator."""
+    layer = Layer("b3", "conv", 14, 14, 528, 32, 1, 1)
+    mapping = Mapping(
+        "output_stack_shared",
+        delta_o=2,
+        share_group=16,
+        tile=Tile(out_h=2, in_c=16),
+        buffers=Buffers(filter_bytes=16384, input_depth=2, filter_depth=2, output_depth=1),
+    )
+    placement = Placement(input="l2", weights="l2", output="l2")
+    a = analyze(layer, mapping, manticore, placement=placement)
+    r = simulate(layer, mapping, manticore, placement=placement)
+    assert r.tasks == 112
+    assert r.cycles == pytest.approx(a.cycles, rel=0.03)
+
+
+def test_a_store_as_long_as_a_task_keeps_the_first_stores_lead(manticore):
+    """GoogLeNet's 3 x 3 max pool of 832 channels at 7 x 7, one channel per task, from and
+    to the L2: seven waves, each task's next tiles and store 98 cycles, its compute 31. A
+    store leaves when its task's compute ends, 67 cycles before the next task starts (the
+    next tiles are not in yet), so the last task ends 31 cycles after it starts, not 98:
+    the model had the stores setting the pace whenever they were as long as a task, 1.072
+    of the simulator."""
+    layer = Layer(
+        "mp", "maxpool", 7, 7, 832, 832, 3, 3, pad_h=1, pad_w=1, groups=832, ceil_mode=True
+    )
+    mapping = Mapping(
+        "output_stack",
+        delta_o=1,
+        tile=Tile(in_c=1),
+        buffers=Buffers(input_depth=2, output_depth=2),
+    )
+    placement = Placement(input="l2", output="l2")
+    a = analyze(layer, mapping, manticore, placement=placement)
+    r = simulate(layer, mapping, manticore, placement=placement)
+    assert r.tasks == 832
+    assert r.cycles == pytest.approx(a.cycles, rel=0.03)
+
+
+def test_a_short_last_step_pays_the_engine_for_its_slices_only(manticore):
+    """RegNetY-400MF's strided 1 x 1 (208 -> 440 channels, 14 x 14, stride 2) in share
+    groups of 63 over steps of 64 channels, from the L2: the last step has 16 slices, each
+    a 2D transfer of 7 runs (the band's partial rows), and the ring's steps are bound by
+    the engine's set-ups. The model charged the short step as a whole one (64 set-ups
+    for 16), 1.157 of the simulator."""
+    layer = Layer("proj", "conv", 14, 14, 208, 440, 1, 1, stride_h=2, stride_w=2)
+    mapping = Mapping(
+        "output_stack_shared",
+        delta_o=7,
+        share_group=64,
+        tile=Tile(out_h=4, in_c=64),
+        buffers=Buffers(filter_bytes=16384, input_depth=2, filter_depth=2, output_depth=1),
+    )
+    placement = Placement(input="l2", weights="l2", output="l2")
+    a = analyze(layer, mapping, manticore, placement=placement)
+    r = simulate(layer, mapping, manticore, placement=placement)
+    assert r.tasks == 126
+    assert r.cycles == pytest.approx(a.cycles, rel=0.03)
+
+
+def test_the_last_waves_stores_are_the_last_tiles(manticore):
+    """ShuffleNetV2's channel shuffle (a copy) of 96 channels at 14 x 14 in 3-column tiles,
+    one channel per task, from and to the L2: 480 tasks, the last wave's 96 the last
+    column of tiles, 2 columns wide. Their stores are two thirds of the largest's; the
+    model drained the largest's after the last wave, 1.060 of the simulator."""
+    layer = Layer("shuffle", "upsample", 14, 14, 96, 96, groups=96, upscale=1)
+    mapping = Mapping(
+        "output_stack",
+        delta_o=1,
+        tile=Tile(out_w=3, in_c=1),
+        buffers=Buffers(input_depth=2, output_depth=2),
+    )
+    placement = Placement(input="l2", output="l2")
+    a = analyze(layer, mapping, manticore, placement=placement)
+    r = simulate(layer, mapping, manticore, placement=placement)
+    assert r.tasks == 480
+    assert r.cycles == pytest.approx(a.cycles, rel=0.03)
+
+
 @pytest.mark.parametrize(
     "grow",
     [
