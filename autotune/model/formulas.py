@@ -1344,82 +1344,45 @@ class Loads:
     single_rest: Stream  # the single-buffered loads after each stream's first tile
 
 
+STREAM_FIELDS = tuple(f.name for f in fields(Stream))
+
+
+def fieldwise(f: Callable[[Value, Value], Value], a: Stream, b: Stream) -> Stream:
+    """``f`` over the matching byte counts of two streams (None: the stream has none)."""
+    return Stream(*(f(getattr(a, name), getattr(b, name)) for name in STREAM_FIELDS))
+
+
+def mapped(f: Callable[[Value], Value], a: Stream) -> Stream:
+    """``f`` over the byte counts a stream has (None stays None)."""
+    return Stream(*(None if (x := getattr(a, name)) is None else f(x) for name in STREAM_FIELDS))
+
+
 def minus(ops: Ops, a: Stream, b: Stream) -> Stream:
     """The part of stream ``a`` that is not ``b`` (``b`` is a prefix of ``a``: same levels)."""
-
-    def sub(x: Value, y: Value) -> Value:
-        return None if x is None else x - y
-
-    return Stream(
-        sub(a.hbm_bytes, b.hbm_bytes),
-        sub(a.occupied, b.occupied),
-        sub(a.wave_bytes, b.wave_bytes),
-        sub(a.l2_bytes, b.l2_bytes),
-        sub(a.l2_wave_bytes, b.l2_wave_bytes),
-    )
+    return fieldwise(lambda x, y: None if x is None else x - y, a, b)
 
 
 def without(ops: Ops, a: Stream, b: Stream) -> Stream:
     """Stream ``a`` less ``b``'s bytes where both have them (none below 0): ``b`` need not be
     a prefix of ``a``, as ``minus`` needs."""
-
-    def sub(x: Value, y: Value) -> Value:
-        return x if x is None or y is None else ops.max(0, x - y)
-
-    return Stream(
-        sub(a.hbm_bytes, b.hbm_bytes),
-        sub(a.occupied, b.occupied),
-        sub(a.wave_bytes, b.wave_bytes),
-        sub(a.l2_bytes, b.l2_bytes),
-        sub(a.l2_wave_bytes, b.l2_wave_bytes),
-    )
+    return fieldwise(lambda x, y: x if x is None or y is None else ops.max(0, x - y), a, b)
 
 
 def plus(a: Stream, b: Stream) -> Stream:
     """Streams ``a`` and ``b`` at once: they share the cluster's bandwidth."""
-
-    def add(x: Value, y: Value) -> Value:
-        if x is None or y is None:
-            return y if x is None else x
-        return x + y
-
-    return Stream(
-        add(a.hbm_bytes, b.hbm_bytes),
-        add(a.occupied, b.occupied),
-        add(a.wave_bytes, b.wave_bytes),
-        add(a.l2_bytes, b.l2_bytes),
-        add(a.l2_wave_bytes, b.l2_wave_bytes),
+    return fieldwise(
+        lambda x, y: (y if x is None else x) if x is None or y is None else x + y, a, b
     )
 
 
 def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
     """Stream ``a`` if the 0/1 ``flag`` is set, else nothing."""
-
-    def times(x: Value) -> Value:
-        return None if x is None else ops.mul(flag, x)
-
-    return Stream(
-        times(a.hbm_bytes),
-        times(a.occupied),
-        times(a.wave_bytes),
-        times(a.l2_bytes),
-        times(a.l2_wave_bytes),
-    )
+    return mapped(lambda x: ops.mul(flag, x), a)
 
 
 def fraction(ops: Ops, share: Value, a: Stream) -> Stream:
     """``share / SCALE`` of stream ``a`` (rounded up)."""
-
-    def part(x: Value) -> Value:
-        return None if x is None else ops.cdiv(ops.mul(share, x), SCALE)
-
-    return Stream(
-        part(a.hbm_bytes),
-        part(a.occupied),
-        part(a.wave_bytes),
-        part(a.l2_bytes),
-        part(a.l2_wave_bytes),
-    )
+    return mapped(lambda x: ops.cdiv(ops.mul(share, x), SCALE), a)
 
 
 def first_filter_words(q: Quantities, k: Consts, l1: L1Buffers) -> Value:
