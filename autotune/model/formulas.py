@@ -169,6 +169,7 @@ class Quantities:
     batch_last_share: Value  # SCALE x the last batch tile's images / the largest's
     tile_out_last_share: Value  # SCALE x the last spatial tile's output pixels / the largest's
     input_partial_rows: Value  # 1: the largest tile's input band is of partial rows
+    output_partial_rows: Value  # 1: the largest output tile is of partial rows
     step_in_channels: Value  # input channels per step (per task for input_parallel): in_c
     step_filter_channels: Value  # filter slices per output channel and step (<= cin/groups)
     filter_steps: Value  # filter tiles per output channel: ceil(cin/groups / those slices)
@@ -189,9 +190,6 @@ class Quantities:
     #: The DMA engine's cycles per byte (x SCALE) of the output tile's transfers (the
     #: store's and the residual read's): set-ups and whole beats per run
     output_engine_scaled: Value
-    #: the output tile's set-up that ``output_engine_scaled`` does not hold (a band of whole
-    #: rows: one transfer, ``quantities.output_tile_setup_cycles``)
-    output_tile_setup_cycles: Value
     #: SCALE x the idle end of a filter tile's last bus beat (``quantities.idle_beat_scaled``)
     filter_tile_idle_scaled: Value
     multicast: Value  # 1: the waves multicast their reads (output_stack only)
@@ -1370,9 +1368,7 @@ def without(ops: Ops, a: Stream, b: Stream) -> Stream:
 
 def plus(a: Stream, b: Stream) -> Stream:
     """Streams ``a`` and ``b`` at once: they share the cluster's bandwidth."""
-    return fieldwise(
-        lambda x, y: (y if x is None else x) if x is None or y is None else x + y, a, b
-    )
+    return fieldwise(lambda x, y: y if x is None else x if y is None else x + y, a, b)
 
 
 def scaled(ops: Ops, flag: Value, a: Stream) -> Stream:
@@ -2189,19 +2185,24 @@ def residual_stream(
 # -- overlap: task, phase and layer latency ----------------------------------------------------
 
 
+def tile_engine_cycles(ops: Ops, q: Quantities, k: Consts, tile: Stream) -> Value:
+    """The DMA engine's own time on a task's output tile (its store, or its residual read):
+    its bytes at the engine's pace on them (``quantities.output_engine_scaled``: whole bus
+    beats per run, and a set-up per slice and image for a tile of partial rows, as
+    ``tiling.output_transfers`` counts them), and the one set-up of a band of whole rows
+    (one transfer for all its slices)."""
+    engine = ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE)
+    return engine + (1 - q.output_partial_rows) * k.dma_setup_cycles
+
+
 def lone_tile_cycles(
     ops: Ops, q: Quantities, k: Consts, tile: Stream, alone: Value, operand: str
 ) -> Value:
     """A task's output tile (its store, or its residual read) moved while nothing of the
     task streams beside it: its time ``alone`` at its share of the bandwidth, or the DMA
-    engine's own time on it if slower, then its round trip. The engine's time is the tile's
-    bytes at its pace on them (``quantities.output_engine_scaled``: whole bus beats per run,
-    and a set-up per slice and image for a tile of partial rows, as
-    ``tiling.output_transfers`` counts them; a band of whole rows is one transfer, whose
-    set-up is ``output_tile_setup_cycles``): a tile of short rows is bound by it rather than
-    by its share."""
-    engine = ops.cdiv(ops.mul(tile.payload, q.output_engine_scaled), SCALE)
-    return ops.max(alone, engine + q.output_tile_setup_cycles) + k.round_trip(operand)
+    engine's own time on it if slower (``tile_engine_cycles``: a tile of short rows is bound
+    by it rather than by its share), then its round trip."""
+    return ops.max(alone, tile_engine_cycles(ops, q, k, tile)) + k.round_trip(operand)
 
 
 @dataclass(frozen=True)
@@ -2358,7 +2359,7 @@ def store_pace_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream) -> Valu
     """How often a cluster can store behind its tasks: a double-buffered store runs behind
     the next task, which waits for it before storing again (``sim.program``: one store in
     flight per cluster), so a cluster's tasks after its first follow one another no faster
-    than one store, set-ups and beats in its engine (``lone_tile_cycles``), then its round
+    than one store, set-ups and beats in its engine (``tile_engine_cycles``), then its round
     trip (the write is done when acknowledged). Its bytes at the memory's share are the
     memory floor's: when the clusters each wait a round trip per store, the memory is not
     the bound. A task of small tiles is then paced by its stores' round trips, not by its
@@ -2367,8 +2368,7 @@ def store_pace_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream) -> Valu
     one to the next). 0 for a single output buffer (its store is in the task:
     ``exposed_store_cycles``) and for ``input_parallel`` (its phases store after the
     reduction)."""
-    engine = ops.cdiv(ops.mul(store.payload, q.output_engine_scaled), SCALE)
-    paced = engine + q.output_tile_setup_cycles + k.round_trip("output")
+    paced = tile_engine_cycles(ops, q, k, store) + k.round_trip("output")
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [paced, paced, 0]))
 
 

@@ -50,14 +50,15 @@ def stack_quantities(stacks: Stacks) -> dict[str, int]:
     }
 
 
-def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis, w_in: int) -> dict[str, int]:
+def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis, layer: Layer) -> dict[str, int]:
     """The spatial tiles: how many, the largest's output and input pixels (input with its
     halo), the input pixels summed over all tiles (halos loaded once per tile), how many
     tiles are the largest in output and in input on both axes (an edge tile's band loses
     the padding's rows; the last tile may be short), and the smallest tile's output and
     input pixels over the tiles' mean (x SCALE, rounded down), of all and of the first row,
-    whether the largest's input band is of partial rows (of an input ``w_in`` wide), and the
-    last tile's output pixels over the largest's."""
+    whether the largest's input band and output tile are of partial rows (one 2D transfer
+    per slice: ``tiling.input_transfers``, ``output_transfers``), and the last tile's output
+    pixels over the largest's."""
     tiles = rows.count * cols.count
     in_sum = int(rows.in_size.sum()) * int(cols.in_size.sum())
     in_min = int(rows.in_size.min()) * int(cols.in_size.min())
@@ -79,8 +80,8 @@ def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis, w_in: int) -> dict[
         "tile_out_pixels_max": int(rows.out_size.max()) * int(cols.out_size.max()),
         "tile_in_pixels_max": int(rows.in_size.max()) * int(cols.in_size.max()),
         "tile_in_pixels_sum": int(rows.in_size.sum()) * int(cols.in_size.sum()),
-        # 1: the largest tile's input band is of partial rows (a 2D transfer per slice)
-        "input_partial_rows": int(int(cols.in_size.max()) < w_in),
+        "input_partial_rows": int(int(cols.in_size.max()) < layer.w_in),
+        "output_partial_rows": int(int(cols.out_size.max()) < layer.w_out),
         # the last tile's (the last row's, the last column's: the last tasks in order)
         "tile_out_last_share": int(rows.out_size[-1])
         * int(cols.out_size[-1])
@@ -180,17 +181,6 @@ def output_engine_scaled(
     return np.asarray(-(-(cycles * SCALE) // (rows * cols * wb)), dtype=np.int64)
 
 
-def output_tile_setup_cycles(
-    machine: Machine, layer: Layer, cols_out: npt.NDArray[np.int64] | int
-) -> npt.NDArray[np.int64]:
-    """The set-up of an output tile's transfers that ``output_engine_scaled`` does not hold:
-    a band of whole rows is one transfer for all its slices, whose set-up is the tile's
-    own; a tile of partial rows has one per slice, all in the table (``tiling.output_transfers``
-    counts the same)."""
-    cols = np.asarray(cols_out, dtype=np.int64)
-    return np.where(cols < layer.w_out, 0, machine.dma_setup_cycles).astype(np.int64)
-
-
 def dma_overhead_cycles(
     machine: Machine,
     run_words: npt.NDArray[np.int64] | int,
@@ -231,8 +221,7 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     """Inverse DMA efficiency (x SCALE) of the input, filter and output transfers and of the
     residual read (the output's runs, read), and the DMA engine's overhead cycles of one
     image's input step (``dma_overhead_cycles``), the idle end of a filter tile's last beat
-    (``idle_beat_scaled``) and the engine's pace on an output tile (``output_engine_scaled``,
-    and the set-up it does not hold: ``output_tile_setup_cycles``)."""
+    (``idle_beat_scaled``) and the engine's pace on an output tile (``output_engine_scaled``)."""
     layer, in_c = grid.layer, grid.mapping.tile.in_c
     rows, cols = grid.rows, grid.cols
     output_words = output_run_words(
@@ -263,9 +252,6 @@ def efficiency_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str
     q["output_engine_scaled"] = int(
         output_engine_scaled(machine, layer, int(rows.out_size.max()), int(cols.out_size.max()), wb)
     )
-    q["output_tile_setup_cycles"] = int(
-        output_tile_setup_cycles(machine, layer, int(cols.out_size.max()))
-    )
     return q
 
 
@@ -283,7 +269,7 @@ def grid_quantities(grid: TaskGrid, machine: Machine, wb: int) -> dict[str, int]
         "multicast": int(m.multicast),
     }
     q.update(stack_quantities(grid.stacks))
-    q.update(spatial_quantities(grid.rows, grid.cols, grid.layer.w_in))
+    q.update(spatial_quantities(grid.rows, grid.cols, grid.layer))
     q.update(batch_quantities(grid.batch, m.batch_tile))
     q.update(in_step_quantities(grid.layer, m.tile.in_c))
     q.update(efficiency_quantities(grid, machine, wb))

@@ -31,7 +31,6 @@ from autotune.model.quantities import (
     inverse_efficiency,
     output_engine_scaled,
     output_run_words,
-    output_tile_setup_cycles,
     spatial_quantities,
     stack_quantities,
 )
@@ -416,7 +415,7 @@ def search_space(layer: Layer, machine: Machine, batch: int = 1) -> SearchSpace:
     for out_h, out_w in spatial:
         rows = row_axis(layer, out_h)
         cols = col_axis(layer, out_w)
-        add(spatial_quantities(rows, cols, layer.w_in))
+        add(spatial_quantities(rows, cols, layer))
         extents.append(
             (
                 int(rows.in_size.max()),
@@ -494,6 +493,7 @@ QUANTITY_SOURCE = {
     "tile_in_mean_share": "spatial",
     "tile_out_last_share": "spatial",
     "input_partial_rows": "spatial",
+    "output_partial_rows": "spatial",
     "batch_tiles": "batch_tile",
     "batch_tile_images_max": "batch_tile",
     "batch_tiles_largest": "batch_tile",
@@ -531,7 +531,6 @@ RUN_SOURCE: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "input_step_dma_overhead": ("input_run_words", ("spatial", "in_c"), False),
     "input_step_setup_cycles": ("input_run_words", ("spatial", "in_c"), False),
     "output_engine_scaled": ("output_tile_cols", ("spatial",), True),
-    "output_tile_setup_cycles": ("output_tile_cols", ("spatial",), True),
     # and the idle end of a filter tile's last beat (``quantities.idle_beat_scaled``)
     "filter_tile_idle_scaled": ("filter_run_words", ("in_c",), False),
 }
@@ -548,7 +547,6 @@ def efficiency_tables(
         "input_step_dma_overhead",
         "input_step_setup_cycles",
         "output_engine_scaled",
-        "output_tile_setup_cycles",
         "filter_tile_idle_scaled",
     )
     tables = {
@@ -576,9 +574,6 @@ def efficiency_tables(
         space.tables["output_tile_rows"],
         space.tables["output_tile_cols"],
         wb,
-    )
-    tables["output_tile_setup_cycles"] = output_tile_setup_cycles(
-        machine, space.layer, space.tables["output_tile_cols"]
     )
     return tables
 
