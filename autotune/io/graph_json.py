@@ -227,11 +227,18 @@ def graph_record(graph: Graph, lowering: Lowering) -> GraphRecord:
 
 
 def fused_steps_of(record: GraphRecord) -> tuple[str, ...]:
-    """The 1x1 steps a graph record says took the depthwise before them as their prologue
-    (``ir.fusion``): those a conv operator's fate ``fused`` names, in order."""
+    """The steps a graph record says absorbed the step before them (``ir.fusion``), in
+    step order: those with a ``prologue``, and those a conv operator's fate ``fused``
+    names (lowering the graph again with them checks both claims). The fate alone does not
+    tell: an activation or a residual add fused into its own conv has it too, and the
+    absorbed step need not be a conv operator (a standalone batch norm is a depthwise, as
+    in DenseNet's norm, ReLU, 1x1)."""
+    named = {step.layer for step in record.steps if step.prologue is not None}
+    named |= {op.into for op in record.operators if op.kind == "conv" and op.fate == "fused"}
+    order = [step.layer for step in record.steps]
     return tuple(
-        dict.fromkeys(
-            op.into for op in record.operators if op.kind == "conv" and op.fate == "fused"
+        sorted(
+            named, key=lambda name: (order.index(name), "") if name in order else (len(order), name)
         )
     )
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from autotune import load_network
+from autotune.io.graph_json import fused_steps_of, graph_record
+from autotune.io.network_yaml import parse_network
 from autotune.ir.fusion import fusable, fuse_depthwise, fused_steps, fusion_problem
 from autotune.ir.graph import GraphError
 from tests.conftest import EXAMPLES
@@ -86,3 +89,30 @@ def test_a_pair_that_cannot_fuse_is_refused_by_name(mobilenetv2, name, reason):
     with pytest.raises(GraphError, match=reason) as error:
         fuse_depthwise(mobilenetv2.lowering, [name])
     assert error.value.op == name and error.value.field == "fused"
+
+
+#: DenseNet's pre-activation: a batch norm that follows an activation cannot fold into the
+#: conv before it, so it is a step of its own (a depthwise 1x1), fusable into the 1x1 after.
+PRE_ACTIVATION = """\
+network: dense
+layers:
+  - {name: stem, kind: conv, in: [8, 8, 3], out_channels: 8, kernel: 3, padding: 1}
+  - {name: stem_act, kind: relu}
+  - {name: norm, kind: batchnorm}
+  - {name: norm_act, kind: relu}
+  - {name: conv1, kind: conv, out_channels: 16, kernel: 1}
+"""
+
+
+def test_a_fused_batch_norm_is_read_back_from_the_graph_record():
+    net = parse_network(yaml.safe_load(PRE_ACTIVATION), "<test>")
+    assert net.lowering is not None and net.graph is not None
+    assert fusable(net.lowering) == ("conv1",)
+    lowering = fuse_depthwise(net.lowering, ("conv1",))
+    record = graph_record(net.graph, lowering)
+    # the absorbed step's operator is a batch norm, not a conv
+    fates = {op.name: (op.kind, op.fate, op.into) for op in record.operators}
+    assert fates["norm"] == ("batchnorm", "fused", "conv1")
+    assert fused_steps_of(record) == ("conv1",)
+    # and the network the file describes is the fused one (what ``verify`` compares with)
+    assert fuse_depthwise(net.lowering, fused_steps_of(record)).layers == lowering.layers

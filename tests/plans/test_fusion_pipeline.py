@@ -85,6 +85,15 @@ def _fate(name: str, fate: str, into: str):
     return edit
 
 
+def _prologue(name: str, absorbed: str):
+    def edit(record: dict) -> None:
+        for step in record["graph"]["steps"]:
+            if step["layer"] == name:
+                step["prologue"] = absorbed
+
+    return edit
+
+
 def _shape(record: dict, name: str) -> dict:
     return next(layer["shape"] for layer in record["layers"] if layer["name"] == name)
 
@@ -96,13 +105,15 @@ def _shape(record: dict, name: str) -> dict:
         (_fate("stem", "fused", "expand"), "graph.fused"),
         # a depthwise "fused" into its 1x1 while it has its expansion fused into it
         (_fate("dw", "fused", "project"), "graph.fused"),
+        # a 1x1 step that says it absorbed the depthwise before it, which has its expansion
+        (_prologue("project", "dw"), "graph.fused"),
         # the plan says a pair is not fused that the graph fuses
         (lambda r: r["plan"].update(fused=["pw2"]), "plan.fused"),
         # the fused expansion dropped from its layer, or its activation
         (lambda r: _shape(r, "dw").pop("expansion"), "shape"),
         (lambda r: _shape(r, "dw")["expansion"].update(activation=None), "shape"),
     ],
-    ids=["not-a-pair", "twice", "plan", "expansion-dropped", "expansion-activation"],
+    ids=["not-a-pair", "twice", "prologue", "plan", "expansion-dropped", "expansion-activation"],
 )
 def test_a_forged_fusion_is_refused(tuned, tmp_path, edit, field) -> None:
     _, _, path = tuned
