@@ -1074,21 +1074,58 @@ def hbm_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -
     )
 
 
+def resource_cycles(
+    ops: Ops, k: Consts, rates: StreamRates, links: Stream, hbm: Stream, l2: Stream
+) -> Value:
+    """Cycles of a transfer at its busiest resource, at this cluster's share of each: the
+    port and the links below the root carrying ``links``' bytes (the HBM's also cross the
+    root's uplink), the HBM ``hbm``'s (its occupancy, with efficiency tables) and the L2
+    ``l2``'s. One stream for all three but in ``wave_stream_cycles``."""
+    hbm_share = (
+        ops.cdiv(ops.mul(hbm.occupied, rates["hbm"]), SCALE * SCALE)
+        if k.has_dma_efficiency
+        else ops.cdiv(ops.mul(hbm.hbm_bytes, rates["hbm"]), SCALE)
+    )
+    if links.l2_bytes is None:  # ports and links to the HBM
+        return ops.max(ops.cdiv(ops.mul(links.hbm_bytes, rates["net"]), SCALE), hbm_share)
+    l2_share = ops.cdiv(ops.mul(l2.l2_bytes, rates["l2_share"]), SCALE)
+    if links.hbm_bytes is None:
+        return ops.max(ops.cdiv(ops.mul(links.l2_bytes, rates["tree"]), SCALE), l2_share)
+    return ops.max(
+        ops.cdiv(ops.mul(links.payload, rates["tree"]), SCALE),
+        ops.cdiv(ops.mul(links.hbm_bytes, rates["root"]), SCALE),
+        hbm_share,
+        l2_share,
+    )
+
+
 def mixed_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
     """Cycles of a transfer with bytes at both levels: its busiest resource, each resource
     carrying the bytes that cross it (the port and the links below the root all of them,
     the root's uplink and the HBM the HBM's, the L2 the L2's)."""
-    hbm_share = (
-        ops.cdiv(ops.mul(stream.occupied, rates["hbm"]), SCALE * SCALE)
-        if k.has_dma_efficiency
-        else ops.cdiv(ops.mul(stream.hbm_bytes, rates["hbm"]), SCALE)
-    )
-    return ops.max(
-        ops.cdiv(ops.mul(stream.payload, rates["tree"]), SCALE),
-        ops.cdiv(ops.mul(stream.hbm_bytes, rates["root"]), SCALE),
-        hbm_share,
-        ops.cdiv(ops.mul(stream.l2_bytes, rates["l2_share"]), SCALE),
-    )
+    return resource_cycles(ops, k, rates, stream, stream, stream)
+
+
+def wave_stream_cycles(
+    ops: Ops, k: Consts, rates: StreamRates, largest: Stream, mean: Stream
+) -> Value:
+    """``stream_cycles`` of the largest task's ``largest`` among a wave's tasks whose mean
+    one moves ``mean`` (edge tiles' bands lack the padding's rows, a last chunk is short).
+    A link carries one direction: fairly shared, it ends the largest task's stream last,
+    when it has carried every task's (what a smaller one no longer takes goes to the streams
+    still loading), so the mean's bytes set its share (``task_spread``'s law; RegNetY's
+    grouped 3 x 3 ``block3-0/b.0`` in 5-row tiles of a 14-row map: 1.074 of the simulator
+    at the largest's). A memory serves reads and writes together: where the layer's output
+    goes to the same memory, a smaller task ending first stores there what it no longer
+    loads, and the largest one's stream keeps its share (MobileNetV2's ``features.4.conv.1.0``
+    in 10-row tiles, from and to the HBM: its stores take 85 of the HBM's 256 B/cycle as soon
+    as the short tiles end). A multicast wave reads its tiles once for all: the largest's."""
+    if k.can_multicast:
+        return stream_cycles(ops, k, rates, largest)
+    out = k.level("output")
+    hbm = largest if out == "hbm" else mean
+    l2 = largest if out == "l2" else mean
+    return resource_cycles(ops, k, rates, mean, hbm, l2)
 
 
 def plain_stream_cycles(ops: Ops, k: Consts, rates: StreamRates, stream: Stream) -> Value:
@@ -1340,6 +1377,9 @@ class Loads:
     lead_in_bytes: Value  # that member's first input step
     lead_first: Stream  # its double-buffered first tiles (``first`` for that member)
     single_rest: Stream  # the single-buffered loads after each stream's first tile
+    #: ``rest`` of the wave's mean task: a link the wave's streams share carries every
+    #: task's before the largest one's ends (``wave_stream_cycles``)
+    mean_rest: Stream
 
 
 STREAM_FIELDS = tuple(f.name for f in fields(Stream))
@@ -1429,6 +1469,25 @@ def load_streams(
         ops, q, k, sched, in_bytes - first_in, filter_bytes - first_filter
     )
     single_rest = buffered(ops, q, after_first, False)
+    # The wave's mean task: its input by the tiles' and batch tiles' mean (and the stacks'
+    # where a stack reads its own groups' channels), its filters by the stacks'.
+    in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
+    if k.groups > 1:
+        in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
+    rest_in = ops.max(0, in_bytes - opened - first_in)
+    mean_rest = buffered(
+        ops,
+        q,
+        operand_streams(
+            ops,
+            q,
+            k,
+            sched,
+            ops.cdiv(ops.mul(rest_in, in_mean), SCALE),
+            ops.cdiv(ops.mul(filter_bytes - first_filter, q.stack_mean_share), SCALE),
+        ),
+        True,
+    )
     return Loads(
         first,
         minus(ops, double, first),
@@ -1440,6 +1499,7 @@ def load_streams(
         lead_in,
         lead,
         single_rest,
+        mean_rest,
     )
 
 
@@ -1781,7 +1841,13 @@ def dma_cycles(
     # before moves its bytes, so they add to the engine's own time (the port's beats), not to
     # a transfer the memory slows; the chain of round trips that paces a small buffer has
     # them already (``little_cycles``).
-    rest_alone = stream_cycles(ops, k, rates, rest) - residual_beside
+    # A link the wave's streams share fairly ends the largest one's when it has carried
+    # every task's: the wave's mean task sets its share (``wave_stream_cycles``; the
+    # engine's port and set-ups stay the largest's: ``engine_cycles``).
+    mean_rest = loads.mean_rest
+    if residual is not None:
+        mean_rest = plus(mean_rest, scaled(ops, early, residual))
+    rest_alone = wave_stream_cycles(ops, k, rates, rest, mean_rest) - residual_beside
     engine_cycles = port + overhead
     # The stream's pace includes the engine's set-ups: between its transfers its bytes do
     # not move, and a burst beside it takes that time first.
@@ -2215,19 +2281,31 @@ class TaskSpread:
     #: how long before it the smallest one of the busiest subtree ends (0 with several): of
     #: a wave in order, the first, which holds the first row of tiles
     subtree_lead: Value
+    #: the tasks as large in output (``near_count``, edge tiles among them) end, at the
+    #: mean's input, ``near_lead`` sooner: 0 unless the largest one's stream binds it
+    near_count: Value = 0
+    near_lead: Value = 0
 
 
 def task_spread(
-    ops: Ops, q: Quantities, k: Consts, sched: Schedule, compute: Value, dma: DmaCycles
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    sched: Schedule,
+    compute: Value,
+    dma: DmaCycles,
+    work: TaskWork,
 ) -> TaskSpread:
     """How the tasks differ from the largest one, which the formula costs. A task ends when
-    the slower of its compute and its stream does. The stream's bytes follow the task's
-    input band, its compute its output tile, and its band too where it recomputes a fused
-    depthwise or 1x1 over it. An edge tile's band lacks the padding's rows, the last chunk
-    of an axis may be short: such a task is smaller in what binds it, in input (stream bound,
-    or fused) or in output (compute bound), along the spatial tiles, stacks and batch tiles
-    (``quantities``: per axis, how many chunks have its largest size, the smallest's and
-    the mean one's share).
+    the slower of its compute and its stream does. The stream's input bytes follow the
+    task's input band (its filters do not: only the input's part of a stream-bound task's
+    time shrinks with its tile), its compute its output tile, and its band too where it
+    recomputes a fused expansion over it (a fused depthwise before a 1x1 is computed at the
+    tile's outputs, ``task_work``). An edge tile's band lacks the padding's rows, the last
+    chunk of an axis may be short: such a task is smaller in what binds it, in input
+    (stream bound even at the mean task's bytes, or fused) or in output (compute bound),
+    along the spatial tiles, stacks and batch tiles (``quantities``: per axis, how many
+    chunks have its largest size, the smallest's and the mean one's share).
 
     In a layer of one wave, ``count`` tasks end with the largest one; the smallest
     ``lead`` cycles sooner. Streams sharing a bottleneck fairly end the smallest when it
@@ -2245,33 +2323,75 @@ def task_spread(
     fall depends on the order of the slots (a short last row of tiles fills the last wave's
     slots, and some cluster then runs a largest task in every wave before it), which the
     per-axis tables do not give."""
-    fused = bool(k.prologue_pixels or k.expansion_ops)
+    fused = bool(k.expansion_ops)
     by_input = 1 if fused else exceeds(ops, dma.overlapped, compute)
     tiles = ops.choose(by_input, [q.tiles_out_largest, q.tiles_in_largest])
     largest = ops.mul(ops.mul(tiles, q.stacks_largest), q.batch_tiles_largest)
     share = ops.choose(by_input, [q.tile_out_min_share, q.tile_in_min_share])
     busy = ops.max(compute, dma.overlapped)
-    lead = ops.cdiv(ops.mul(busy, SCALE - ops.min(SCALE, share)), SCALE)
+    # A stream-bound task's time follows its stream's bytes, whose filters do not shrink
+    # with its tile: only the input's part of them does (the mean task's part for the
+    # smallest, the largest's for the others' mean). (Shares, x SCALE, before the one
+    # product with a time each: the integer program's domains stay within 64 bits.)
+    streamed = exceeds(ops, dma.overlapped, compute)
+    mean_part: Value = SCALE
+    largest_part: Value = SCALE
+    if k.has_filters:
+        in_words = work.offchip_input_words
+        mean_in = ops.cdiv(ops.mul(in_words, q.tile_in_mean_share), SCALE)
+        # (at most SCALE: the bound the integer program's intervals cannot tell)
+        mean_part = ops.min(
+            SCALE, ops.cdiv(mean_in * SCALE, ops.max(mean_in + work.filter_words, 1))
+        )
+        largest_part = ops.min(
+            SCALE, ops.cdiv(in_words * SCALE, ops.max(in_words + work.filter_words, 1))
+        )
+        mean_part = ops.choose(streamed, [SCALE, mean_part])
+        largest_part = ops.choose(streamed, [SCALE, largest_part])
+
+    def shorter(by: Value, part: Value) -> Value:
+        """How much sooner than ``busy`` a task of share ``by`` ends, ``part`` of it
+        shrinking."""
+        short = ops.cdiv(ops.mul(SCALE - ops.min(SCALE, by), part), SCALE)
+        return ops.cdiv(ops.mul(busy, short), SCALE)
+
+    lead = shorter(share, mean_part)
     # A wave in order fills the first subtree with the first slots: the first tiles, short
     # only along the columns (the last row's come last); a spread one mixes them.
     first_share = ops.choose(by_input, [q.tile_out_first_min_share, q.tile_in_first_min_share])
-    first_lead = ops.cdiv(ops.mul(busy, SCALE - ops.min(SCALE, first_share)), SCALE)
-    subtree_lead = ops.choose(in_order(ops, q, k, sched), [lead, first_lead])
+    subtree_lead = ops.choose(in_order(ops, q, k, sched), [lead, shorter(first_share, mean_part)])
     tile_mean = ops.choose(by_input, [q.tile_out_mean_share, q.tile_in_mean_share])
     mean = ops.cdiv(ops.mul(tile_mean, q.stack_mean_share), SCALE)
     mean = ops.cdiv(ops.mul(mean, q.batch_mean_share), SCALE)
     tasks = ops.min(ops.mul(sched.tiles, q.stacks), k.clusters)  # of one wave
     count = ops.min(largest, tasks)
-    # SCALE - the others' mean share: (n (SCALE - s)) / (n - count)
+    # the others' mean share: SCALE - (n (SCALE - s)) / (n - count)
     rest_short = ops.cdiv(ops.mul(SCALE - mean, tasks), ops.max(tasks - count, 1))
-    rest_busy = ops.cdiv(ops.mul(busy, SCALE - ops.min(rest_short, SCALE)), SCALE)
+    rest_busy = busy - shorter(SCALE - ops.min(rest_short, SCALE), largest_part)
     rest_lead = busy - ops.max(rest_busy, ops.min(dma.per_step, busy))
+    # The tasks as large in output, edge tiles among them, whose bands lack the padding's
+    # rows: at the mean's input they end when their stream or their compute does, the
+    # latter with the largest one's (a third class of ends, between ``count`` and the
+    # smallest; MobileNetV2's fused features.1.conv.1 in 9 x 16 tiles: the largest one's
+    # stream 8,971 cycles and every 9-row tile's compute 9,120, so the edge tiles store
+    # with it; RegNetY's block3-0/b.0: the top row's end 190 cycles before the others).
+    # (A fused expansion is computed over the band: its compute shrinks with it too.)
+    near_count = ops.min(
+        ops.mul(ops.mul(q.tiles_out_largest, q.stacks_largest), q.batch_tiles_largest), tasks
+    )
+    edge_stream = dma.overlapped - shorter(q.tile_in_mean_share, largest_part)
+    edge_compute = compute
+    if fused:
+        edge_compute = compute - ops.min(compute, shorter(q.tile_in_mean_share, SCALE))
+    near_lead = busy - ops.min(busy, ops.max(edge_compute, edge_stream))
     several = ops.min(1, sched.waves - 1)
     return TaskSpread(
         ops.choose(several, [count, sched.active]),
         ops.choose(several, [lead, 0]),
         ops.choose(several, [rest_lead, 0]),
         ops.choose(several, [subtree_lead, 0]),
+        ops.choose(several, [near_count, sched.active]),
+        ops.choose(several, [near_lead, 0]),
     )
 
 
@@ -2297,7 +2417,10 @@ def exposed_store_cycles(
     wave in order, the first row of tiles'; a short last row sits under another): its tasks
     end last because their streams share its uplink, so they end together, and their stores
     go up through it after them. (MobileNetV2's ``features.4.conv.1.0`` in stacks of 11
-    channels: one L3 quadrant holds 14 whole tasks, the other 12 and the short ones.)"""
+    channels: one L3 quadrant holds 14 whole tasks, the other 12 and the short ones.) A
+    wave in order puts whole tiles' stacks under an uplink; a spread one (``in_order``)
+    alternates its slots between the subtrees, so each holds a share of every row of
+    tiles: their mean store each."""
     alone = stream_cycles(ops, k, rates, store)
     if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
         at_end = stream_rates(ops, q, k, sched, last.count)
@@ -2305,6 +2428,9 @@ def exposed_store_cycles(
         # holds whole tiles' stacks (slots in order), so the stacks' mean store each
         subtree = ops.cdiv(ops.mul(store.payload, rates["tree"]), SCALE)
         subtree = ops.cdiv(ops.mul(subtree, q.stack_mean_share), SCALE)
+        # (a spread wave mixes the tiles under every uplink: the tiles' mean store each)
+        mixed = ops.choose(in_order(ops, q, k, sched), [q.tile_out_mean_share, SCALE])
+        subtree = ops.cdiv(ops.mul(subtree, mixed), SCALE)
         alone = ops.max(
             ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead),
             subtree - last.subtree_lead,
@@ -2630,15 +2756,21 @@ def output_stores(
     """Output words and the cycle before which none of them can cross the tree's cut
     (``memory_floor_cycles``): the largest task's output is ready at ``first_output`` (its
     first tiles and compute). With several waves every store follows it; in a layer of one
-    wave the ``last.count`` tasks as large as it (``task_spread``) do, and every store
-    follows the smallest task's output, ``last.lead`` sooner. ``input_parallel``'s phases
+    wave the ``last.count`` tasks as large as it (``task_spread``) do, those as large in
+    output ``last.near_lead`` sooner, and every store follows the smallest task's output,
+    ``last.lead`` sooner. ``input_parallel``'s phases
     store after their reduction."""
     several = ops.min(1, sched.waves - 1)
     largest = ops.choose(several, [ops.mul(last.count, work.store_words), traffic.store_words])
     largest = ops.choose(q.algorithm, [largest, largest, traffic.store_words])
     if isinstance(last.lead, int) and last.lead == 0:
         return ((largest, first_output),)
-    return ((largest, first_output), (traffic.store_words, ops.max(0, first_output - last.lead)))
+    near = ops.mul(last.near_count, work.store_words)
+    return (
+        (largest, first_output),
+        (near, ops.max(0, first_output - last.near_lead)),
+        (traffic.store_words, ops.max(0, first_output - last.lead)),
+    )
 
 
 def memory_floor_cycles(
@@ -2786,7 +2918,7 @@ def evaluate(
     residual = residual_stream(ops, q, k, work, sched)
     compute = compute_cycles(ops, k, work)
     dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store, compute)
-    last = task_spread(ops, q, k, sched, compute, dma)
+    last = task_spread(ops, q, k, sched, compute, dma, work)
     exposed_store = exposed_store_cycles(ops, q, k, sched, store, rates, last)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     store_pace = store_pace_cycles(ops, q, k, store)
