@@ -1081,16 +1081,18 @@ def resource_cycles(
     port and the links below the root carrying ``links``' bytes (the HBM's also cross the
     root's uplink), the HBM ``hbm``'s (its occupancy, with efficiency tables) and the L2
     ``l2``'s. One stream for all three but in ``wave_stream_cycles``."""
+    l2_share = None
+    if links.l2_bytes is not None:
+        l2_share = ops.cdiv(ops.mul(l2.l2_bytes, rates["l2_share"]), SCALE)
+        if links.hbm_bytes is None:
+            return ops.max(ops.cdiv(ops.mul(links.l2_bytes, rates["tree"]), SCALE), l2_share)
     hbm_share = (
         ops.cdiv(ops.mul(hbm.occupied, rates["hbm"]), SCALE * SCALE)
         if k.has_dma_efficiency
         else ops.cdiv(ops.mul(hbm.hbm_bytes, rates["hbm"]), SCALE)
     )
-    if links.l2_bytes is None:  # ports and links to the HBM
+    if l2_share is None:  # ports and links to the HBM
         return ops.max(ops.cdiv(ops.mul(links.hbm_bytes, rates["net"]), SCALE), hbm_share)
-    l2_share = ops.cdiv(ops.mul(l2.l2_bytes, rates["l2_share"]), SCALE)
-    if links.hbm_bytes is None:
-        return ops.max(ops.cdiv(ops.mul(links.l2_bytes, rates["tree"]), SCALE), l2_share)
     return ops.max(
         ops.cdiv(ops.mul(links.payload, rates["tree"]), SCALE),
         ops.cdiv(ops.mul(links.hbm_bytes, rates["root"]), SCALE),
