@@ -235,12 +235,9 @@ def fused_steps_of(record: GraphRecord) -> tuple[str, ...]:
     in DenseNet's norm, ReLU, 1x1)."""
     named = {step.layer for step in record.steps if step.prologue is not None}
     named |= {op.into for op in record.operators if op.kind == "conv" and op.fate == "fused"}
-    order = [step.layer for step in record.steps]
-    return tuple(
-        sorted(
-            named, key=lambda name: (order.index(name), "") if name in order else (len(order), name)
-        )
-    )
+    # (a name that is no step goes last: lowering again refuses it by name)
+    position = {step.layer: i for i, step in enumerate(record.steps)}
+    return tuple(sorted(named, key=lambda name: (position.get(name, len(position)), name)))
 
 
 def _ref(ref: TensorRef) -> RefRecord:

@@ -2284,7 +2284,8 @@ class TaskSpread:
     #: a wave in order, the first, which holds the first row of tiles
     subtree_lead: Value
     #: the tasks as large in output (``near_count``, edge tiles among them) end, at the
-    #: mean's input, ``near_lead`` sooner: 0 unless the largest one's stream binds it
+    #: mean's input, ``near_lead`` sooner: 0 where a compute as long as the largest one's
+    #: binds them (not a fused expansion's, which shrinks with the band)
     near_count: Value = 0
     near_lead: Value = 0
 
@@ -2305,9 +2306,10 @@ def task_spread(
     recomputes a fused expansion over it (a fused depthwise before a 1x1 is computed at the
     tile's outputs, ``task_work``). An edge tile's band lacks the padding's rows, the last
     chunk of an axis may be short: such a task is smaller in what binds it, in input
-    (stream bound even at the mean task's bytes, or fused) or in output (compute bound),
-    along the spatial tiles, stacks and batch tiles (``quantities``: per axis, how many
-    chunks have its largest size, the smallest's and the mean one's share).
+    (stream bound, or fused) or in output (compute bound), along the spatial tiles, stacks
+    and batch tiles (``quantities``: per axis, how many chunks have its largest size, the
+    smallest's and the mean one's share). The tasks as large in output but not in input
+    (edge tiles) are a class of their own (``near_count``, ``near_lead``).
 
     In a layer of one wave, ``count`` tasks end with the largest one; the smallest
     ``lead`` cycles sooner. Streams sharing a bottleneck fairly end the smallest when it
@@ -2760,8 +2762,7 @@ def output_stores(
     first tiles and compute). With several waves every store follows it; in a layer of one
     wave the ``last.count`` tasks as large as it (``task_spread``) do, those as large in
     output ``last.near_lead`` sooner, and every store follows the smallest task's output,
-    ``last.lead`` sooner. ``input_parallel``'s phases
-    store after their reduction."""
+    ``last.lead`` sooner. ``input_parallel``'s phases store after their reduction."""
     several = ops.min(1, sched.waves - 1)
     largest = ops.choose(several, [ops.mul(last.count, work.store_words), traffic.store_words])
     largest = ops.choose(q.algorithm, [largest, largest, traffic.store_words])
