@@ -1472,27 +1472,30 @@ def load_streams(
     )
     single_rest = buffered(ops, q, after_first, False)
     # The wave's mean task: its input by the tiles' and batch tiles' mean (and the stacks'
-    # where a stack reads its own groups' channels), its filters by the stacks'.
-    in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
-    if k.groups > 1:
-        in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
-    rest_in = ops.max(0, in_bytes - opened - first_in)
-    mean_rest = buffered(
-        ops,
-        q,
-        operand_streams(
+    # where a stack reads its own groups' channels), its filters by the stacks'. (A
+    # multicast wave costs the largest's: ``wave_stream_cycles``; nothing to build.)
+    rest = mean_rest = minus(ops, double, first)
+    if not k.can_multicast:
+        in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
+        if k.groups > 1:
+            in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
+        rest_in = ops.max(0, in_bytes - opened - first_in)
+        mean_rest = buffered(
             ops,
             q,
-            k,
-            sched,
-            ops.cdiv(ops.mul(rest_in, in_mean), SCALE),
-            ops.cdiv(ops.mul(filter_bytes - first_filter, q.stack_mean_share), SCALE),
-        ),
-        True,
-    )
+            operand_streams(
+                ops,
+                q,
+                k,
+                sched,
+                ops.cdiv(ops.mul(rest_in, in_mean), SCALE),
+                ops.cdiv(ops.mul(filter_bytes - first_filter, q.stack_mean_share), SCALE),
+            ),
+            True,
+        )
     return Loads(
         first,
-        minus(ops, double, first),
+        rest,
         single,
         in_bytes - first_in,
         filter_bytes - first_filter,
@@ -2328,7 +2331,8 @@ def task_spread(
     slots, and some cluster then runs a largest task in every wave before it), which the
     per-axis tables do not give."""
     fused = bool(k.expansion_ops)
-    by_input = 1 if fused else exceeds(ops, dma.overlapped, compute)
+    streamed = exceeds(ops, dma.overlapped, compute)
+    by_input = 1 if fused else streamed
     tiles = ops.choose(by_input, [q.tiles_out_largest, q.tiles_in_largest])
     largest = ops.mul(ops.mul(tiles, q.stacks_largest), q.batch_tiles_largest)
     share = ops.choose(by_input, [q.tile_out_min_share, q.tile_in_min_share])
@@ -2337,7 +2341,6 @@ def task_spread(
     # with its tile: only the input's part of them does (the mean task's part for the
     # smallest, the largest's for the others' mean). (Shares, x SCALE, before the one
     # product with a time each: the integer program's domains stay within 64 bits.)
-    streamed = exceeds(ops, dma.overlapped, compute)
     mean_part: Value = SCALE
     largest_part: Value = SCALE
     if k.has_filters:
