@@ -266,16 +266,49 @@ def memory_rates(machine: Machine) -> tuple[Fraction, Fraction]:
     return hbm, l2
 
 
-def prefetch_floor_cycles(
-    hbm_bytes: int, l2_bytes: int, prefetch_bytes: int, hbm_rate: Fraction, l2_rate: Fraction
+def copy_rate(hbm_rate: Fraction, l2_rate: Fraction) -> Fraction:
+    """The fastest a prefetch copies from the HBM into the L2 when alone: the slower of the
+    two memories (the simulator's copy demands as much: ``sim.engine``)."""
+    return min(hbm_rate, l2_rate) if l2_rate else hbm_rate
+
+
+def prefetch_blocked_bytes(
+    cycles: int, hbm_bytes: int, l2_bytes: int, hbm_rate: Fraction, l2_rate: Fraction
 ) -> int:
-    """The fewest cycles of a layer that moves ``hbm_bytes`` to and from the HBM and
-    ``l2_bytes`` to and from the L2 while a network plan copies ``prefetch_bytes`` of later
-    layers' weights from the HBM into the L2 beside it (all chiplets' copies): the copy
-    shares both memories with the layer's own transfers, so the layer cannot end before
-    either memory has moved its share and the copy (``plans.problem``'s step equation)."""
+    """The bytes a prefetch beside a layer cannot copy while the layer runs, because the
+    layer's own transfers hold the memories: of the ``copy_rate`` x ``cycles`` the copy could
+    move in the layer's ``cycles``, it gets only what both memories leave of their bandwidth
+    once the layer's ``hbm_bytes`` and ``l2_bytes`` are spread over those cycles (the
+    simulator shares each memory max-min fairly: the layer's flows, held by their own ports
+    and links, keep their rates and the one copy takes the rest). Rounded down, so that the
+    floor it gives stays a lower bound of the layer alone."""
+    rate = copy_rate(hbm_rate, l2_rate)
+    spare = min(cycles * rate, cycles * hbm_rate - hbm_bytes)
+    if l2_rate:
+        spare = min(spare, cycles * l2_rate - l2_bytes)
+    return math.floor(cycles * rate - max(Fraction(0), spare))
+
+
+def prefetch_floor_cycles(
+    cycles: int,
+    hbm_bytes: int,
+    l2_bytes: int,
+    prefetch_bytes: int,
+    hbm_rate: Fraction,
+    l2_rate: Fraction,
+) -> int:
+    """The fewest cycles of a layer that runs ``cycles`` alone and moves ``hbm_bytes`` to and
+    from the HBM and ``l2_bytes`` to and from the L2 while a network plan copies
+    ``prefetch_bytes`` of later layers' weights from the HBM into the L2 beside it (all
+    chiplets' copies); ``plans.problem``'s step equation. The copy shares both memories with
+    the layer's own transfers, so the layer cannot end before either memory has moved its
+    share and the copy; and the copy moves only what the layer's transfers leave while they
+    run (``prefetch_blocked_bytes``), the rest at its own rate after them."""
     hbm = cdiv_rate(hbm_bytes + prefetch_bytes, hbm_rate)
-    return max(hbm, cdiv_rate(l2_bytes + prefetch_bytes, l2_rate) if l2_rate else 0)
+    l2 = cdiv_rate(l2_bytes + prefetch_bytes, l2_rate) if l2_rate else 0
+    blocked = prefetch_blocked_bytes(cycles, hbm_bytes, l2_bytes, hbm_rate, l2_rate)
+    copy = cdiv_rate(blocked + prefetch_bytes, copy_rate(hbm_rate, l2_rate))
+    return max(hbm, l2, copy)
 
 
 def with_prefetch(analysis: Analysis, machine: Machine, prefetch_bytes: int) -> Analysis:
@@ -286,6 +319,7 @@ def with_prefetch(analysis: Analysis, machine: Machine, prefetch_bytes: int) -> 
     if not prefetch_bytes:
         return analysis
     floor = prefetch_floor_cycles(
+        analysis.cycles,
         analysis.offchip_bytes,
         analysis.l2_bytes,
         prefetch_bytes * machine.chiplets,

@@ -8,8 +8,9 @@ Variables and constraints (time is the step index):
   from L2 are chosen exactly when its tensors are in L2.
 - ``load[w][j]``: weights ``w`` are prefetched during step ``j`` (``PREFETCH_WINDOW`` steps
   before their reader at most); ``l2[w]`` is their sum.
-- ``d[i]`` >= the option's cycles, and >= what the HBM and the L2 need for the step's own
-  bytes plus its prefetches (``problem`` module docstring).
+- ``d[i]`` >= the option's cycles, >= what the HBM and the L2 need for the step's own
+  bytes plus its prefetches, and >= what the copy takes beside the option's own transfers
+  (``problem`` module docstring).
 - Each L2 tensor is a box: steps ``first … last`` by bytes ``offset … offset + size``; the
   boxes never overlap (``AddNoOverlap2D``), so the layout is sound by construction, and their
   sizes never exceed the L2 at any step (``AddCumulative``, implied but propagates faster).
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from autotune.ir.plan import L2_ALIGN
+from autotune.model.analysis import copy_rate, prefetch_blocked_bytes
 from autotune.plans.problem import Choice, PlanProblem, aligned_units
 from autotune.search import cpsat
 
@@ -139,6 +141,13 @@ class _Model:
             if l2r:
                 own_l2 = sum(o.l2_bytes * x for o, x in zip(options, self.x[i], strict=True))
                 m.add(d * l2r.numerator >= (own_l2 + prefetch) * l2r.denominator)
+            if self.load:  # the copy beside the option's own transfers (``problem``)
+                copy = copy_rate(hbm, l2r)
+                blocked = sum(
+                    prefetch_blocked_bytes(o.cycles, o.hbm_bytes, o.l2_bytes, hbm, l2r) * x
+                    for o, x in zip(options, self.x[i], strict=True)
+                )
+                m.add(d * copy.numerator >= (blocked + prefetch) * copy.denominator)
             self.d.append(d)
         self.latency = sum(self.d)
         self.hbm_bytes = sum(

@@ -4,10 +4,13 @@ L2 and the two memories' bandwidths; and the one function that turns a choice in
 A step's time with a choice (Eq. below, used by the CP-SAT model, the greedy baseline and
 ``assemble`` alike): the option's own cycles, but never less than what the HBM and the L2
 can deliver of its traffic plus the weights it prefetches for later steps, since the
-prefetch shares both memories with the step's own transfers::
+prefetch shares both memories with the step's own transfers, and never less than the copy
+takes when it moves only what the step's transfers leave of the two memories while the
+option runs (``blocked`` bytes of what it could move at its own rate, ``copy`` = the slower
+memory's B/cycle: ``model.analysis.prefetch_blocked_bytes``)::
 
     cycles_i = max(option cycles, (HBM bytes + prefetch) / HBM B/cycle,
-                   (L2 bytes + prefetch) / L2 B/cycle)
+                   (L2 bytes + prefetch) / L2 B/cycle, (blocked + prefetch) / copy B/cycle)
 
 On a package (``copies`` chiplets) every chiplet runs its part of each step with the same
 placement in its own L2 (``chiplets.analysis``) and keeps the same L2 layout (SPMD): a tensor
@@ -117,7 +120,12 @@ class PlanProblem:
         """Step ``i``'s time with ``option`` while prefetching ``prefetch_bytes`` (all
         copies: ``prefetch_cost``); the module docstring's equation."""
         floor = prefetch_floor_cycles(
-            option.hbm_bytes, option.l2_bytes, prefetch_bytes, self.hbm_rate, self.l2_rate
+            option.cycles,
+            option.hbm_bytes,
+            option.l2_bytes,
+            prefetch_bytes,
+            self.hbm_rate,
+            self.l2_rate,
         )
         return max(option.cycles, floor)
 
