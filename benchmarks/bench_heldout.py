@@ -21,8 +21,20 @@ much faster), the plan's L2 layout checked by a script that does not import auto
 forged plan (one L2 tensor moved onto another live beside it) that ``verify`` must refuse
 with exit code 1; and the model's agreement with the simulator over the layers of ``S.json``
 (its ``predicted`` and ``simulated`` cycles per layer): the share within 5 % and 10 %, the
-whole network's ratio and the worst layer. ``--no-compare`` skips these. Each model is then
-one of:
+whole network's ratio and the worst layer. ``--no-compare`` skips these.
+
+With ``--refine N`` each model is also tuned with refinement, as issue 15 judges a held-out
+network "tuned with and without refinement":
+
+    autotune tune M.onnx --trials N --storage memory --out R.json     (refined, verified)
+    autotune verify R.json --network M.onnx
+
+and a third table gives, from ``S.json`` and ``R.json`` alone, what refinement gained (the
+integer program's simulated cycles over the refined ones, issue 15's "IP-only tuning within
+3 % of fully refined tuning"), what it cost (the two tunes' seconds) and the model's agreement
+with the simulator over the refined file's layers (refinement keeps the mapping the simulator
+prefers, which the model may rank lower: this is where their disagreement shows). Each model
+is then one of:
 
 * ``ok``: every command exits 0 and the outputs agree within ``--tolerance``;
 * ``refused``: ``check`` and ``tune`` refuse the model in one line with exit code 2 (an
@@ -35,7 +47,7 @@ It prints one row per model (exit codes and seconds of each command, the error) 
 refusals by reason, and exits 1 if any model is a ``BUG``. ``--json FILE`` keeps the rows.
 
     python benchmarks/bench_heldout.py MODELS_DIR [--timeout 1500] [--tolerance 1e-4]
-        [--work DIR] [--json FILE] [--no-compare]
+        [--work DIR] [--json FILE] [--no-compare] [--refine TRIALS]
 
 Needs onnxruntime (the ``dev`` extra). A model whose output is independent of its input
 (random weights can do that: see ``export_torchvision.py --calibrate``) agrees trivially;
@@ -62,6 +74,8 @@ import check_plans  # noqa: E402  (the independent plan checker beside this scri
 COMMANDS = ("check", "tune", "verify", "run")
 #: What ``--no-compare`` skips: the per-layer baseline and the forged plan's verify.
 COMPARE = ("per-layer", "tamper")
+#: What ``--refine`` adds: the refined tune and the verify of its file.
+REFINE = ("refine", "verify-refined")
 
 
 @dataclass
@@ -78,10 +92,13 @@ class Row:
     per_layer_cycles: int | None = None
     plan_check: str = ""  # check_plans' verdict on S.json's plan
     fidelity: dict[str, float | str] = field(default_factory=dict)
+    #: ``--refine``: R.json's simulated network cycles and the model's agreement over it
+    refined_cycles: int | None = None
+    refined_fidelity: dict[str, float | str] = field(default_factory=dict)
 
 
-def command(name: str, model: Path, work: Path) -> list[str]:
-    schedules = str(work / "S.json")
+def command(name: str, model: Path, work: Path, trials: int = 0) -> list[str]:
+    schedules, refined = str(work / "S.json"), str(work / "R.json")
     args = {
         "check": ["check", str(model)],
         "tune": ["tune", str(model), "--no-refine", "--storage", "memory", "--out", schedules],
@@ -109,6 +126,9 @@ def command(name: str, model: Path, work: Path) -> list[str]:
             str(work / "P.json"),
         ],
         "tamper": ["verify", str(work / "T.json"), "--network", str(model)],
+        "refine": ["tune", str(model), "--trials", str(trials), "--storage", "memory"]
+        + ["--out", refined],
+        "verify-refined": ["verify", refined, "--network", str(model)],
     }[name]
     return [sys.executable, "-m", "autotune", *args]
 
@@ -143,13 +163,15 @@ def judge(row: Row, outputs: dict[str, str]) -> None:
     row.verdict = "ok"
 
 
-def execute(name: str, model: Path, work: Path, timeout: float) -> tuple[int, str, float]:
-    """Run one of ``COMMANDS`` or ``COMPARE``: (exit code, its output, seconds); -1 on a
-    time-out."""
+def execute(
+    name: str, model: Path, work: Path, timeout: float, trials: int = 0
+) -> tuple[int, str, float]:
+    """Run one of ``COMMANDS``, ``COMPARE`` or ``REFINE``: (exit code, its output, seconds);
+    -1 on a time-out."""
     start = time.perf_counter()
     try:
         done = subprocess.run(
-            command(name, model, work), capture_output=True, text=True, timeout=timeout
+            command(name, model, work, trials), capture_output=True, text=True, timeout=timeout
         )
         code, output = done.returncode, done.stderr + done.stdout
     except subprocess.TimeoutExpired:
@@ -207,13 +229,32 @@ def compare(row: Row, model: Path, work: Path, timeout: float) -> None:
         row.detail = f"verify of a forged plan exited {code}: {_last_line(output)}"
 
 
+def refine(row: Row, model: Path, work: Path, timeout: float, trials: int) -> None:
+    """The refined tune and the verify of its file (module docstring), into ``row``; a
+    failure makes it a ``BUG``."""
+    for name in REFINE:
+        code, output, row.seconds[name] = execute(name, model, work, timeout, trials)
+        row.exits[name] = code
+        if code != 0:
+            row.verdict, row.detail = "BUG", f"{name} exited {code}: {_last_line(output)}"
+            return
+    refined = json.loads((work / "R.json").read_text())
+    row.refined_cycles = refined["totals"]["cycles"]
+    row.refined_fidelity = fidelity(refined)
+
+
 def _last_line(output: str) -> str:
     lines = [x for x in output.splitlines() if x.strip()]
     return lines[-1] if lines else ""
 
 
 def run_model(
-    model: Path, work: Path, timeout: float, tolerance: float, comparing: bool = True
+    model: Path,
+    work: Path,
+    timeout: float,
+    tolerance: float,
+    comparing: bool = True,
+    trials: int = 0,
 ) -> Row:
     row = Row(model.stem)
     outputs: dict[str, str] = {}
@@ -245,7 +286,19 @@ def run_model(
         return row
     if comparing:
         compare(row, model, work, timeout)
+    if trials and row.verdict == "ok":
+        refine(row, model, work, timeout, trials)
     return row
+
+
+#: The model's agreement's columns (``agreement``).
+AGREEMENT = "  <=5%  <=10%  model/sim  worst layer (model/sim)"
+
+
+def agreement(f: dict[str, float | str]) -> str:
+    """A ``fidelity`` dict as the tables' cells: share within 5 % and 10 %, network, worst."""
+    worst = f"{str(f['worst_layer'])[-28:]} ({f['worst']:.3f})"
+    return f"  {f['within_5']:4.0%}  {f['within_10']:5.0%}  {f['network']:9.3f}  {worst}"
 
 
 def print_comparison(rows: list[Row]) -> None:
@@ -258,17 +311,40 @@ def print_comparison(rows: list[Row]) -> None:
         + "per-layer".rjust(12)
         + "plan".rjust(12)
         + "x".rjust(7)
-        + "  <=5%  <=10%  model/sim  worst layer (model/sim)   plan check"
+        + AGREEMENT
+        + "   plan check"
     )
     for r in done:
-        f = r.fidelity
         speedup = r.per_layer_cycles / r.plan_cycles
-        worst = f"{str(f['worst_layer'])[-28:]} ({f['worst']:.3f})"
         print(
             f"{r.model:28s}{r.per_layer_cycles:>12,}{r.plan_cycles:>12,}{speedup:>7.2f}"
-            f"  {f['within_5']:4.0%}  {f['within_10']:5.0%}  {f['network']:9.3f}  {worst}"
-            f"   {r.plan_check}"
+            f"{agreement(r.fidelity)}   {r.plan_check}"
         )
+
+
+def print_refinement(rows: list[Row]) -> None:
+    """The third table (``--refine``): refinement's gain and cost, the refined file's
+    agreement."""
+    done = [
+        (r, r.plan_cycles, r.refined_cycles) for r in rows if r.refined_cycles and r.plan_cycles
+    ]
+    if not done:
+        return
+    print(
+        "\nmodel".ljust(29)
+        + "IP only".rjust(12)
+        + "refined".rjust(12)
+        + "  gain   IP tune  refined tune"
+        + AGREEMENT
+    )
+    for r, ip_only, refined in done:
+        print(
+            f"{r.model:28s}{ip_only:>12,}{refined:>12,}{ip_only / refined - 1:>6.1%}"
+            f"{r.seconds['tune']:>9.0f}s{r.seconds['refine']:>13.0f}s"
+            f"{agreement(r.refined_fidelity)}"
+        )
+    within = sum(ip_only <= 1.03 * refined for _, ip_only, refined in done)
+    print(f"IP-only tuning within 3 % of refined tuning: {within} of {len(done)} models")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +359,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the per-layer baseline, the plan checks and the model's agreement",
     )
+    parser.add_argument(
+        "--refine",
+        type=int,
+        default=0,
+        metavar="TRIALS",
+        help="also tune with refinement (TRIALS per distinct layer shape) and verify that file",
+    )
     args = parser.parse_args(argv)
+    if args.refine < 0:
+        print(f"error: --refine must be >= 0, not {args.refine}", file=sys.stderr)
+        return 2
     paths = sorted(args.models.glob("*.onnx"), key=lambda p: (p.stat().st_size, p.name))
     if not paths:
         print(f"error: no .onnx file in {args.models}", file=sys.stderr)
@@ -295,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp) if args.work is None else args.work / path.stem
             work.mkdir(parents=True, exist_ok=True)
-            row = run_model(path, work, args.timeout, args.tolerance, not args.no_compare)
+            row = run_model(
+                path, work, args.timeout, args.tolerance, not args.no_compare, args.refine
+            )
         rows.append(row)
         cells = "".join(
             (f"{row.exits[c]} / {row.seconds[c]:g}s" if c in row.exits else "-").rjust(13)
@@ -304,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         error = "" if row.error is None else f"   {row.error:.1e} ({row.reference:.2g})"
         print(f"{row.model:28s}{cells}{error}   {row.verdict} {row.detail}".rstrip(), flush=True)
     print_comparison(rows)
+    print_refinement(rows)
     counts = {v: sum(r.verdict == v for r in rows) for v in ("ok", "refused", "BUG")}
     print(f"\n{len(rows)} models: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     if args.json is not None:
