@@ -240,6 +240,8 @@ def refine(row: Row, model: Path, work: Path, timeout: float, trials: int) -> No
             return
     refined = json.loads((work / "R.json").read_text())
     row.refined_cycles = refined["totals"]["cycles"]
+    if row.plan_cycles is None:  # (``--no-compare``: S.json not read yet)
+        row.plan_cycles = json.loads((work / "S.json").read_text())["totals"]["cycles"]
     row.refined_fidelity = fidelity(refined)
 
 
