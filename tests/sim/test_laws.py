@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 
 from autotune import Buffers, Layer, Machine, Mapping, Tile, analyze, simulate
-from autotune.ir.layer import Activation, Epilogue, Prologue
+from autotune.ir.layer import Activation, Epilogue, Expansion, Prologue
 from autotune.ir.placement import Placement
 from tests.kinds import BIAS_RESIDUAL_RELU, REALISTIC
 from tests.sim.machines import with_bandwidth, with_fanout
@@ -770,3 +770,31 @@ def test_edge_tiles_whose_compute_binds_store_with_the_largest(manticore):
         buffers=Buffers(output_depth=1),
     )
     assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=91, rel=0.02)
+
+
+def test_the_clusters_that_drew_smaller_tiles_store_before_the_last_ends(manticore):
+    """A 1x1 from 24 to 144 channels fused into its 3 x 3 depthwise at 56 x 56 (EfficientNet's
+    and MnasNet's expanded blocks, from and to the L2) in 14 x 14 tiles of 9 channels: 256
+    tasks in two full waves. The edge tiles' bands lack a padding row or column, so their
+    fused expansions are smaller, and a cluster that drew them ends before one that drew
+    interior tiles twice: its last store crosses the tree meanwhile. The model had every last
+    store after the largest task (1.083 of the simulator; ``store_tail_cycles``)."""
+    relu = Activation("relu")
+    layer = Layer(
+        "expanded",
+        "conv",
+        56,
+        56,
+        24,
+        144,
+        kernel_h=3,
+        kernel_w=3,
+        pad_h=1,
+        pad_w=1,
+        epilogue=Epilogue(activation=relu),
+        expansion=Expansion(activation=relu),
+    )
+    double = Buffers(input_depth=2, filter_depth=2, output_depth=2)
+    mapping = Mapping("output_stack", delta_o=9, tile=Tile(out_h=14, out_w=14, in_c=1))
+    mapping = mapping.with_(buffers=double)
+    assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=256, rel=0.05)
