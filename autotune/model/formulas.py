@@ -2579,10 +2579,11 @@ def store_tail_cycles(
     before one that drew a largest task in every wave, and its stores cross the shared links
     meanwhile; the stores of the tasks as large as the largest (``largest_share`` of them)
     still cross after it. (MnasNet's ``layers.8.1/layers.3``, a 1x1 fused into its 3 x 3
-    depthwise in two waves of 14 x 14 tiles: a cluster that drew edge tiles, whose bands
-    lack a padding row, ends 900 cycles before the last, and the last wave's stores, 1,764
-    cycles at the tree's cut, end 1,157 cycles after it.) A partial last wave keeps the
-    whole: which of its clusters drew which tiles before is not in the tables."""
+    depthwise, Alg. 3 in two full waves of 7 x 14 tiles: a cluster that drew edge tiles,
+    whose bands lack a padding row or column, ends its compute 911 cycles before the last
+    one, and the last wave's stores, 1,764 cycles at the tree's cut, end 1,157 cycles after
+    it.) A partial last wave keeps the whole: which of its clusters drew which tiles before
+    is not in the tables."""
     rates = last_wave_rates(ops, q, k, sched)
     within = ops.mul(ops.choose(q.algorithm, [1, 1, 0]), 1 - exceeds(ops, sched.last, q.stacks))
     if k.can_multicast:

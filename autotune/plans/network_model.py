@@ -141,7 +141,7 @@ class _Model:
             if l2r:
                 own_l2 = sum(o.l2_bytes * x for o, x in zip(options, self.x[i], strict=True))
                 m.add(d * l2r.numerator >= (own_l2 + prefetch) * l2r.denominator)
-            if self.load:  # the copy beside the option's own transfers (``problem``)
+            if most_prefetch:  # the copy beside the option's own transfers (``problem``)
                 copy = copy_rate(hbm, l2r)
                 blocked = sum(
                     prefetch_blocked_bytes(o.cycles, o.hbm_bytes, o.l2_bytes, hbm, l2r) * x
