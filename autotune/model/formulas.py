@@ -2577,13 +2577,15 @@ def store_tail_cycles(
     slots draw, and the layer's tasks take ``slots x`` the mean task's time, so over full
     waves the mean cluster ends ``waves x`` the mean task's lead (``TaskSpread.mean_lead``)
     before one that drew a largest task in every wave, and its stores cross the shared links
-    meanwhile; the stores of the tasks as large as the largest (``largest_share`` of them)
-    still cross after it. (MnasNet's ``layers.8.1/layers.3``, a 1x1 fused into its 3 x 3
-    depthwise, Alg. 3 in two full waves of 7 x 14 tiles: a cluster that drew edge tiles,
-    whose bands lack a padding row or column, ends its compute 911 cycles before the last
-    one, and the last wave's stores, 1,764 cycles at the tree's cut, end 1,157 cycles after
-    it.) A partial last wave keeps the whole: which of its clusters drew which tiles before
-    is not in the tables."""
+    meanwhile; the stores of the tasks as large as the largest (``largest_share`` of the
+    wave) still cross after it, at the rates of as many clusters in order (the busiest
+    subtree's: MobileNetV2's 1x1 at 7 x 7 in a 4-row and a 3-row tile of 64-member groups
+    holds each tile's under one uplink). (MnasNet's ``layers.8.1/layers.3``, a 1x1 fused
+    into its 3 x 3 depthwise, Alg. 3 in two full waves of 7 x 14 tiles: a cluster that drew
+    edge tiles, whose bands lack a padding row or column, ends its compute 911 cycles before
+    the last one, and the last wave's stores, 1,764 cycles at the tree's cut, end 1,157
+    cycles after it.) A partial last wave keeps the whole: which of its clusters drew which
+    tiles before is not in the tables."""
     rates = last_wave_rates(ops, q, k, sched)
     within = ops.mul(ops.choose(q.algorithm, [1, 1, 0]), 1 - exceeds(ops, sched.last, q.stacks))
     if k.can_multicast:
@@ -2594,7 +2596,10 @@ def store_tail_cycles(
     full = 1 - exceeds(ops, k.clusters, sched.last)
     # (the flag before the one product with a count: the integer program's domains)
     ahead = ops.mul(sched.waves, ops.mul(full, spread.mean_lead))
-    at_end = ops.cdiv(ops.mul(whole, spread.largest_share), SCALE)
+    # (the largest ones' stores after it, at the rates of as many clusters in order: the
+    # busiest subtree's share, as ``exposed_store_cycles`` takes them)
+    count = ops.max(1, ops.cdiv(ops.mul(sched.last, spread.largest_share), SCALE))
+    at_end = stream_cycles(ops, k, stream_rates(ops, q, k, sched, count), store)
     store_time = lone_tile_cycles(ops, q, k, store, ops.max(at_end, whole - ahead), "output")
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
 

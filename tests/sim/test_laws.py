@@ -798,3 +798,28 @@ def test_the_clusters_that_drew_smaller_tiles_store_before_the_last_ends(mantico
     mapping = Mapping("output_stack", delta_o=9, tile=Tile(out_h=14, out_w=14, in_c=1))
     mapping = mapping.with_(buffers=double)
     assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=256, rel=0.05)
+
+
+def test_the_largest_tasks_stores_after_the_last_cross_their_own_uplink(manticore):
+    """MobileNetV2's ``features.15.conv.0.0`` (a 1x1 from 160 to 960 channels at 7 x 7) in a
+    4-row and a 3-row tile, Alg. 3 in groups of 64: each tile's group sits under one L3
+    uplink, so the 4-row tasks, which end last, store through half the tree's cut. Taken at
+    the whole cut, the last wave's stores made such candidates 0.935 of the simulator (and
+    their rank among the layer's best fell from 0.92 to 0.63); ``store_tail_cycles``."""
+    layer = Layer(
+        "features.15.conv.0.0",
+        "conv",
+        7,
+        7,
+        160,
+        960,
+        epilogue=Epilogue(bias=True, activation=Activation("clip", low=0.0, high=6.0)),
+    )
+    mapping = Mapping(
+        "output_stack_shared",
+        delta_o=15,
+        share_group=64,
+        tile=Tile(out_h=4, in_c=128),
+        buffers=Buffers(filter_bytes=16384, input_depth=1, filter_depth=2, output_depth=2),
+    )
+    assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=128, rel=0.03)
