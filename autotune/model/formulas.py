@@ -2289,12 +2289,12 @@ class TaskSpread:
     #: the tasks as large in output (``near_count``, edge tiles among them) end, at the
     #: mean's input, ``near_lead`` sooner: 0 where a compute as long as the largest one's
     #: binds them (not a fused expansion's, which shrinks with the band)
-    near_count: Value = 0
-    near_lead: Value = 0
+    near_count: Value
+    near_lead: Value
     #: how long before it the layer's mean task ends (with several waves too)
-    mean_lead: Value = 0
+    mean_lead: Value
     #: the share of the layer's tasks as large as it (x SCALE)
-    largest_share: Value = SCALE
+    largest_share: Value
 
 
 def task_spread(
