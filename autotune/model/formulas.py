@@ -160,6 +160,10 @@ class Quantities:
     #: the same of the first row of tiles' smallest, which the first slots hold
     tile_out_first_min_share: Value
     tile_in_first_min_share: Value
+    #: 1 when the first tile (the first slots' of a wave in order) is as large as the
+    #: largest, in output and in input (an edge tile's band lacks the padding's rows)
+    tile_first_largest_out: Value
+    tile_first_largest_in: Value
     tile_out_mean_share: Value  # SCALE x the tiles' mean output pixels / the largest's
     tile_in_mean_share: Value  # SCALE x the tiles' mean input pixels / the largest's
     batch_tiles: Value
@@ -1007,18 +1011,24 @@ def stream_rates(
     sched: Schedule,
     clusters: Value | None = None,
     groups: bool = True,
+    largest_first: Value = 1,
 ) -> StreamRates:
     """The streaming rates of ``sched.active`` clusters (report Sec. 2.1.2), or of the
     ``clusters`` of them that stream at some time, in the order ``in_order`` gives (a layer
     of several waves has ``active = C``). ``groups=False`` leaves out Alg. 3's groups with
     idle members (``idle_members``) for terms only Alg. 1 reads (its followers' tiles),
-    which spares the integer program their terms for every candidate."""
+    which spares the integer program their terms for every candidate. ``largest_first`` 0:
+    the ``clusters`` are not the first slots of a wave in order (``TaskSpread``): they are
+    taken as a spread wave's."""
+    order = in_order(ops, q, k, sched)
+    if not (isinstance(largest_first, int) and largest_first == 1):
+        order = ops.mul(order, largest_first)
     return StreamRates(
         ops,
         k,
         sched.active if clusters is None else clusters,
         q.multicast,
-        in_order(ops, q, k, sched),
+        order,
         idle_members(ops, q, k) if groups else None,
     )
 
@@ -1647,10 +1657,13 @@ class DmaCycles:
     steady: Value  # ``overlapped`` of a task that loads the next one's first tiles beside it
     first: Value  # ``overlapped`` of a cluster's first task when it loads the second's tiles
     last: Value  # ``overlapped`` of a cluster's last task when the one before loaded its tiles
-    #: the part of ``overlapped`` that a smaller task of the wave pays nearly as well: Alg. 3's
-    #: chain of steps from the ring (as many steps, each a read over the same hop) and the
-    #: engine's serial time (as many transfers, each a set-up; its beats shrink, a small part)
-    per_step: Value = 0
+    #: the parts of ``overlapped`` that a smaller task of the wave pays as well, each as
+    #: ``(fixed, input beats)``: Alg. 3's chain of steps from the ring (as many steps, each a
+    #: read over the same hop, then the beats of its input tile) and the engine's serial time
+    #: (as many transfers, each a set-up; the beats through its port of the filters and the
+    #: residual, and of the input, which shrink with the task's band: ``task_spread``)
+    ring_parts: tuple[Value, Value] = (0, 0)
+    engine_parts: tuple[Value, Value] = (0, 0)
     #: the round trips of ``exposed``: pure waits for single-buffered tiles, which a wave's
     #: clusters starting together wait at once, each having asked for nothing else (and, for
     #: Alg. 3, its first tiles' round trip, before which it asks for no stream tile)
@@ -1781,6 +1794,17 @@ def dma_cycles(
         q.input_buffer_depth - 1,
         ops.cdiv((ops.mul(ring_steps, ring_tile) + ring_overhead) * SCALE, ahead_scaled),
     )
+    # (the chain's beats of input tiles, which a task of a smaller band moves fewer of)
+    ring_beats = ops.min(
+        ring_chain,
+        ops.mul(
+            q.input_buffer_depth - 1,
+            ops.cdiv(
+                ops.mul(ring_steps, ops.cdiv(tile_bytes, k.dma_bytes_per_cycle)) * SCALE,
+                ahead_scaled,
+            ),
+        ),
+    )
     ring_setups = ops.mul(q.input_buffer_depth - 1, ring_overhead)
     little, little_lead = little_cycles(
         ops,
@@ -1842,6 +1866,15 @@ def dma_cycles(
         SCALE,
     )
     forwarded_exposed = ops.cdiv(serialised * k.port_cycles_per_byte_scaled, SCALE)
+    # (the port's beats of input bytes: the stream's own and the ring's)
+    port_input = ops.min(
+        port,
+        ops.cdiv(
+            (ops.min(rest.payload, loads.rest_input_bytes) + forwarded - serialised)
+            * k.port_cycles_per_byte_scaled,
+            SCALE,
+        ),
+    )
     # The set-ups are the engine's work: a core programs the next transfer while the one
     # before moves its bytes, so they add to the engine's own time (the port's beats), not to
     # a transfer the memory slows; the chain of round trips that paces a small buffer has
@@ -2109,7 +2142,8 @@ def dma_cycles(
         steady,
         first_task,
         last,
-        ops.max(ring_chain, engine_cycles),
+        (ring_chain - ring_beats, ring_beats),
+        (engine_cycles - port_input, port_input),
         # An Alg. 3 member asks for its stream's tiles only once its first ones are in
         # (those after them come round the ring, ``own_lead``): the first wave's groups,
         # started together, all wait for their first tiles' round trip at once.
@@ -2295,6 +2329,10 @@ class TaskSpread:
     mean_lead: Value
     #: the share of the layer's tasks as large as it (x SCALE)
     largest_share: Value
+    #: 1 when the ``count`` largest tasks are the wave's first slots, 0 when the first tile
+    #: is smaller (an edge tile whose band lacks the padding's rows): they then sit further
+    #: on, across the subtrees the first slots fill
+    largest_first: Value
 
 
 def task_spread(
@@ -2327,8 +2365,9 @@ def task_spread(
     ``count`` largest end, at their mean, ``rest_lead`` sooner: of the wave's ``n`` tasks
     of mean share ``s`` of the largest, they are ``n - count`` of mean share
     ``(n s - count) / (n - count)``. Their compute and their bytes shrink with them, not
-    what counts per step and transfer (``DmaCycles.per_step``: the ring's chain, the
-    engine's set-ups), taken at the largest's.
+    what counts per step and transfer (``DmaCycles.ring_parts``, ``engine_parts``: the ring's
+    hops, the engine's set-ups, the filters' and the residual's beats), taken at the
+    largest's.
 
     With several waves every wave is costed at its largest task: where the smaller tasks
     fall depends on the order of the slots (a short last row of tiles fills the last wave's
@@ -2379,7 +2418,24 @@ def task_spread(
     # the others' mean share: SCALE - (n (SCALE - s)) / (n - count)
     rest_short = ops.cdiv(ops.mul(SCALE - mean, tasks), ops.max(tasks - count, 1))
     rest_busy = busy - shorter(SCALE - ops.min(rest_short, SCALE), largest_part)
-    rest_lead = busy - ops.max(rest_busy, ops.min(dma.per_step, busy))
+    # What they pay as the largest one does: the ring's and the engine's chains but their
+    # beats of input, which shrink with the band (at the others' mean input, ``load_streams``'
+    # law; ShuffleNetV2's fused branch2.3 in 7-row tiles: the edge tiles' 8-row bands stream
+    # 2,219 cycles against the middle ones' 2,331, their compute 2,139 against 2,372).
+    in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
+    if k.groups > 1:
+        in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
+    rest_in_short = ops.min(
+        SCALE, ops.cdiv(ops.mul(SCALE - in_mean, tasks), ops.max(tasks - count, 1))
+    )
+
+    def paid(parts: tuple[Value, Value]) -> Value:
+        """A chain's fixed part, and its input beats at the others' mean band."""
+        fixed, beats = parts
+        return fixed + beats - ops.cdiv(ops.mul(beats, rest_in_short), SCALE)
+
+    per_step = ops.max(paid(dma.ring_parts), paid(dma.engine_parts))
+    rest_lead = busy - ops.max(rest_busy, ops.min(per_step, busy))
     # The tasks as large in output, edge tiles among them, whose bands lack the padding's
     # rows: at the mean's input they end when their stream or their compute does, the
     # latter with the largest one's (a third class of ends, between ``count`` and the
@@ -2400,6 +2456,7 @@ def task_spread(
     every = ops.mul(ops.mul(q.spatial_tiles, q.stacks), q.batch_tiles)
     largest_share = ops.min(SCALE, ops.cdiv(largest * SCALE, ops.max(every, 1)))
     several = ops.min(1, sched.waves - 1)
+    largest_first = ops.choose(by_input, [q.tile_first_largest_out, q.tile_first_largest_in])
     return TaskSpread(
         ops.choose(several, [count, sched.active]),
         ops.choose(several, [lead, 0]),
@@ -2409,6 +2466,7 @@ def task_spread(
         ops.choose(several, [near_lead, 0]),
         mean_lead,
         largest_share,
+        largest_first,
     )
 
 
@@ -2440,7 +2498,9 @@ def exposed_store_cycles(
     tiles: their mean store each."""
     alone = stream_cycles(ops, k, rates, store)
     if not (isinstance(last.rest_lead, int) and last.rest_lead == 0):
-        at_end = stream_rates(ops, q, k, sched, last.count)
+        # (in order from the first slot, unless the first tile is smaller: the largest tasks
+        # then straddle the subtrees the first slots fill, as a spread wave's do)
+        at_end = stream_rates(ops, q, k, sched, last.count, largest_first=last.largest_first)
         # the busiest subtree's stores cross its uplink after its smallest task's end; it
         # holds whole tiles' stacks (slots in order), so the stacks' mean store each
         subtree = ops.cdiv(ops.mul(store.payload, rates["tree"]), SCALE)

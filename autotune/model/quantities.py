@@ -56,6 +56,7 @@ def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis, layer: Layer) -> di
     tiles are the largest in output and in input on both axes (an edge tile's band loses
     the padding's rows; the last tile may be short), and the smallest tile's output and
     input pixels over the tiles' mean (x SCALE, rounded down), of all and of the first row,
+    whether the first tile is as large as the largest in output and in input,
     whether the largest's input band and output tile are of partial rows (one 2D transfer
     per slice: ``tiling.input_transfers``, ``output_transfers``), and the last tile's output
     pixels over the largest's."""
@@ -75,6 +76,12 @@ def spatial_quantities(rows: SpatialAxis, cols: SpatialAxis, layer: Layer) -> di
         "tile_in_min_share": in_min * tiles * SCALE // in_sum,
         "tile_out_first_min_share": out_first * tiles * SCALE // out_sum,
         "tile_in_first_min_share": in_first * tiles * SCALE // in_sum,
+        "tile_first_largest_out": int(
+            rows.out_size[0] == rows.out_size.max() and cols.out_size[0] == cols.out_size.max()
+        ),
+        "tile_first_largest_in": int(
+            rows.in_size[0] == rows.in_size.max() and cols.in_size[0] == cols.in_size.max()
+        ),
         "tile_out_mean_share": mean_share(rows.out_size) * mean_share(cols.out_size) // SCALE,
         "tile_in_mean_share": mean_share(rows.in_size) * mean_share(cols.in_size) // SCALE,
         "tile_out_pixels_max": int(rows.out_size.max()) * int(cols.out_size.max()),

@@ -489,6 +489,8 @@ QUANTITY_SOURCE = {
     "tile_in_min_share": "spatial",
     "tile_out_first_min_share": "spatial",
     "tile_in_first_min_share": "spatial",
+    "tile_first_largest_out": "spatial",
+    "tile_first_largest_in": "spatial",
     "tile_out_mean_share": "spatial",
     "tile_in_mean_share": "spatial",
     "tile_out_last_share": "spatial",

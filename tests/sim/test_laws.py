@@ -823,3 +823,37 @@ def test_the_largest_tasks_stores_after_the_last_cross_their_own_uplink(manticor
         buffers=Buffers(filter_bytes=16384, input_depth=1, filter_depth=2, output_depth=2),
     )
     assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=128, rel=0.03)
+
+
+def test_the_smaller_tasks_of_a_wave_stream_fewer_beats_and_store_beside_the_larger(manticore):
+    """ShuffleNetV2-x1.0's ``stage2.x/branch2.3`` (a 1x1 of 58 channels fused into its 3 x 3
+    depthwise at 28 x 28, from and to the L2) in four 7-row tiles, Alg. 3 in groups of 16 of
+    stacks of 2 channels: one wave of 116 tasks. The edge tiles' bands lack a padding row, 8
+    rows of 9: their fused expansions are smaller, and so are the beats of their ring and
+    their engine (2,219 cycles of stream against 2,331), so they end and store before the
+    middle tiles. Those, the largest, are not the wave's first slots but the next ones, across
+    both L3 quadrants, and their stores cross both uplinks. The model had the smaller tasks
+    paying the largest one's beats and the largest stores under one uplink: 1.101 of the
+    simulator (``task_spread``, ``exposed_store_cycles``)."""
+    layer = Layer(
+        "branch2.3",
+        "conv",
+        28,
+        28,
+        58,
+        58,
+        kernel_h=3,
+        kernel_w=3,
+        pad_h=1,
+        pad_w=1,
+        epilogue=Epilogue(bias=True),
+        expansion=Expansion(bias=True, activation=Activation("relu")),
+    )
+    mapping = Mapping(
+        "output_stack_shared",
+        delta_o=2,
+        share_group=16,
+        tile=Tile(out_h=7, in_c=2),
+        buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+    )
+    assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=116, rel=0.08)
