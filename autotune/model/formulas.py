@@ -1277,7 +1277,8 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Store
     loads that started ``since`` cycles before them (``ahead``: their ``shared_cycles``), so
     that much of the stores' time on it is done too. ``down_rates``: the loads' rates where
     fewer clusters load than store (by default ``rates``, as the stores'): a memory carries
-    each set at its own share."""
+    each set at its own share. ``extra``: more loads of this cluster at rates of their own
+    (fewer clusters load them), carried beside the others on every resource they cross."""
     up_alone = stream_cycles(ops, k, rates, up)
     up_shared = shared_cycles(ops, k, rates, up)
 
@@ -1287,6 +1288,7 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Store
         ahead: list[Value] | None = None,
         since: Value = 0,
         down_rates: StreamRates | None = None,
+        extra: tuple[Stream, StreamRates] | None = None,
     ) -> Value:
         both = plus(down, up)
         own = up_alone
@@ -1304,6 +1306,12 @@ def two_way_cycles(ops: Ops, k: Consts, rates: StreamRates, up: Stream) -> Store
             down_shared = shared_cycles(ops, k, down_rates, down)
             both_shared = [u + d for u, d in zip(up_shared, down_shared, strict=True)]
             down_alone = stream_cycles(ops, k, down_rates, down)
+        if extra is not None:  # (each resource's terms summed: no faster than that)
+            more, more_rates = extra
+            both = plus(both, more)
+            more_shared = shared_cycles(ops, k, more_rates, more)
+            both_shared = [b + m for b, m in zip(both_shared, more_shared, strict=True)]
+            down_alone = down_alone + stream_cycles(ops, k, more_rates, more)
         present = [True, both.hbm_bytes is not None, both.l2_bytes is not None]
         terms = [down_alone, own] + [
             t - d for t, d, used in zip(both_shared, done, present, strict=True) if used
@@ -1657,6 +1665,9 @@ class DmaCycles:
     steady: Value  # ``overlapped`` of a task that loads the next one's first tiles beside it
     first: Value  # ``overlapped`` of a cluster's first task when it loads the second's tiles
     last: Value  # ``overlapped`` of a cluster's last task when the one before loaded its tiles
+    #: ``steady`` of the wave before a partial last one, whose clusters but the last wave's
+    #: load no next tiles
+    before_last: Value
     #: the parts of ``overlapped`` that a smaller task of the wave pays as well, each as
     #: ``(fixed, input beats)``: Alg. 3's chain of steps from the ring (as many steps, each a
     #: read over the same hop, then the beats of its input tile) and the engine's serial time
@@ -2012,8 +2023,9 @@ def dma_cycles(
         ahead: list[Value] | None = None,
         since: Value = 0,
         down_rates: StreamRates | None = None,
+        extra: tuple[Stream, StreamRates] | None = None,
     ) -> Value:
-        return going_up.beside(with_read(loaded), head, ahead, since, down_rates)
+        return going_up.beside(with_read(loaded), head, ahead, since, down_rates, extra)
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
     next_tiles = ops.max(in_flight, beside_burst(loads.first))
@@ -2053,6 +2065,22 @@ def dma_cycles(
         beside_burst(plus(loads.first, loads.rest)),
         paced_by + steady_loss,
     )
+    # The wave before a partial last one: only the last wave's clusters (the first slots, in
+    # order) have a next task, so the memories and the links carry their first tiles at their
+    # share, beside every cluster's stream (a subtree they fill carries as many as before).
+    # (MobileNetV3-Small's first conv, 3 x 3 from 3 channels, in 3 x 16 tiles: three waves,
+    # the last of 10 tasks; its second wave's stream took 1,816 cycles, not the 2,250 of
+    # every cluster carrying its next task's tiles.)
+    last_rates = stream_rates(ops, q, k, sched, sched.last, groups=False)
+    before_last_alone = ops.max(
+        overlapped,
+        in_flight,
+        beside_burst(loads.rest, extra=(loads.first, last_rates)),
+        paced_by + steady_loss,
+    )
+    # (no longer than with every cluster carrying: the sum of each part's slowest resource
+    # would exceed that where the two parts bind on different ones)
+    before_last = ops.min(steady, before_last_alone)
     # The first task's stream and the second's first tiles at their pace (by their round
     # trips, or by links slower than a memory's share), and no sooner than those tiles' round
     # trip (``in_flight``)
@@ -2131,7 +2159,6 @@ def dma_cycles(
     )
     # Of a partial last wave only its clusters load, beside the stores of the full wave
     # before: a memory carries each at its own share (``last_wave_rates``).
-    last_rates = stream_rates(ops, q, k, sched, sched.last, groups=False)
     last_burst = beside_burst(loads.rest, head, first_loads, before_end, last_rates)
     last = ops.max(overlapped, last_burst, paced_by + last_loss)
     return DmaCycles(
@@ -2142,6 +2169,7 @@ def dma_cycles(
         steady,
         first_task,
         last,
+        before_last,
         (ring_chain - ring_beats, ring_beats),
         (engine_cycles - port_input, port_input),
         # An Alg. 3 member asks for its stream's tiles only once its first ones are in
@@ -2531,13 +2559,14 @@ def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_sto
 
 def follower_cycles(
     ops: Ops, q: Quantities, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value
-) -> tuple[Value, Value, Value]:
+) -> tuple[Value, Value, Value, Value]:
     """(whether a cluster's tasks load the next one's first tiles, how long such a task lasts
     after its first tiles are in, what the cluster's last task adds to the first one's
-    stream). An ``output_stack`` task whose input and filter buffers are double leaves a
-    slot of each free in its last step, and the next task's first tiles load into them
-    beside it (the report's buffers let "data transfers by the DMA engine run fully in
-    background", Sec. 2.1.2; the stream does not stop between tasks): a cluster's tasks
+    stream, how long such a task lasts in the wave before a partial last one). An
+    ``output_stack`` task whose input and filter buffers are double leaves a slot of each
+    free in its last step, and the next task's first tiles load into them beside it (the
+    report's buffers let "data transfers by the DMA engine run fully in background", Sec.
+    2.1.2; the stream does not stop between tasks): a cluster's tasks
     after the first start with no prologue, and each task but the last carries the next
     one's first tiles (``dma_cycles``: ``steady``). Not for Alg. 3, whose few loaders per
     group would then load every step of a group beside its stream over their quadrant's
@@ -2555,7 +2584,8 @@ def follower_cycles(
     own = ops.max(compute, dma.overlapped)
     first = ops.max(compute, dma.first)
     last = ops.max(compute, dma.last) + dma.exposed + exposed_store
-    return prefetch, steady, first - own + last - steady
+    before_last = ops.max(compute, dma.before_last) + dma.exposed + exposed_store
+    return prefetch, steady, first - own + last - steady, before_last
 
 
 def store_pace_cycles(ops: Ops, q: Quantities, k: Consts, store: Stream) -> Value:
@@ -2671,16 +2701,16 @@ def phases_cycles(
     reduction: Value,
     store_tail: Value,
     handover: Value,
-    follower: tuple[Value, Value, Value],
+    follower: tuple[Value, Value, Value, Value],
     later_task: Value,
 ) -> Value:
     """``phases x (waves x task + (waves - 1) x handover + reduction) + store_tail``: a wave
     lasts as long as its largest task, and every wave but the first starts while the one
     before stores (``dma_cycles``), its stream beside that store (``later_task``); or, where
     the tasks prefetch their followers' first tiles (``follower_cycles``: a 0/1 flag, such a
-    task's time and the last one's), the first wave's task, the followers, and the last
-    wave's task."""
-    prefetch, follower_task, last_extra = follower
+    task's time and the last one's, and such a task's in the wave before a partial last
+    one), the first wave's task, the followers, and the last wave's task."""
+    prefetch, follower_task, last_extra, before_last = follower
     later = later_task if isinstance(handover, int) and handover == 0 else later_task + handover
     wave_starts = task
     if isinstance(prefetch, int) and prefetch == 0:
@@ -2692,6 +2722,10 @@ def phases_cycles(
         pipelined = ops.mul(prefetch, ops.min(1, sched.waves - 1))
         waves = ops.mul(sched.waves - 1, ops.choose(prefetch, [later, follower_task]))
         wave_starts = wave_starts + waves + ops.mul(pipelined, last_extra)
+        # (of three waves or more, the one before the last is such a follower: with two, the
+        # first task, which ``dma_cycles`` costs with the second wave's clusters already)
+        before = ops.mul(prefetch, ops.min(1, ops.max(sched.waves - 2, 0)))
+        wave_starts = wave_starts + ops.mul(before, before_last - follower_task)
     return ops.mul(sched.phases, wave_starts + reduction) + store_tail
 
 
@@ -3022,8 +3056,15 @@ def evaluate(
     exposed_store = exposed_store_cycles(ops, q, k, sched, store, rates, last)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     store_pace = store_pace_cycles(ops, q, k, store)
-    prefetch, steady, last_extra = follower_cycles(ops, q, k, compute, dma, exposed_store)
-    follower = (prefetch, ops.max(steady, store_pace), last_extra)
+    prefetch, steady, last_extra, before_last = follower_cycles(
+        ops, q, k, compute, dma, exposed_store
+    )
+    follower = (
+        prefetch,
+        ops.max(steady, store_pace),
+        last_extra,
+        ops.max(before_last, store_pace),
+    )
     reduction = reduction_cycles(ops, q, k, sched)
     tail = store_tail_cycles(ops, q, k, store, sched, last)
     # a later wave's task: its stream beside the store of the wave before (``beside_store``)

@@ -857,3 +857,35 @@ def test_the_smaller_tasks_of_a_wave_stream_fewer_beats_and_store_beside_the_lar
         buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
     )
     assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=116, rel=0.08)
+
+
+def test_only_the_last_waves_clusters_carry_next_tiles_in_the_wave_before(manticore):
+    """MobileNetV3-Small's first conv (3 x 3, stride 2, from 3 channels of 224 x 224 in the
+    HBM to 16 in the L2) in 3 x 16 tiles as refinement picked it: 266 tasks, three waves,
+    the last of 10. In the second wave only those 10 clusters load a next task's first
+    tiles, so the HBM carries them at their share beside every cluster's stream (1,816
+    cycles), not as if all 128 did (2,250): the model had the layer 1.139 of the simulator
+    (``dma_cycles``' ``before_last``, ``phases_cycles``)."""
+    layer = Layer(
+        "features.0.0",
+        "conv",
+        224,
+        224,
+        3,
+        16,
+        kernel_h=3,
+        kernel_w=3,
+        stride_h=2,
+        stride_w=2,
+        pad_h=1,
+        pad_w=1,
+        epilogue=Epilogue(bias=True, activation=Activation("hardswish")),
+    )
+    mapping = Mapping(
+        "output_stack",
+        delta_o=16,
+        tile=Tile(out_h=3, out_w=16, in_c=1),
+        buffers=Buffers(filter_bytes=16384, input_depth=2, filter_depth=2, output_depth=2),
+    )
+    to_l2 = Placement(input="hbm", weights="hbm", output="l2")
+    assert_model_agrees(manticore, layer, mapping, to_l2, tasks=266, rel=0.10)
