@@ -231,6 +231,7 @@ def plan_figures(layers: Sequence[LayerResult]) -> list[StepOption]:
             r.predicted.cycles,
             r.predicted.offchip_bytes,
             r.predicted.l2_bytes,
+            l2_both_bytes=r.predicted.l2_both_words * r.predicted.word_bytes,
         )
         for r in layers
     ]

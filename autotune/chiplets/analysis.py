@@ -147,6 +147,7 @@ def analyze_package(
         offchip_store_words=sum(a.offchip_store_words for a in analyses),
         l2_load_words=sum(a.l2_load_words for a in analyses),
         l2_store_words=sum(a.l2_store_words for a in analyses),
+        l2_both_words=sum(a.l2_both_words for a in analyses),
         input_load_words=sum(a.input_load_words for a in analyses),
         filter_load_words=sum(a.filter_load_words for a in analyses),
         residual_load_words=sum(a.residual_load_words for a in analyses),

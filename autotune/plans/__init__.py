@@ -135,6 +135,7 @@ def network_problem(
                     a.cycles,
                     a.offchip_bytes,
                     a.l2_bytes,
+                    l2_both_bytes=a.l2_both_words * a.word_bytes,
                 )
             )
         return out

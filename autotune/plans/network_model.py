@@ -144,7 +144,16 @@ class _Model:
             if most_prefetch:  # the copy beside the option's own transfers (``problem``)
                 copy = copy_rate(hbm, l2r)
                 blocked = sum(
-                    prefetch_blocked_bytes(o.cycles, o.hbm_bytes, o.l2_bytes, hbm, l2r) * x
+                    prefetch_blocked_bytes(
+                        o.cycles,
+                        o.hbm_bytes,
+                        o.l2_bytes,
+                        hbm,
+                        l2r,
+                        o.l2_both_bytes,
+                        problem.cut_rate,
+                    )
+                    * x
                     for o, x in zip(options, self.x[i], strict=True)
                 )
                 m.add(d * copy.numerator >= (blocked + prefetch) * copy.denominator)

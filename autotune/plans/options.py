@@ -37,8 +37,9 @@ OptionRole = Literal["own", "fused", "absorbed"]
 @dataclass(frozen=True)
 class StepOption:
     """One way to run a step: its placement, the mapping chosen for it and the model's
-    figures (cycles of the step alone, bytes it moves to and from HBM and L2); ``role``:
-    ``OptionRole``."""
+    figures (cycles of the step alone, bytes it moves to and from HBM and L2, and of those
+    the L2 bytes that come down while its stores go up: ``model.analysis.l2_both_words``);
+    ``role``: ``OptionRole``."""
 
     placement: Placement
     mapping: Mapping
@@ -46,6 +47,7 @@ class StepOption:
     hbm_bytes: int
     l2_bytes: int
     role: OptionRole = "own"
+    l2_both_bytes: int = 0
 
 
 #: A step fused into the step after it: it runs nothing and moves nothing.

@@ -39,7 +39,7 @@ from autotune.ir.plan import (
     l2_peak,
     weights_tensor,
 )
-from autotune.model.analysis import memory_rates, prefetch_floor_cycles
+from autotune.model.analysis import cut_rate, memory_rates, prefetch_floor_cycles
 from autotune.plans.options import StepOption
 from autotune.plans.tensors import (
     TensorSpec,
@@ -74,6 +74,8 @@ class PlanProblem:
     hbm_rate: Fraction
     l2_rate: Fraction
     prefetch_window: int = PREFETCH_WINDOW
+    #: bytes per cycle one direction of the trees carries (``model.analysis.cut_rate``)
+    cut_rate: Fraction = Fraction(0)
     copies: int = 1  # chiplets, each with its own L2 and its own copy of prefetched weights
     #: steps that may absorb the step before them (``ir.fusion``: ``fused`` options at them,
     #: ``absorbed`` at the step before: ``options.step_options``), and what
@@ -126,6 +128,8 @@ class PlanProblem:
             prefetch_bytes,
             self.hbm_rate,
             self.l2_rate,
+            option.l2_both_bytes,
+            self.cut_rate,
         )
         return max(option.cycles, floor)
 
@@ -149,6 +153,7 @@ def make_problem(
         tuple(tuple(o) for o in options),
         machine.l2_bytes if machine.has_l2 else 0,
         *memory_rates(machine),
+        cut_rate=cut_rate(machine),
         copies=machine.chiplets,
         fused=tuple(fused),
         lowering=lowering,
