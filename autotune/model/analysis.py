@@ -317,7 +317,8 @@ def prefetch_blocked_bytes(
     tree's cut (``cut_rate``), for ``both_bytes`` of them (``l2_both_words``): beyond twice
     the cut (DenseNet-121's batch norms at 7 x 7 from and to the L2, in waves of one-channel
     tasks: 1,008 simulated cycles beside a copy of 147 KB, 829 alone; the even spread said
-    836). Rounded down, so that the floor it gives stays a lower bound of the layer alone."""
+    836). An estimate, then, no longer a floor: where the loads trickle below the cut the
+    L2 has room beside them. Rounded down."""
     rate = copy_rate(hbm_rate, l2_rate)
     spare = min(cycles * rate, cycles * hbm_rate - hbm_bytes)
     if l2_rate:
@@ -339,8 +340,8 @@ def prefetch_floor_cycles(
     both_bytes: int = 0,
     cut_rate: Fraction = Fraction(0),
 ) -> int:
-    """The fewest cycles of a layer that runs ``cycles`` alone and moves ``hbm_bytes`` to and
-    from the HBM and ``l2_bytes`` to and from the L2 while a network plan copies
+    """The cycles of a layer that runs ``cycles`` alone and moves ``hbm_bytes`` to and from
+    the HBM and ``l2_bytes`` to and from the L2 while a network plan copies
     ``prefetch_bytes`` of later layers' weights from the HBM into the L2 beside it (all
     chiplets' copies); ``plans.problem``'s step equation. The copy shares both memories with
     the layer's own transfers, so the layer cannot end before either memory has moved its
