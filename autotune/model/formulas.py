@@ -1494,9 +1494,7 @@ def load_streams(
     # multicast wave costs the largest's: ``wave_stream_cycles``; nothing to build.)
     rest = mean_rest = minus(ops, double, first)
     if not k.can_multicast:
-        in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
-        if k.groups > 1:
-            in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
+        in_mean = mean_input_share(ops, q, k)
         rest_in = ops.max(0, in_bytes - opened - first_in)
         mean_rest = buffered(
             ops,
@@ -1524,6 +1522,15 @@ def load_streams(
         single_rest,
         mean_rest,
     )
+
+
+def mean_input_share(ops: Ops, q: Quantities, k: Consts) -> Value:
+    """SCALE x the input a wave's mean task loads over the largest one's: by the tiles' and
+    batch tiles' mean, and the stacks' where a stack reads its own groups' channels."""
+    in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
+    if k.groups > 1:
+        in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
+    return in_mean
 
 
 def ring_wait_cycles(ops: Ops, k: Consts, share_group: Value) -> Value:
@@ -1795,9 +1802,8 @@ def dma_cycles(
     # to it frees its forwarding buffer (``ring_wait_cycles``: over the ring's slowest hop,
     # which the lockstep group waits for), as many steps ahead as that buffer holds.
     tile_bytes = loaded_step_words(ops, q, k, l1) * k.word_bytes
-    ring_tile = ops.cdiv(tile_bytes, k.dma_bytes_per_cycle) + ring_wait_cycles(
-        ops, k, q.share_group
-    )
+    tile_beats = ops.cdiv(tile_bytes, k.dma_bytes_per_cycle)
+    ring_tile = tile_beats + ring_wait_cycles(ops, k, q.share_group)
     # (a forwarding buffer of more than every step holds no more of them ahead)
     share_bytes = ops.min(l1.alloc_bytes["share"], ops.mul(work.steps, tile_bytes))
     ahead_scaled = ops.max(SCALE, ops.cdiv(share_bytes * SCALE, ops.max(tile_bytes, 1)))
@@ -1811,7 +1817,7 @@ def dma_cycles(
         ops.mul(
             q.input_buffer_depth - 1,
             ops.cdiv(
-                ops.mul(ring_steps, ops.cdiv(tile_bytes, k.dma_bytes_per_cycle)) * SCALE,
+                ops.mul(ring_steps, tile_beats) * SCALE,
                 ahead_scaled,
             ),
         ),
@@ -2450,9 +2456,7 @@ def task_spread(
     # beats of input, which shrink with the band (at the others' mean input, ``load_streams``'
     # law; ShuffleNetV2's fused branch2.3 in 7-row tiles: the edge tiles' 8-row bands stream
     # 2,219 cycles against the middle ones' 2,331, their compute 2,139 against 2,372).
-    in_mean = ops.cdiv(ops.mul(q.tile_in_mean_share, q.batch_mean_share), SCALE)
-    if k.groups > 1:
-        in_mean = ops.cdiv(ops.mul(in_mean, q.stack_mean_share), SCALE)
+    in_mean = mean_input_share(ops, q, k)
     rest_in_short = ops.min(
         SCALE, ops.cdiv(ops.mul(SCALE - in_mean, tasks), ops.max(tasks - count, 1))
     )
