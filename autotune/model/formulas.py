@@ -1400,6 +1400,9 @@ class Loads:
     #: ``rest`` of the wave's mean task: a link the wave's streams share carries every
     #: task's before the largest one's ends (``wave_stream_cycles``)
     mean_rest: Stream
+    #: ``first`` of the wave's mean task: the same law for the first tiles, which every
+    #: task of the first wave loads at once
+    mean_first: Stream
 
 
 STREAM_FIELDS = tuple(f.name for f in fields(Stream))
@@ -1493,8 +1496,17 @@ def load_streams(
     # where a stack reads its own groups' channels), its filters by the stacks'. (A
     # multicast wave costs the largest's: ``wave_stream_cycles``; nothing to build.)
     rest = mean_rest = minus(ops, double, first)
+    mean_first = first
     if not k.can_multicast:
         in_mean = mean_input_share(ops, q, k)
+        mean_first, _ = split_streams(
+            ops,
+            q,
+            k,
+            sched,
+            ops.cdiv(ops.mul(first_in, in_mean), SCALE),
+            ops.cdiv(ops.mul(first_filter, q.stack_mean_share), SCALE),
+        )
         rest_in = ops.max(0, in_bytes - opened - first_in)
         mean_rest = buffered(
             ops,
@@ -1521,6 +1533,7 @@ def load_streams(
         lead,
         single_rest,
         mean_rest,
+        mean_first,
     )
 
 
@@ -1952,7 +1965,7 @@ def dma_cycles(
         )
         + exposed_residual
     )
-    first_alone = stream_cycles(ops, k, rates, loads.first)
+    first_alone = wave_stream_cycles(ops, k, rates, loads.first, loads.mean_first)
     first = first_alone
     # Alg. 3 moves in lockstep: a group starts when its first member, which loads a whole
     # input step itself (the others' come round the ring), has its first tiles. Only the
@@ -2034,7 +2047,21 @@ def dma_cycles(
         return going_up.beside(with_read(loaded), head, ahead, since, down_rates, extra)
 
     in_flight = k.start_latency_cycles + first_port + first_overhead
-    next_tiles = ops.max(in_flight, beside_burst(loads.first))
+    # Those tiles are one transfer, in flight beside the stream: while the stream moves at
+    # its pace they get what it leaves of the cluster's share, and then no more than their
+    # own pace (their round trip and the engine's time, ``in_flight``, for all their bytes):
+    # a transfer is no faster than it is alone. (ShuffleNetV2's ``stage4.x/Reshape_1``, 7 x
+    # 7 x 464 from and to the L2 in 2-row tiles of 3 channels: five waves, each 95 cycles in
+    # the simulator, not the 84 of the wave's loads over the tree's cut.)
+    first_shared = stream_cycles(ops, k, rates, loads.first)
+    beside_stream = ops.max(0, paced_by - stream_cycles(ops, k, rates, loads.rest))
+    # (the share of them left after the stream, x SCALE, before the one product with a
+    # time: the integer program's domains stay within 64 bits)
+    left_share = ops.cdiv(
+        ops.max(0, first_shared - beside_stream) * SCALE, ops.max(first_shared, 1)
+    )
+    paced_tail = ops.cdiv(ops.mul(in_flight, ops.min(SCALE, left_share)), SCALE)
+    next_tiles = ops.max(in_flight, beside_burst(loads.first), paced_by + paced_tail)
     # The stream paced by its round trips loses to that burst what it cannot catch up (the
     # residual's toll above, for every flow of the burst): the next task's first tiles, the
     # store of the task before, the early residual read (the first task has no store

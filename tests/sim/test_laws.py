@@ -889,3 +889,56 @@ def test_only_the_last_waves_clusters_carry_next_tiles_in_the_wave_before(mantic
     )
     to_l2 = Placement(input="hbm", weights="hbm", output="l2")
     assert_model_agrees(manticore, layer, mapping, to_l2, tasks=266, rel=0.10)
+
+
+def test_the_first_tiles_of_a_wave_of_unequal_bands_take_the_mean_ones_share(manticore):
+    """ShuffleNetV2-x1.0's ``stage2.0/branch1.0`` (a 3 x 3 depthwise, stride 2, of 24
+    channels at 56 x 56, from and to the L2) in 10-row tiles of 4-channel stacks: one wave of
+    18 tasks, whose input bands are 20, 21 and 17 rows (the edge tiles lack the padding's
+    row, the last tile is short). Their first tiles share the tree's cut fairly, so the
+    largest one's are in when the link has carried every task's: at the wave's mean band
+    (302 cycles in the simulator), not as if every task loaded the largest (333), the law
+    the rest of the stream already follows. The model had the layer 1.054 of the simulator
+    (``load_streams``' ``mean_first``)."""
+    layer = Layer(
+        "branch1.0",
+        "conv",
+        56,
+        56,
+        24,
+        24,
+        kernel_h=3,
+        kernel_w=3,
+        stride_h=2,
+        stride_w=2,
+        pad_h=1,
+        pad_w=1,
+        groups=24,
+        epilogue=Epilogue(bias=True),
+    )
+    mapping = Mapping(
+        "output_stack",
+        delta_o=4,
+        tile=Tile(out_h=10, in_c=1),
+        buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+    )
+    assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=18, rel=0.04)
+
+
+def test_the_next_tasks_first_tiles_move_no_faster_than_alone(manticore):
+    """ShuffleNetV2-x1.0's ``stage4.x/Reshape_1`` (the channel shuffle's copy of 7 x 7 x 464,
+    from and to the L2) in 2-row tiles of 3 channels: 620 tasks of 3 cycles of compute, five
+    waves. A cluster loads its next task's first tiles beside its stream: while the stream
+    moves they get what it leaves of the cluster's share of the cut, then no more than their
+    own pace (their round trip and the engine's time for all of their bytes), so a wave
+    takes 95 cycles, not the 84 of its loads over the cut: the model had the layer 0.947 of
+    the simulator (``dma_cycles``' ``paced_tail``)."""
+    layer = Layer("Reshape_1", "upsample", 7, 7, 464, 464, groups=464)
+    mapping = Mapping(
+        "output_stack",
+        delta_o=3,
+        tile=Tile(out_h=2, in_c=2),
+        buffers=Buffers(input_depth=2, filter_depth=1, output_depth=2),
+    )
+    to_l2 = Placement(input="l2", output="l2")
+    assert_model_agrees(manticore, layer, mapping, to_l2, tasks=620, rel=0.04)
