@@ -1577,6 +1577,7 @@ def little_cycles(
     input_engine: Value,
     setups: tuple[Value, Value],
     ring: tuple[Value, Value] = (0, 0),
+    filter_tiles: Value = 0,
 ) -> tuple[Value, Value]:
     """Little's law per stream: a double buffer keeps (allocated - one tile) bytes in flight,
     and each stream needs its own (the report's footnotes 2/3: the input and the filter buffer
@@ -1601,6 +1602,15 @@ def little_cycles(
     in turn, is the other bound (``dma_cycles``). A window holds a tile at least, so a chain
     pays no more than the set-ups themselves (which also bounds the integer program's
     terms).
+
+    The window counts transfers, not buffer slots: a slot holds the largest filter tile, but
+    a fused 1x1's filter tiles are each output channel's weights of one input step, ``in_c``
+    words, so a 72-byte slot has eight of them in flight, and the input steps the engine
+    issues between them are paid once per window of those (``filter_tiles``: the transfers
+    after the first; their mean size sets the window, as the simulator's ``spare_tiles``
+    does). (ShuffleNetV2's ``branch2.3``, a 1x1 of 58 channels fused into its 3 x 3
+    depthwise, its weights in HBM: 58 filter tiles of 9 bytes a task; costed as one 72-byte
+    tile in flight, the chain had the layer 1.30 of the simulator.)
 
     An Alg. 3 member's steps that come round the ring are a chain of their own, after its
     steps from memory (``ring``: the chain, with their set-ups, and those set-ups, which
@@ -1633,15 +1643,17 @@ def little_cycles(
     if not k.has_filters:
         return input_wait, input_lead
     in_flight_filter = ops.max(l1.alloc_bytes["filter"] - l1.tile_words["filter"] * w, 1)
-    engine = ops.mul(input_engine, l1.tile_words["filter"] * w)
     rest_filter = loads.rest_filter_bytes
+    # the mean transfer after the first (a slot's worth where the stream has none)
+    slot = l1.tile_words["filter"] * w
+    mean_tile = ops.min(slot, ops.cdiv(rest_filter, ops.max(filter_tiles, 1)))
+    transfer = ops.choose(exceeds(ops, filter_tiles, 0), [slot, mean_tile])
+    engine = ops.mul(input_engine, transfer)
     filter_depth = q.filter_buffer_depth - 1
 
     # the set-ups: the filter tiles' own, and the input steps' ahead of them in the engine
     # (a term of its own, so that the integer program's sums stay within 64 bits)
-    setups_bytes = rest_filter * k.dma_setup_cycles + ops.mul(
-        input_setups, l1.tile_words["filter"] * w
-    )
+    setups_bytes = rest_filter * k.dma_setup_cycles + ops.mul(input_setups, transfer)
     setups_wait = ops.mul(
         filter_depth,
         ops.min(input_setups + filter_setups, ops.cdiv(setups_bytes, in_flight_filter)),
@@ -1845,6 +1857,7 @@ def dma_cycles(
         input_engine,
         (input_setups, filter_setups),
         (ring_chain, ring_setups),
+        ops.max(0, filter_loads - 1),
     )
     # the stream's own time at its pace (P / D) and alone at the share (P / S), single values
     pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))
