@@ -1814,7 +1814,8 @@ def dma_cycles(
     # The double-buffered input steps' set-ups after the first, and the filter tiles', in
     # the chains.
     input_setups = ops.mul(q.input_buffer_depth - 1, rest_overhead)
-    filter_setups = ops.max(0, filter_loads - 1) * k.dma_setup_cycles
+    rest_filter_tiles = ops.max(0, filter_loads - 1)
+    filter_setups = rest_filter_tiles * k.dma_setup_cycles
     # Alg. 3 loads its steps from memory every ``m``-th one (all members at once, slice d to
     # member d mod m), the others come round the ring (``ring_wait_cycles``).
     members = ops.max(ops.min(q.share_group, q.stacks), 1)
@@ -1857,7 +1858,7 @@ def dma_cycles(
         input_engine,
         (input_setups, filter_setups),
         (ring_chain, ring_setups),
-        ops.max(0, filter_loads - 1),
+        rest_filter_tiles,
     )
     # the stream's own time at its pace (P / D) and alone at the share (P / S), single values
     pace = (ops.max(0, little), ops.max(0, stream_cycles(ops, k, rates, loads.rest)))

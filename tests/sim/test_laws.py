@@ -825,6 +825,31 @@ def test_the_largest_tasks_stores_after_the_last_cross_their_own_uplink(manticor
     assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=128, rel=0.03)
 
 
+#: ShuffleNetV2-x1.0's ``stage2.x/branch2.3``: a 1x1 of 58 channels fused into its 3 x 3
+#: depthwise at 28 x 28, in four 7-row tiles, Alg. 3 in groups of 16 of 2-channel stacks
+BRANCH2_3 = Layer(
+    "branch2.3",
+    "conv",
+    28,
+    28,
+    58,
+    58,
+    kernel_h=3,
+    kernel_w=3,
+    pad_h=1,
+    pad_w=1,
+    epilogue=Epilogue(bias=True),
+    expansion=Expansion(bias=True, activation=Activation("relu")),
+)
+BRANCH2_3_MAPPING = Mapping(
+    "output_stack_shared",
+    delta_o=2,
+    share_group=16,
+    tile=Tile(out_h=7, in_c=2),
+    buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
+)
+
+
 def test_the_smaller_tasks_of_a_wave_stream_fewer_beats_and_store_beside_the_larger(manticore):
     """ShuffleNetV2-x1.0's ``stage2.x/branch2.3`` (a 1x1 of 58 channels fused into its 3 x 3
     depthwise at 28 x 28, from and to the L2) in four 7-row tiles, Alg. 3 in groups of 16 of
@@ -835,28 +860,7 @@ def test_the_smaller_tasks_of_a_wave_stream_fewer_beats_and_store_beside_the_lar
     both L3 quadrants, and their stores cross both uplinks. The model had the smaller tasks
     paying the largest one's beats and the largest stores under one uplink: 1.101 of the
     simulator (``task_spread``, ``exposed_store_cycles``)."""
-    layer = Layer(
-        "branch2.3",
-        "conv",
-        28,
-        28,
-        58,
-        58,
-        kernel_h=3,
-        kernel_w=3,
-        pad_h=1,
-        pad_w=1,
-        epilogue=Epilogue(bias=True),
-        expansion=Expansion(bias=True, activation=Activation("relu")),
-    )
-    mapping = Mapping(
-        "output_stack_shared",
-        delta_o=2,
-        share_group=16,
-        tile=Tile(out_h=7, in_c=2),
-        buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
-    )
-    assert_model_agrees(manticore, layer, mapping, ALL_L2, tasks=116, rel=0.08)
+    assert_model_agrees(manticore, BRANCH2_3, BRANCH2_3_MAPPING, ALL_L2, tasks=116, rel=0.08)
 
 
 def test_only_the_last_waves_clusters_carry_next_tiles_in_the_wave_before(manticore):
@@ -954,26 +958,7 @@ def test_a_fused_1x1s_filter_window_counts_its_transfers_not_its_slot(manticore)
     against 3,888 from the L2). The model counted one 72-byte tile in flight and the input
     steps' engine time once per such tile: 1.30 of the simulator (``little_cycles``'
     ``filter_tiles``)."""
-    layer = Layer(
-        "branch2.3",
-        "conv",
-        28,
-        28,
-        58,
-        58,
-        kernel_h=3,
-        kernel_w=3,
-        pad_h=1,
-        pad_w=1,
-        epilogue=Epilogue(bias=True),
-        expansion=Expansion(bias=True, activation=Activation("relu")),
-    )
-    mapping = Mapping(
-        "output_stack_shared",
-        delta_o=2,
-        share_group=16,
-        tile=Tile(out_h=7, in_c=2),
-        buffers=Buffers(input_depth=2, filter_depth=2, output_depth=1),
-    )
     weights_in_hbm = Placement(input="l2", output="l2")
-    assert_model_agrees(manticore, layer, mapping, weights_in_hbm, tasks=116, rel=0.08)
+    assert_model_agrees(
+        manticore, BRANCH2_3, BRANCH2_3_MAPPING, weights_in_hbm, tasks=116, rel=0.08
+    )
