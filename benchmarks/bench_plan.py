@@ -19,13 +19,19 @@ prints:
   what the quadrant tree carries into and out of the level the L2 sits at (the top level's
   fanout x its children's uplinks, per direction: Manticore 2 x 128 B/cycle); summed. The
   L2 sits beside the HBM at the chiplet root (seed 002, Fig. 2), so a faster L2 does not
-  raise it; only keeping data inside the clusters across layers (fusion) would.
+  raise it; only keeping data inside the clusters across layers (fusion) would. Printed
+  again with the MACs at the FPU's utilisation (the machine file's; 90 % on Manticore, seed
+  002), the rate every schedule of the model and the simulator computes at: the figure a
+  layer-by-layer plan can reach on this machine, which settles whether a target is in reach.
+* the pair bound: the same, where each chain below may run one pair of neighbours as one
+  step (an expansion and its depthwise, or a depthwise and the 1x1 after it), at the best of
+  its splits: what the plans here (``ir.fusion``) cannot beat, however well they map.
 * the fused bound: the same, where each chain of a 1x1 conv, a depthwise conv and a 1x1
   conv (MobileNet's inverted residual; or two of them) whose inner tensors have no other
   reader ran as one step that keeps those tensors in the clusters: the chain's MACs at peak,
   its outside reads and its last write through the tree. What fusing such chains could gain
   at most (the plan fuses the depthwise-then-1x1 pairs only, and recomputes the depthwise
-  once per output stack).
+  once per output stack). Also printed with the MACs at the FPU's utilisation.
 * the compute bound: the network's MACs at the FPU utilisation of the machine file (90 % on
   Manticore, seed 002), the rate every schedule computes at: the speed-up over per-layer no
   plan can pass, however it keeps data (ResNet-50 at batch 1 is compute-bound).
@@ -48,6 +54,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -124,17 +131,6 @@ def tree_bytes_per_cycle(machine: Machine) -> float:
     return top.fanout * below * machine.chiplets
 
 
-def unfused_bound(
-    problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
-) -> int:
-    """The least cycles of any layer-by-layer plan (module docstring): per step the most of
-    its MACs at peak, its compulsory reads and its compulsory writes through the tree. What a
-    step reads and writes are its refs (a DenseNet layer reads a slice of its block's concat
-    buffer and writes another, not the whole buffer), and its weights."""
-    terms = step_bound_terms(problem, network, machine, precision, batch)
-    return int(sum(max(t.compute, t.reads, t.write) for t in terms))
-
-
 def _conv_kind(layer: Layer) -> str:
     """``pw`` for a dense 1x1 conv, ``dw`` for a depthwise one, else ``""``."""
     if layer.kind != "conv":
@@ -182,7 +178,7 @@ def fusable_chains(network: Network) -> list[list[int]]:
 
 
 class StepTerms(NamedTuple):
-    """A step's terms of ``unfused_bound``, in cycles: its MACs at peak, its reads and its
+    """A step's terms of ``plan_bound``, in cycles: its MACs at peak, its reads and its
     write through the tree; ``input_reads`` is the part of ``reads`` that is its inputs."""
 
     compute: float
@@ -192,11 +188,18 @@ class StepTerms(NamedTuple):
 
 
 def step_bound_terms(
-    problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
+    problem: PlanProblem,
+    network: Network,
+    machine: Machine,
+    precision: str,
+    batch: int,
+    utilization: float = 1.0,
 ) -> list[StepTerms]:
-    """Every step's ``StepTerms``."""
+    """Every step's ``StepTerms``; its MACs at ``utilization`` of the peak (1: the peak;
+    the machine file's ``fpu_utilization``: the rate every schedule the model and the
+    simulator know computes at, seed 002's measured 90 % on Manticore)."""
     assert network.lowering is not None
-    peak = machine.peak_macs_per_cycle(precision)
+    peak = machine.peak_macs_per_cycle(precision) * utilization
     tree = tree_bytes_per_cycle(machine)
     wb = word_bytes(precision)
 
@@ -224,23 +227,55 @@ def step_bound_terms(
     return terms
 
 
-def fused_bound(
-    problem: PlanProblem, network: Network, machine: Machine, precision: str, batch: int
-) -> int:
-    """``unfused_bound`` with each of ``fusable_chains`` one step (module docstring): its
-    MACs summed, its reads those of its steps less the inner tensors, its write the last's."""
-    terms = step_bound_terms(problem, network, machine, precision, batch)
-    fused: dict[int, list[int]] = {chain[0]: chain for chain in fusable_chains(network)}
-    inner = {i for chain in fused.values() for i in chain[1:]}
+def plan_bound(kind: str, terms: Sequence[StepTerms], network: Network) -> int:
+    """The least cycles of any plan of ``kind`` (module docstring): per step the most of its
+    ``terms`` (``step_bound_terms``: its MACs, its compulsory reads and its compulsory write
+    through the tree), summed; each of ``fusable_chains`` at the best grouping of its steps
+    the kind allows (``BOUND_SPLITS``): ``unfused``, layer by layer; ``pair``, a pair of
+    neighbours as one step at most, as the plans here fuse (``ir.fusion``: an expansion with
+    its depthwise or a depthwise with the 1x1 after it, not all three); ``fused``, the whole
+    chain as one. What a step reads and writes are its refs (a DenseNet layer reads a slice
+    of its block's concat buffer and writes another, not the whole buffer), and its
+    weights."""
+    chains = {chain[0]: chain for chain in fusable_chains(network)}
+    inner = {i for chain in chains.values() for i in chain[1:]}
     total = 0.0
     for i in range(len(terms)):
         if i in inner:
             continue
-        chain = [terms[j] for j in fused.get(i, [i])]
-        # the inner tensors' reads are gone (their writes with them: only the last writes)
-        reads = sum(t.reads for t in chain) - sum(t.input_reads for t in chain[1:])
-        total += max(sum(t.compute for t in chain), reads, chain[-1].write)
+        chain = [terms[j] for j in chains.get(i, [i])]
+        total += min(
+            sum(_run_cycles([chain[j] for j in run]) for run in split)
+            for split in BOUND_SPLITS[kind](len(chain))
+        )
     return int(total)
+
+
+def _pair_splits(n: int) -> list[list[list[int]]]:
+    """The ways to cut steps ``0..n-1`` into runs of one or two neighbours."""
+    if n == 0:
+        return [[]]
+    splits = []
+    for first in ([0], [0, 1])[: min(n, 2)]:
+        k = len(first)
+        splits += [[first, *[[j + k for j in run] for run in rest]] for rest in _pair_splits(n - k)]
+    return splits
+
+
+def _run_cycles(run: Sequence[StepTerms]) -> float:
+    """The bound of ``run`` as one step: its MACs summed, its reads less the inner tensors'
+    (their writes gone with them: only the last writes), its last write."""
+    reads = sum(t.reads for t in run) - sum(t.input_reads for t in run[1:])
+    return max(sum(t.compute for t in run), reads, run[-1].write)
+
+
+#: How a plan of each kind may group a chain of ``n`` steps: the ways, each a list of runs
+#: of step indices, one run fused into one step (``plan_bound``).
+BOUND_SPLITS: dict[str, Callable[[int], list[list[list[int]]]]] = {
+    "unfused": lambda n: [[[j] for j in range(n)]],
+    "pair": _pair_splits,
+    "fused": lambda n: [[list(range(n))]],
+}
 
 
 def simulated(
@@ -357,19 +392,28 @@ def run(
         sum(t.bytes for t in problem.tensors if t.role == "activation" and t.first <= i <= t.last)
         for i in range(len(problem.steps))
     )
-    unfused = unfused_bound(problem, network, machine, precision, batch)
-    print(
-        f"  unfused bound {unfused:,} cycles: no layer-by-layer plan is faster, i.e. at most "
-        f"{bound / unfused:.1%} of the network bound and x{s_base / unfused:.2f} vs per-layer; "
-        f"the plan reaches {unfused / s_plan:.1%} of it"
-    )
+    fpu = machine.fpu_utilization
+    at_peak = step_bound_terms(problem, network, machine, precision, batch)
+    at_fpu = step_bound_terms(problem, network, machine, precision, batch, fpu)
     chains = fusable_chains(network)
-    if chains:
-        fused = fused_bound(problem, network, machine, precision, batch)
+    what = {
+        "unfused": "no layer-by-layer plan is faster",
+        "pair": "a chain fuses two neighbours at most, as these plans do",
+        "fused": f"{len(chains)} depthwise-separable chains of {sum(map(len, chains))} "
+        "steps, each one step",
+    }
+    bounds = {}
+    for kind in ("unfused", "pair", "fused") if chains else ("unfused",):
+        peak, at = plan_bound(kind, at_peak, network), plan_bound(kind, at_fpu, network)
+        bounds[kind], bounds[f"{kind}_fpu"] = peak, at
         print(
-            f"  fused bound {fused:,} cycles ({len(chains)} depthwise-separable chains, "
-            f"{sum(map(len, chains))} steps): at most "
-            f"{bound / fused:.1%} of the network bound and x{s_base / fused:.2f} vs per-layer"
+            f"  {kind} bound {peak:,} cycles ({what[kind]}): at most {bound / peak:.1%} of the "
+            f"network bound and x{s_base / peak:.2f} vs per-layer; the plan reaches "
+            f"{peak / s_plan:.1%} of it"
+        )
+        print(
+            f"    with the MACs at the FPU's {fpu:.0%}: {at:,} cycles, at most "
+            f"{bound / at:.1%} of the network bound and x{s_base / at:.2f}"
         )
     compute = compute_bound(network, machine, precision, batch)
     print(
@@ -390,7 +434,7 @@ def run(
         "unfused_plan": s_unfused,
         "plan": s_plan,
         "bound": bound,
-        "unfused": unfused,
+        **bounds,
         "compute": compute,
     }
 

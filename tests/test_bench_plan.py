@@ -53,9 +53,18 @@ def test_chains_are_depthwise_separable_runs_whose_inner_tensors_nothing_else_re
     machine = Machine.preset("manticore")
     opts = TuneOptions(refine=False, verify=False, storage="memory", batch=1, precision="fp32")
     problem, _ = network_problem(net, machine, opts, solver=solve_by_placement)
-    fused = bench.fused_bound(problem, net, machine, "fp32", 1)
-    unfused = bench.unfused_bound(problem, net, machine, "fp32", 1)
-    assert 0 < fused < unfused
+    at_peak = bench.step_bound_terms(problem, net, machine, "fp32", 1)
+    bounds = {k: bench.plan_bound(k, at_peak, net) for k in ("unfused", "pair", "fused")}
+    assert 0 < bounds["fused"] <= bounds["pair"] < bounds["unfused"]
+    # at the FPU's utilisation the MACs take longer: every bound rises, none falls
+    at_fpu = bench.step_bound_terms(problem, net, machine, "fp32", 1, machine.fpu_utilization)
+    assert all(bench.plan_bound(k, at_fpu, net) >= v for k, v in bounds.items())
+
+
+def test_a_chain_splits_into_runs_of_one_or_two_neighbours(bench):
+    assert bench._pair_splits(1) == [[[0]]]
+    assert sorted(bench._pair_splits(3)) == [[[0], [1], [2]], [[0], [1, 2]], [[0, 1], [2]]]
+    assert len(bench._pair_splits(5)) == 8  # Fibonacci: the tilings of a row by 1s and 2s
 
 
 def test_resnet_bottlenecks_have_no_chain(bench):
