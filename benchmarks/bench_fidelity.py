@@ -14,7 +14,10 @@ simulator (independent of the model) on every layer of the example networks:
   bytes / HBM bytes per cycle)`` over the simulated cycles;
 * per network: whole-network model and simulated cycles, the fraction of layers within 5 %
   and 10 %, the fraction ranked with rho >= 0.9, the roofline geomean and worst layer, and one
-  line stating each of the issue's targets as met or not.
+  line stating each of the issue's targets as met or not; with several runs, the same line
+  pooled over all their layers (the issue states its targets over all layers of the
+  networks: its roofline geomean is one mean over ResNet-50, YOLOv3 and MobileNetV2), also
+  under ``pooled`` in the JSON.
 
     python benchmarks/bench_fidelity.py [--networks resnet50,mobilenetv2] [--batch 1,8]
         [--precision fp32,fp64] [--top 50] [--quick [N]] [--random N] [--json out.json]
@@ -600,7 +603,24 @@ def print_worst(run: dict) -> None:
 
 def summary_line(run: dict) -> str:
     """One line per run: every target with its measured value and met / NOT MET."""
-    s = run["summary"]
+    return f"{run_title(run)}: " + targets_text(run["summary"])
+
+
+def pooled_summary(runs: Sequence[dict]) -> dict:
+    """``summarize`` over the layers of every run at once: the issue states its targets over
+    all layers of the networks (its roofline geomean is one mean over ResNet-50's, YOLOv3's
+    and MobileNetV2's layers together), which no single run's figures give."""
+    return summarize(
+        [
+            replace(record, layer=f"{run['network']}/{record.layer}")
+            for run in runs
+            for record in run["layers"]
+        ]
+    )
+
+
+def targets_text(s: dict) -> str:
+    """Every target of the summary ``s`` with its measured value and met / NOT MET."""
     values = {
         "within_5": pct(s["within_5"]),
         "within_10": pct(s["within_10"]),
@@ -613,7 +633,7 @@ def summary_line(run: dict) -> str:
         f"{desc}: {values[key]} {'met' if s['targets'][key] else 'NOT MET'}"
         for key, desc, _ in TARGETS
     ]
-    return f"{run_title(run)}: " + "; ".join(items)
+    return "; ".join(items)
 
 
 def print_summary(runs: Sequence[dict]) -> None:
@@ -658,6 +678,14 @@ def print_summary(runs: Sequence[dict]) -> None:
     console.print(table)
     for run in runs:
         console.print(summary_line(run), highlight=False, soft_wrap=True)
+    if len(runs) > 1:
+        pooled = pooled_summary(runs)
+        console.print(
+            f"pooled over the {len(runs)} runs ({pooled['layers']} layers): "
+            + targets_text(pooled),
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def to_json(runs: Sequence[dict]) -> str:
@@ -680,7 +708,10 @@ def to_json(runs: Sequence[dict]) -> str:
         }
         for run in runs
     ]
-    return json.dumps({"runs": doc}, indent=1, sort_keys=True) + "\n"
+    out: dict = {"runs": doc}
+    if len(runs) > 1:
+        out["pooled"] = clean(pooled_summary(runs))
+    return json.dumps(out, indent=1, sort_keys=True) + "\n"
 
 
 # -- command line ----------------------------------------------------------------------------
