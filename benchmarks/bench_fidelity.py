@@ -14,10 +14,10 @@ simulator (independent of the model) on every layer of the example networks:
   bytes / HBM bytes per cycle)`` over the simulated cycles;
 * per network: whole-network model and simulated cycles, the fraction of layers within 5 %
   and 10 %, the fraction ranked with rho >= 0.9, the roofline geomean and worst layer, and one
-  line stating each of the issue's targets as met or not; with several runs, the same line
-  pooled over all their layers (the issue states its targets over all layers of the
-  networks: its roofline geomean is one mean over ResNet-50, YOLOv3 and MobileNetV2), also
-  under ``pooled`` in the JSON.
+  line stating each of the issue's targets as met or not; with several runs on a machine,
+  the same line pooled over all their layers (the issue states its targets over all layers
+  of the networks: its roofline geomean is one mean over ResNet-50, YOLOv3 and
+  MobileNetV2), also under ``pooled`` (per machine) in the JSON.
 
     python benchmarks/bench_fidelity.py [--networks resnet50,mobilenetv2] [--batch 1,8]
         [--precision fp32,fp64] [--top 50] [--quick [N]] [--random N] [--json out.json]
@@ -606,17 +606,26 @@ def summary_line(run: dict) -> str:
     return f"{run_title(run)}: " + targets_text(run["summary"])
 
 
-def pooled_summary(runs: Sequence[dict]) -> dict:
-    """``summarize`` over the layers of every run at once: the issue states its targets over
-    all layers of the networks (its roofline geomean is one mean over ResNet-50's, YOLOv3's
-    and MobileNetV2's layers together), which no single run's figures give."""
-    return summarize(
-        [
-            replace(record, layer=f"{run['network']}/{record.layer}")
-            for run in runs
-            for record in run["layers"]
-        ]
-    )
+def pooled_summaries(runs: Sequence[dict]) -> dict[str, dict]:
+    """Per machine with more than one run, ``summarize`` over the layers of all its runs at
+    once: the issue states its targets over all layers of the networks (its roofline geomean
+    is one mean over ResNet-50's, YOLOv3's and MobileNetV2's layers together, at every batch
+    and precision it names), which no single run's figures give; a machine's layers are not
+    pooled with another's."""
+    machines: dict[str, list[dict]] = {}
+    for run in runs:
+        machines.setdefault(run["machine"], []).append(run)
+    return {
+        machine: summarize(
+            [
+                replace(record, layer=f"{run['network']}/{record.layer}")
+                for run in group
+                for record in run["layers"]
+            ]
+        )
+        for machine, group in machines.items()
+        if len(group) > 1
+    }
 
 
 def targets_text(s: dict) -> str:
@@ -678,10 +687,10 @@ def print_summary(runs: Sequence[dict]) -> None:
     console.print(table)
     for run in runs:
         console.print(summary_line(run), highlight=False, soft_wrap=True)
-    if len(runs) > 1:
-        pooled = pooled_summary(runs)
+    for machine, pooled in pooled_summaries(runs).items():
+        count = sum(run["machine"] == machine for run in runs)
         console.print(
-            f"pooled over the {len(runs)} runs ({pooled['layers']} layers): "
+            f"pooled over the {count} runs on {machine} ({pooled['layers']} layers): "
             + targets_text(pooled),
             highlight=False,
             soft_wrap=True,
@@ -709,8 +718,9 @@ def to_json(runs: Sequence[dict]) -> str:
         for run in runs
     ]
     out: dict = {"runs": doc}
-    if len(runs) > 1:
-        out["pooled"] = clean(pooled_summary(runs))
+    pooled = pooled_summaries(runs)
+    if pooled:
+        out["pooled"] = clean(pooled)
     return json.dumps(out, indent=1, sort_keys=True) + "\n"
 
 
