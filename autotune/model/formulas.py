@@ -2543,7 +2543,7 @@ def task_spread(
     )
 
 
-def exposed_store_cycles(
+def task_store_cycles(
     ops: Ops,
     q: Quantities,
     k: Consts,
@@ -2552,9 +2552,10 @@ def exposed_store_cycles(
     rates: StreamRates,
     last: TaskSpread,
 ) -> Value:
-    """Unless its output is double buffered, a task pays the output's round trip plus the
-    transfer to store, at its share of the bandwidth or the engine's pace if slower
-    (``input_parallel`` tasks store nothing: their phase does, after the reduction). In a
+    """What a task's store adds after its compute when nothing of a next task runs beside it
+    (``exposed_store_cycles``: each task of a single output buffer; ``store_tail_cycles``:
+    the only task of a cluster in a layer of one wave): the output's round trip plus the
+    transfer to store, at its share of the bandwidth or the engine's pace if slower. In a
     layer of one wave of unequal tasks (``task_spread``), the smaller ones store theirs while
     the largest ones still work. Taking the others as ending together at their mean
     (``rest_lead`` sooner), a bottleneck that serves whatever waits ends the stores no
@@ -2585,8 +2586,14 @@ def exposed_store_cycles(
             ops.max(stream_cycles(ops, k, at_end, store), alone - last.rest_lead),
             subtree - last.subtree_lead,
         )
-    store_time = lone_tile_cycles(ops, q, k, store, alone, "output")
-    return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [store_time, store_time, 0]))
+    return lone_tile_cycles(ops, q, k, store, alone, "output")
+
+
+def exposed_store_cycles(ops: Ops, q: Quantities, task_store: Value) -> Value:
+    """Unless its output is double buffered, a task pays its store after its compute
+    (``task_store_cycles``); ``input_parallel`` tasks store nothing (their phase does, after
+    the reduction)."""
+    return ops.mul(2 - q.output_buffer_depth, ops.choose(q.algorithm, [task_store, task_store, 0]))
 
 
 def task_cycles(ops: Ops, k: Consts, compute: Value, dma: DmaCycles, exposed_store: Value) -> Value:
@@ -2694,7 +2701,13 @@ def last_wave_rates(ops: Ops, q: Quantities, k: Consts, sched: Schedule) -> Stre
 
 
 def store_tail_cycles(
-    ops: Ops, q: Quantities, k: Consts, store: Stream, sched: Schedule, spread: TaskSpread
+    ops: Ops,
+    q: Quantities,
+    k: Consts,
+    store: Stream,
+    sched: Schedule,
+    spread: TaskSpread,
+    task_store: Value,
 ) -> Value:
     """A double-buffered store overlaps the next task; the last one drains after the last
     wave, a lone tile (``lone_tile_cycles``): its bytes, or its set-up and beats in the
@@ -2720,7 +2733,14 @@ def store_tail_cycles(
     edge tiles, whose bands lack a padding row or column, ends its compute 911 cycles before
     the last one, and the last wave's stores, 1,764 cycles at the tree's cut, end 1,157
     cycles after it.) A partial last wave keeps the whole: which of its clusters drew which
-    tiles before is not in the tables."""
+    tiles before is not in the tables.
+
+    In a layer of one wave a cluster's only task has no next one for its second output
+    buffer to overlap: it stores after its compute as a single buffer's task does (Alg. 1's
+    ``DmaStore`` after the last input slice), at the cost ``task_store_cycles`` gives it
+    with the wave's unequal tasks (SqueezeNet 1.1's ``features.3/expand3x3``, 55 x 55 x 16
+    -> 64 in 7 x 14 tiles of 16 channels, 128 tasks: simulated 18,733 cycles with one
+    output buffer and with two)."""
     rates = last_wave_rates(ops, q, k, sched)
     within = ops.mul(ops.choose(q.algorithm, [1, 1, 0]), 1 - exceeds(ops, sched.last, q.stacks))
     if k.can_multicast:
@@ -2736,6 +2756,7 @@ def store_tail_cycles(
     count = ops.max(1, ops.cdiv(ops.mul(sched.last, spread.largest_share), SCALE))
     at_end = stream_cycles(ops, k, stream_rates(ops, q, k, sched, count), store)
     store_time = lone_tile_cycles(ops, q, k, store, ops.max(at_end, whole - ahead), "output")
+    store_time = ops.choose(ops.min(1, sched.waves - 1), [task_store, store_time])
     return ops.mul(q.output_buffer_depth - 1, ops.choose(q.algorithm, [store_time, store_time, 0]))
 
 
@@ -3098,7 +3119,8 @@ def evaluate(
     compute = compute_cycles(ops, k, work)
     dma = dma_cycles(ops, q, k, l1, work, sched, rates, residual, store, compute)
     last = task_spread(ops, q, k, sched, compute, dma, work)
-    exposed_store = exposed_store_cycles(ops, q, k, sched, store, rates, last)
+    task_store = task_store_cycles(ops, q, k, sched, store, rates, last)
+    exposed_store = exposed_store_cycles(ops, q, task_store)
     task = task_cycles(ops, k, compute, dma, exposed_store)
     store_pace = store_pace_cycles(ops, q, k, store)
     prefetch, steady, last_extra, before_last = follower_cycles(
@@ -3111,7 +3133,7 @@ def evaluate(
         ops.max(before_last, store_pace),
     )
     reduction = reduction_cycles(ops, q, k, sched)
-    tail = store_tail_cycles(ops, q, k, store, sched, last)
+    tail = store_tail_cycles(ops, q, k, store, sched, last, task_store)
     # a later wave's task: its stream beside the store of the wave before (``beside_store``)
     later_dma = replace(dma, overlapped=dma.beside_store)
     later_task = ops.max(task_cycles(ops, k, compute, later_dma, exposed_store), store_pace)

@@ -962,3 +962,41 @@ def test_a_fused_1x1s_filter_window_counts_its_transfers_not_its_slot(manticore)
     assert_model_agrees(
         manticore, BRANCH2_3, BRANCH2_3_MAPPING, weights_in_hbm, tasks=116, rel=0.08
     )
+
+
+def test_a_one_wave_layers_second_output_buffer_changes_nothing(manticore):
+    """SqueezeNet 1.1's ``features.3/expand3x3`` (55 x 55 x 16 -> 64, 3 x 3, bias and ReLU)
+    in 7 x 14 tiles of 16 channels: 128 tasks, one wave. A cluster's only task has no next
+    one for a second output buffer to overlap, so it stores after its compute either way:
+    the simulator runs 18,733 cycles with one output buffer and with two. The model costed
+    the double buffer's last store as a later wave's drain (19,311, 1.031 of the simulator,
+    against 18,780 for one buffer), which put the double-buffered candidates of such layers
+    below their single-buffered twins in its ranking (``store_tail_cycles``)."""
+    relu = Activation("relu")
+    layer = Layer(
+        "expand3x3",
+        "conv",
+        55,
+        55,
+        16,
+        64,
+        kernel_h=3,
+        kernel_w=3,
+        pad_h=1,
+        pad_w=1,
+        epilogue=Epilogue(bias=True, activation=relu),
+    )
+    cycles = {}
+    for depth in (1, 2):
+        mapping = Mapping(
+            "output_stack",
+            delta_o=16,
+            tile=Tile(out_h=7, out_w=14, in_c=1),
+            buffers=Buffers(filter_bytes=16384, input_depth=2, filter_depth=2, output_depth=depth),
+        )
+        a = analyze(layer, mapping, manticore)
+        r = simulate(layer, mapping, manticore)
+        assert a.tasks == r.tasks == manticore.clusters
+        assert r.cycles == pytest.approx(a.cycles, rel=0.01)
+        cycles[depth] = a.cycles
+    assert cycles[1] == cycles[2]
