@@ -68,6 +68,7 @@ def test_layer_records_complete_and_sane(records) -> None:
         assert 1 <= r.rank_model_distinct <= r.rank_candidates
         assert r.rank_rho is None or -1 <= r.rank_rho <= 1
         assert 0 < r.top_sim_best <= r.sim_cycles  # the winner is the model's first candidate
+        assert r.sim_cycles <= r.top_sim_worst
     assert records[1].model_cycles == records[0].model_cycles
 
 
@@ -97,6 +98,30 @@ def test_summary_and_json(records) -> None:
     for key, description, _ in bench.TARGETS:
         verdict = "met" if summary["targets"][key] else "NOT MET"
         assert f"{description}: " in line and verdict in line
+
+
+def test_flat_rank_share_counts_the_layers_below_whose_set_the_simulator_holds_close(
+    records,
+) -> None:
+    """``rank_flat``: of the layers ranked below 0.9 (or undefined), those whose candidates
+    the simulator holds within FLAT of the best; a layer at 0.9 or above never counts, nor
+    does one whose set spreads wider."""
+    best = 1000
+    flat = int(best * (1 + bench.FLAT))
+    cases = [
+        (0.5, flat),  # below, flat: counts
+        (None, best),  # undefined, flat: counts
+        (0.5, flat + 1),  # below, spread: does not
+        (0.95, best),  # above: does not
+    ]
+    layers = [
+        replace(records[0], layer=f"l{i}", rank_rho=rho, top_sim_best=best, top_sim_worst=worst)
+        for i, (rho, worst) in enumerate(cases)
+    ]
+    summary = bench.summarize(layers)
+    assert summary["rank_flat"] == pytest.approx(2 / 4)
+    assert summary["rank_090"] == pytest.approx(1 / 4)
+    assert "50% below it on a set within 2% in the simulator" in bench.targets_text(summary)
 
 
 def test_pooled_summary_is_one_mean_over_every_runs_layers(records) -> None:
