@@ -469,6 +469,11 @@ def measure_network(
     return records
 
 
+def ranks_well(record: LayerRecord) -> bool:
+    """The layer meets the rank target: rho over its candidates defined and >= 0.9."""
+    return record.rank_rho is not None and record.rank_rho >= 0.9
+
+
 def summarize(records: Sequence[LayerRecord]) -> dict:
     """The network's figures and, per issue target, whether it is met. Layers count once per
     occurrence in the network (a repeated block weighs as often as it runs). An undefined rank
@@ -489,12 +494,10 @@ def summarize(records: Sequence[LayerRecord]) -> dict:
         network_ratio=model / simulated,
         within_5=sum(abs(r.ratio - 1) <= 0.05 for r in records) / n,
         within_10=sum(abs(r.ratio - 1) <= 0.10 for r in records) / n,
-        rank_090=sum(r.rank_rho is not None and r.rank_rho >= 0.9 for r in records) / n,
+        rank_090=sum(ranks_well(r) for r in records) / n,
         rank_undefined=sum(r.rank_rho is None for r in records),
         rank_flat=sum(
-            not (r.rank_rho is not None and r.rank_rho >= 0.9)
-            and r.top_sim_worst <= (1 + FLAT) * r.top_sim_best
-            for r in records
+            not ranks_well(r) and r.top_sim_worst <= (1 + FLAT) * r.top_sim_best for r in records
         )
         / n,
         regret_geomean=geomean([r.sim_cycles / r.top_sim_best for r in records]),
